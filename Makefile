@@ -1,0 +1,119 @@
+# msched - build. `make` builds everything that needs no GPU; `make test` runs the whole CPU suite.
+#
+# Layout (each directory one part of the architecture, see docs/architecture.md):
+#   core/      pure C11 decisions (no CUDA, threads, sockets, getenv)   -> libmscore.a
+#   gpu/       the seam's implementations: fake/ (tests), sim/ (virtual clock), cuda/ (real GPU)
+#   sim/       trace replay on the simulated GPU, built-in workloads, plots -> libmssim.a
+#   cli/       the `msched` program
+#   shim/      libmsched, the CUDA driver interposer (shim/shim.mk)
+#   tests/     unit/ (cmocka), fuzz/ (libFuzzer targets + stored corpus), cli/ (bad input)
+#
+# Variables: SANITIZE=address,undefined (or thread) builds into build-<sanitizer>/ with
+# sanitizers on; V=1 shows commands.
+
+CC      ?= cc
+SANITIZE ?=
+ifeq ($(SANITIZE),)
+BUILD   := build
+SANFLAGS :=
+else
+BUILD   := build-$(subst $(comma),-,$(SANITIZE))
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+comma := ,
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+CFLAGS  ?= -O2 -g
+ALLCFLAGS := -std=c11 $(WARN) $(CFLAGS) $(SANFLAGS) -I. -MMD -MP
+EDGEDEFS := -D_GNU_SOURCE
+LDLIBS  := -lm
+LDFLAGS += $(SANFLAGS)
+
+ifneq ($(V),1)
+Q := @
+endif
+
+CORE_SRC := $(wildcard core/*.c)
+GPU_SRC  := $(wildcard gpu/fake/*.c gpu/sim/*.c)
+SIM_SRC  := $(wildcard sim/*.c)
+CLI_SRC  := $(wildcard cli/*.c)
+TSUP_SRC := $(wildcard tests/support/*.c)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+CORE_LIB := $(BUILD)/lib/libmscore.a
+GPU_LIB  := $(BUILD)/lib/libmsgpu.a
+SIM_LIB  := $(BUILD)/lib/libmssim.a
+TSUP_LIB := $(BUILD)/lib/libmstest.a
+MSCHED   := $(BUILD)/bin/msched
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/replay_%,$(FUZZ_SRC))
+
+.PHONY: all test unit fuzz clean demo format check-format
+all: $(MSCHED)
+
+$(BUILD)/obj/core/%.o: core/%.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC    $<")
+	$(Q)$(CC) $(ALLCFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC    $<")
+	$(Q)$(CC) $(ALLCFLAGS) $(EDGEDEFS) -c $< -o $@
+
+$(CORE_LIB): $(call obj,$(CORE_SRC))
+$(GPU_LIB): $(call obj,$(GPU_SRC))
+$(SIM_LIB): $(call obj,$(SIM_SRC))
+$(TSUP_LIB): $(call obj,$(TSUP_SRC))
+$(CORE_LIB) $(GPU_LIB) $(SIM_LIB) $(TSUP_LIB):
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  AR    $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+LIBS := $(SIM_LIB) $(GPU_LIB) $(CORE_LIB)
+
+$(MSCHED): $(call obj,$(CLI_SRC)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRC)) $(LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TSUP_LIB) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(TSUP_LIB) $(LIBS) -lcmocka $(LDLIBS)
+
+# Fuzz targets: replay binaries (any compiler) run the stored corpus in `make test`;
+# `make fuzz` builds libFuzzer binaries with clang for open-ended fuzzing.
+$(BUILD)/fuzz/replay_%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/replay_main.o $(LIBS)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
+fuzz: $(FUZZ_BIN)
+build-fuzz/%: tests/fuzz/%.c $(CORE_SRC) $(SIM_SRC) $(GPU_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $< $(CORE_SRC) $(SIM_SRC) $(GPU_SRC) -o $@ -lm
+
+-include shim/shim.mk
+
+unit: $(UNIT_BIN)
+
+test: $(MSCHED) $(UNIT_BIN) $(FUZZ_REPLAY) $(TEST_EXTRA)
+	$(Q)BUILD=$(BUILD) tests/run.sh
+
+demo: $(MSCHED)
+	$(MSCHED) demo
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+check-format:
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-* 
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,286 @@
+/*
+ * exec.c - carries a migration plan out through the GPU seam (contract: exec.h).
+ *
+ * Two FIFOs of copies in flight: evictions (device->host on MS_STREAM_OUT) and populations
+ * (host->device on MS_STREAM_IN). An eviction's device memory is reusable only once its copy has
+ * completed and the chunk is unmapped ("settled"); a population needs device memory before it
+ * maps. So before a population that would exceed the budget, the oldest evictions are settled
+ * one by one until it fits: the device->host stream keeps running ahead while the host->device
+ * stream follows, which is the two-direction pipeline. Not pipelined, every copy settles at once.
+ *
+ * Failure rule: the first error is kept and stops new steps; everything in flight is still
+ * settled so no chunk is left IN/OUT and no mapping is leaked.
+ */
+#include "exec.h"
+
+#include <string.h>
+
+struct pend {
+    ms_chunk_id id;
+    uint64_t event;
+};
+
+struct fifo {
+    struct pend *v;
+    size_t head, tail;
+};
+
+struct ctx {
+    struct ms_rtable *rt;
+    const struct ms_gpu_ops *gpu;
+    const struct ms_exec_opts *opts;
+    struct ms_exec_stats *st;
+    struct fifo out, in;
+};
+
+static struct ms_gpu_chunk describe(struct ms_rtable *rt, ms_chunk_id id)
+{
+    struct ms_region *r = ms_region_get(rt, MS_CHUNK_REGION(id));
+    struct ms_chunk *c = &r->chunks[MS_CHUNK_INDEX(id)];
+    uint64_t off = ms_region_chunk_offset(r, MS_CHUNK_INDEX(id));
+    struct ms_gpu_chunk g = {
+        .va = r->base + off,
+        .bytes = c->bytes,
+        .host = r->host ? (char *)r->host + off : NULL,
+        .phys = c->phys,
+    };
+    return g;
+}
+
+static int unmap_one(struct ctx *x, ms_chunk_id id)
+{
+    struct ms_gpu_chunk g = describe(x->rt, id);
+    int e = x->gpu->unmap(x->gpu->impl, &g, 1);
+    if (e == MS_OK)
+        x->st->unmaps++;
+    return e;
+}
+
+/* Settle the oldest eviction in flight. */
+static int settle_out(struct ctx *x)
+{
+    struct pend pd = x->out.v[x->out.head++];
+    struct ms_chunk *c = ms_chunk_get(x->rt, pd.id);
+    int e = x->gpu->wait(x->gpu->impl, pd.event);
+    x->gpu->release_event(x->gpu->impl, pd.event);
+    if (e == MS_OK)
+        e = unmap_one(x, pd.id);
+    if (e != MS_OK) {
+        /* Still mapped and holding the data: back to DIRTY, resident. */
+        ms_chunk_apply(x->rt, pd.id, MS_CE_EVICT_FAIL);
+        return e;
+    }
+    x->st->bytes_out += c->bytes;
+    return ms_chunk_apply(x->rt, pd.id, MS_CE_EVICT_DONE);
+}
+
+static int settle_in(struct ctx *x)
+{
+    struct pend pd = x->in.v[x->in.head++];
+    struct ms_chunk *c = ms_chunk_get(x->rt, pd.id);
+    int e = x->gpu->wait(x->gpu->impl, pd.event);
+    x->gpu->release_event(x->gpu->impl, pd.event);
+    if (e != MS_OK) {
+        int u = unmap_one(x, pd.id);
+        if (u == MS_OK) {
+            ms_chunk_apply(x->rt, pd.id, MS_CE_POP_FAIL);
+        } else {
+            /* Cannot unmap: keep it resident, contents unknown, marked DIRTY. */
+            ms_chunk_apply(x->rt, pd.id, MS_CE_POP_DONE);
+            ms_chunk_apply(x->rt, pd.id, MS_CE_TOUCH);
+        }
+        return e;
+    }
+    x->st->bytes_in += c->bytes;
+    e = ms_chunk_apply(x->rt, pd.id, MS_CE_POP_DONE);
+    if (e == MS_OK && x->opts->hash_clean && x->gpu->hash) {
+        struct ms_gpu_chunk g = describe(x->rt, pd.id);
+        uint64_t h = 0;
+        if (x->gpu->hash(x->gpu->impl, &g, 1, &h) == MS_OK) {
+            c->hash = h;
+            x->st->hashes++;
+        }
+        /* A failed hash only costs a copy at the next eviction. */
+    }
+    return e;
+}
+
+static int evict(struct ctx *x, ms_chunk_id id)
+{
+    struct ms_chunk *c = ms_chunk_get(x->rt, id);
+    if (!c)
+        return MS_E_INVAL;
+    if (c->state == MS_CS_HOST || c->state == MS_CS_EMPTY)
+        return MS_OK; /* already out */
+    if (c->state != MS_CS_CLEAN && c->state != MS_CS_DIRTY)
+        return MS_E_BUSY;
+    if (c->pins)
+        return MS_E_BUSY;
+
+    bool clean = c->state == MS_CS_CLEAN;
+    if (!clean && x->opts->hash_clean && x->gpu->hash && c->hash != 0) {
+        struct ms_gpu_chunk g = describe(x->rt, id);
+        uint64_t h = 0;
+        if (x->gpu->hash(x->gpu->impl, &g, 1, &h) == MS_OK) {
+            x->st->hashes++;
+            clean = h == c->hash;
+        }
+    }
+    if (clean) {
+        int e = unmap_one(x, id);
+        if (e)
+            return e;
+        x->st->bytes_dropped += c->bytes;
+        return ms_chunk_apply(x->rt, id, MS_CE_DROP);
+    }
+
+    struct ms_gpu_chunk g = describe(x->rt, id);
+    int e = x->gpu->copy(x->gpu->impl, MS_STREAM_OUT, &g, 1);
+    if (e)
+        return e;
+    x->st->copies++;
+    uint64_t ev = 0;
+    e = x->gpu->record(x->gpu->impl, MS_STREAM_OUT, &ev);
+    if (e)
+        return e; /* the copy may still run; the chunk stays mapped and DIRTY: harmless */
+    e = ms_chunk_apply(x->rt, id, MS_CE_EVICT_START);
+    if (e) {
+        x->gpu->wait(x->gpu->impl, ev);
+        x->gpu->release_event(x->gpu->impl, ev);
+        return e;
+    }
+    c->event = ev;
+    x->out.v[x->out.tail++] = (struct pend){.id = id, .event = ev};
+    if (!x->opts->pipelined)
+        return settle_out(x);
+    return MS_OK;
+}
+
+static int populate(struct ctx *x, ms_chunk_id id, uint64_t budget)
+{
+    struct ms_chunk *c = ms_chunk_get(x->rt, id);
+    if (!c)
+        return MS_E_INVAL;
+    if (ms_chunk_state_resident(c->state)) {
+        return c->state == MS_CS_OUT ? MS_E_STATE : MS_OK;
+    }
+    while (x->rt->resident_bytes + c->bytes > budget && x->out.head < x->out.tail) {
+        int e = settle_out(x);
+        if (e)
+            return e;
+    }
+    if (x->rt->resident_bytes + c->bytes > budget)
+        return MS_E_NOSPACE;
+
+    struct ms_gpu_chunk g = describe(x->rt, id);
+    int e = x->gpu->map(x->gpu->impl, &g, 1);
+    if (e)
+        return e;
+    x->st->maps++;
+    c->phys = g.phys;
+    if (c->state == MS_CS_EMPTY) {
+        x->st->bytes_fresh += c->bytes;
+        e = ms_chunk_apply(x->rt, id, MS_CE_MAP_FRESH);
+        c->phys = g.phys;
+        return e;
+    }
+    e = x->gpu->copy(x->gpu->impl, MS_STREAM_IN, &g, 1);
+    uint64_t ev = 0;
+    if (e == MS_OK) {
+        x->st->copies++;
+        e = x->gpu->record(x->gpu->impl, MS_STREAM_IN, &ev);
+    }
+    if (e) {
+        /* No event to wait on: release the mapping (a real backend's unmap synchronizes with
+         * any copy still in flight on that memory). The chunk stays HOST. */
+        x->gpu->unmap(x->gpu->impl, &g, 1);
+        c->phys = 0;
+        return e;
+    }
+    e = ms_chunk_apply(x->rt, id, MS_CE_POP_START);
+    c->phys = g.phys;
+    c->event = ev;
+    if (e) {
+        x->gpu->wait(x->gpu->impl, ev);
+        x->gpu->release_event(x->gpu->impl, ev);
+        x->gpu->unmap(x->gpu->impl, &g, 1);
+        return e;
+    }
+    x->in.v[x->in.tail++] = (struct pend){.id = id, .event = ev};
+    if (!x->opts->pipelined)
+        return settle_in(x);
+    return MS_OK;
+}
+
+int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t budget,
+                 const struct ms_plan *p, const struct ms_exec_opts *opts, struct ms_exec_stats *st)
+{
+    if (!rt || !gpu || !p || !opts || !st)
+        return MS_E_INVAL;
+    uint64_t t0 = gpu->now_ns(gpu->impl);
+    struct ctx x = {.rt = rt, .gpu = gpu, .opts = opts, .st = st};
+    if (p->n) {
+        x.out.v = ms_malloc(p->n * sizeof(*x.out.v));
+        x.in.v = ms_malloc(p->n * sizeof(*x.in.v));
+        if (!x.out.v || !x.in.v) {
+            ms_free(x.out.v);
+            ms_free(x.in.v);
+            return MS_E_NOMEM;
+        }
+    }
+    int err = MS_OK;
+    for (size_t i = 0; i < p->n && err == MS_OK; i++) {
+        const struct ms_plan_step *s = &p->steps[i];
+        if (!ms_chunk_get(rt, s->chunk))
+            err = MS_E_INVAL;
+        else if (s->op == MS_STEP_EVICT)
+            err = evict(&x, s->chunk);
+        else if (s->op == MS_STEP_POPULATE)
+            err = populate(&x, s->chunk, budget);
+        else
+            err = MS_E_INVAL;
+    }
+    /* Settle everything in flight, evictions first (they free memory), keeping the first error. */
+    while (x.out.head < x.out.tail) {
+        int e = settle_out(&x);
+        if (err == MS_OK)
+            err = e;
+    }
+    while (x.in.head < x.in.tail) {
+        int e = settle_in(&x);
+        if (err == MS_OK)
+            err = e;
+    }
+    ms_free(x.out.v);
+    ms_free(x.in.v);
+    st->elapsed_ns += gpu->now_ns(gpu->impl) - t0;
+    return err;
+}
+
+int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region)
+{
+    struct ms_region *r = ms_region_get(rt, region);
+    if (!r)
+        return MS_E_NOTFOUND;
+    for (uint32_t k = 0; k < r->nchunks; k++) {
+        const struct ms_chunk *c = &r->chunks[k];
+        if (c->pins || c->state == MS_CS_IN || c->state == MS_CS_OUT)
+            return MS_E_BUSY;
+    }
+    struct ms_exec_stats st;
+    memset(&st, 0, sizeof(st));
+    struct ms_exec_opts opts = {.pipelined = false, .hash_clean = false};
+    struct ctx x = {.rt = rt, .gpu = gpu, .opts = &opts, .st = &st};
+    for (uint32_t k = 0; k < r->nchunks; k++) {
+        ms_chunk_id id = MS_CHUNK_ID(region, k);
+        if (ms_chunk_state_resident(r->chunks[k].state)) {
+            int e = unmap_one(&x, id);
+            if (e)
+                return e;
+        }
+        int e = ms_chunk_apply(rt, id, MS_CE_DISCARD);
+        if (e)
+            return e;
+    }
+    return ms_region_remove(rt, region);
+}

@@ -1,0 +1,61 @@
+/*
+ * exec.h - the executor: carries a migration plan out through the GPU seam.
+ *
+ * Design
+ *   Walks the plan in order. An eviction of a chunk known clean (CLEAN, or DIRTY whose GPU hash
+ *   still equals the hash recorded at population, when opts.hash_clean) is a drop: unmap, no copy.
+ *   Any other eviction queues a device->host copy on MS_STREAM_OUT and records an event; the chunk
+ *   is OUT until the event completes, then it is unmapped (EVICT_DONE). A population of a HOST
+ *   chunk maps it, queues a host->device copy on MS_STREAM_IN and records an event (IN until it
+ *   completes, then CLEAN); an EMPTY chunk is only mapped (MAP_FRESH -> DIRTY).
+ *
+ *   Pipelined (opts.pipelined): evictions stay in flight while later steps proceed; before a
+ *   population would exceed the budget, the executor waits for the oldest evictions in flight
+ *   and unmaps them. So the two directions overlap and device memory is reused as soon as its
+ *   old contents are out. Not pipelined: each copy is waited for before the next step.
+ *   At return every chunk the plan touched is settled (HOST, CLEAN or DIRTY).
+ *
+ *   The host backing pointer of a chunk is region->host + chunk offset (NULL host is allowed
+ *   only for backends that keep their own, like the simulator).
+ *
+ * Errors
+ *   The first failing seam call stops the plan: the executor settles everything in flight
+ *   (waits each pending copy; a failed eviction copy leaves its chunk DIRTY and mapped, a failed
+ *   population unmaps and returns the chunk to HOST), returns the error, and leaves the table
+ *   consistent (ms_rtable_check passes) with no mapping leaked. Steps already done stay done.
+ *
+ * Ownership: borrows everything; no allocation on the eviction path beyond a pending-list array
+ * sized once per call. No locking: the caller serializes.
+ */
+#ifndef MS_EXEC_H
+#define MS_EXEC_H
+
+#include "gpu.h"
+#include "plan.h"
+#include "region.h"
+
+struct ms_exec_opts {
+    bool pipelined;
+    bool hash_clean; /* use gpu->hash to drop unchanged DIRTY chunks instead of copying */
+};
+
+struct ms_exec_stats {
+    uint64_t bytes_in;      /* host->device copied */
+    uint64_t bytes_out;     /* device->host copied */
+    uint64_t bytes_dropped; /* evicted without a copy */
+    uint64_t bytes_fresh;   /* mapped without a copy (never written) */
+    uint64_t maps, unmaps, copies, hashes;
+    uint64_t elapsed_ns; /* gpu->now_ns() at return minus at entry */
+};
+
+/* Execute plan p against rt with at most `budget` bytes resident. Stats are added to *st. */
+int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t budget,
+                 const struct ms_plan *p, const struct ms_exec_opts *opts, struct ms_exec_stats *st);
+
+/*
+ * Release every resident chunk of a region without saving data (the region is being freed):
+ * unmaps, DISCARDs each chunk, then removes the region. Pinned or moving chunks: MS_E_BUSY.
+ */
+int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region);
+
+#endif /* MS_EXEC_H */

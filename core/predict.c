@@ -1,0 +1,195 @@
+/*
+ * predict.c - launch and range prediction (contract: predict.h).
+ *
+ * A launch scan reads each candidate 8-byte word with memcpy (the buffer need not be aligned in
+ * host memory; alignment is relative to the start of the parameter buffer, as the driver lays
+ * parameters out) and looks it up in the region table: O(words * log regions). Zero and small
+ * values are skipped cheaply by the lookup failing. Each referenced region contributes all of its
+ * chunks once.
+ */
+#include "predict.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ms_chunk_set_init(struct ms_chunk_set *s) { memset(s, 0, sizeof(*s)); }
+
+void ms_chunk_set_fini(struct ms_chunk_set *s)
+{
+    ms_free(s->ids);
+    memset(s, 0, sizeof(*s));
+}
+
+void ms_chunk_set_clear(struct ms_chunk_set *s) { s->n = 0; }
+
+int ms_chunk_set_add(struct ms_chunk_set *s, ms_chunk_id id)
+{
+    int e = ms_grow((void **)&s->ids, &s->cap, s->n + 1, sizeof(*s->ids));
+    if (e)
+        return e;
+    s->ids[s->n++] = id;
+    return MS_OK;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+    ms_chunk_id x = *(const ms_chunk_id *)a, y = *(const ms_chunk_id *)b;
+    return x < y ? -1 : x > y;
+}
+
+void ms_chunk_set_normalize(struct ms_chunk_set *s)
+{
+    if (s->n < 2)
+        return;
+    qsort(s->ids, s->n, sizeof(*s->ids), id_cmp);
+    size_t w = 1;
+    for (size_t i = 1; i < s->n; i++)
+        if (s->ids[i] != s->ids[w - 1])
+            s->ids[w++] = s->ids[i];
+    s->n = w;
+}
+
+bool ms_chunk_set_has(const struct ms_chunk_set *s, ms_chunk_id id)
+{
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->n && s->ids[lo] == id;
+}
+
+uint64_t ms_chunk_set_bytes(const struct ms_chunk_set *s, struct ms_rtable *rt)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const struct ms_chunk *c = ms_chunk_get(rt, s->ids[i]);
+        if (c)
+            sum += c->bytes;
+    }
+    return sum;
+}
+
+/* Add all chunks of `region` unless already added in this call (tracked in seen). */
+static int add_region(const struct ms_rtable *rt, uint32_t region, struct ms_chunk_set *out,
+                      uint32_t *seen, size_t *nseen)
+{
+    for (size_t i = 0; i < *nseen; i++)
+        if (seen[i] == region)
+            return 0;
+    const struct ms_region *r = &rt->regions[region];
+    for (uint32_t k = 0; k < r->nchunks; k++) {
+        int e = ms_chunk_set_add(out, MS_CHUNK_ID(region, k));
+        if (e)
+            return e;
+    }
+    seen[(*nseen)++] = region;
+    return 1;
+}
+
+static int scan_words(const struct ms_rtable *rt, uint32_t task, const uint8_t *p, size_t off,
+                      size_t end, struct ms_chunk_set *out, uint32_t *seen, size_t *nseen)
+{
+    int found = 0;
+    for (size_t w = MS_ROUND_UP(off, 8); w + 8 <= end; w += 8) {
+        uint64_t v;
+        memcpy(&v, p + w, sizeof(v));
+        uint32_t region;
+        if (v == 0 || ms_rtable_lookup(rt, task, v, &region, NULL) != MS_OK)
+            continue;
+        int e = add_region(rt, region, out, seen, nseen);
+        if (e < 0)
+            return e;
+        found += e;
+    }
+    return found;
+}
+
+int ms_predict_launch(const struct ms_rtable *rt, const struct ms_launch *l,
+                      struct ms_chunk_set *out)
+{
+    if (!l || (l->params_len && !l->params) || (l->nlayout && !l->layout))
+        return MS_E_INVAL;
+    for (size_t i = 0; i < l->nlayout; i++) {
+        const struct ms_param_layout *pl = &l->layout[i];
+        if ((size_t)pl->offset > l->params_len || (size_t)pl->size > l->params_len - pl->offset)
+            return MS_E_INVAL;
+    }
+    /* At most one region per 8-byte word: bound the seen list by the word count. */
+    size_t maxwords = l->params_len / 8 + 1;
+    uint32_t stackseen[64];
+    uint32_t *seen = stackseen;
+    if (maxwords > MS_ARRAY_LEN(stackseen)) {
+        seen = ms_malloc(maxwords * sizeof(*seen));
+        if (!seen)
+            return MS_E_NOMEM;
+    }
+    size_t nseen = 0;
+    int found = 0, e = 0;
+    if (l->nlayout == 0) {
+        e = scan_words(rt, l->task, l->params, 0, l->params_len, out, seen, &nseen);
+        found = e;
+    } else {
+        for (size_t i = 0; i < l->nlayout && e >= 0; i++) {
+            const struct ms_param_layout *pl = &l->layout[i];
+            if (pl->size < 8)
+                continue;
+            e = scan_words(rt, l->task, l->params, pl->offset, (size_t)pl->offset + pl->size, out,
+                           seen, &nseen);
+            if (e > 0)
+                found += e;
+        }
+    }
+    if (seen != stackseen)
+        ms_free(seen);
+    if (e < 0)
+        return e;
+    ms_chunk_set_normalize(out);
+    return found;
+}
+
+int64_t ms_predict_range(const struct ms_rtable *rt, uint32_t task, struct ms_range r,
+                         struct ms_chunk_set *out)
+{
+    if (r.bytes == 0)
+        return 0;
+    uint64_t end = r.addr + r.bytes;
+    if (end < r.addr)
+        end = UINT64_MAX; /* clamp a wrapping range */
+    int64_t inside = 0;
+    /* Walk the task's regions in address order from the one at or before r.addr. */
+    size_t lo = 0, hi = rt->nindex;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct ms_rindex *ix = &rt->index[mid];
+        if (ix->task < task || (ix->task == task && ix->base <= r.addr))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t pos = lo > 0 ? lo - 1 : 0;
+    for (; pos < rt->nindex && rt->index[pos].task <= task; pos++) {
+        const struct ms_rindex *ix = &rt->index[pos];
+        if (ix->task != task)
+            continue;
+        const struct ms_region *reg = &rt->regions[ix->region];
+        uint64_t rb = reg->base, re = reg->base + MS_ROUND_UP(reg->size, MS_GRAN);
+        if (rb >= end)
+            break;
+        if (re <= r.addr)
+            continue;
+        uint64_t a = MS_MAX(rb, r.addr), b = MS_MIN(re, end);
+        uint32_t k0 = ms_region_chunk_at(reg, a - rb), k1 = ms_region_chunk_at(reg, b - 1 - rb);
+        for (uint32_t k = k0; k <= k1; k++) {
+            int e = ms_chunk_set_add(out, MS_CHUNK_ID(ix->region, k));
+            if (e)
+                return e;
+        }
+        inside += (int64_t)(b - a);
+    }
+    ms_chunk_set_normalize(out);
+    return inside;
+}

@@ -1,0 +1,194 @@
+/*
+ * region.h - the region table: every task's virtual allocations, cut into chunks, and the chunk
+ * state machine.
+ *
+ * Design
+ *   A region is one allocation of one task: a reserved virtual address range [base, base+size)
+ *   that keeps its addresses for its whole life. It is cut into chunks; a chunk is backed by one
+ *   physical handle while resident, so the chunk is the unit of eviction. Chunks are multiples of
+ *   MS_GRAN (2 MiB). ms_chunk_bytes_for() picks the chunk size: regions up to 128 MiB are one
+ *   chunk; larger regions use 64 MiB chunks (the last one shorter, still a multiple of 2 MiB),
+ *   because 64-128 MiB runs reach the link's two-way limit (docs/h200-measurements.md).
+ *
+ *   Virtual addresses belong to a process, so lookups are by (task, address). The table is one
+ *   per shim (one task) or one per daemon/simulator (all tasks). Region slots are stable for the
+ *   region's life; a freed slot may be reused by a later region.
+ *
+ * Chunk states (see docs/state-machine.md for the diagram)
+ *     EMPTY  never written; no device memory, no host copy
+ *     HOST   evicted; data lives in the host backing store only
+ *     IN     moving in: device memory mapped, host->device copy in flight
+ *     CLEAN  resident, equal to the host copy
+ *     DIRTY  resident, may differ from the host copy (or there is none)
+ *     OUT    moving out: device->host copy in flight, device memory still mapped
+ *   Resident states (holding device memory): IN, CLEAN, DIRTY, OUT.
+ *
+ *   event        from -> to
+ *   MAP_FRESH    EMPTY -> DIRTY    map without copy (contents undefined until written)
+ *   POP_START    HOST  -> IN       map, copy host->device issued
+ *   POP_DONE     IN    -> CLEAN
+ *   POP_FAIL     IN    -> HOST     copy failed; caller unmapped
+ *   TOUCH        CLEAN -> DIRTY    a command that may write it was submitted (DIRTY stays DIRTY)
+ *   EVICT_START  DIRTY -> OUT      copy device->host issued
+ *   EVICT_DONE   OUT   -> HOST     copy finished; caller unmapped
+ *   EVICT_FAIL   OUT   -> DIRTY    copy failed; chunk stays resident
+ *   DROP         CLEAN -> HOST     unmap without copy: the host copy is current
+ *                DIRTY -> HOST     likewise, when the caller proved it unchanged (GPU hash)
+ *   DISCARD      EMPTY|HOST|CLEAN|DIRTY -> EMPTY   contents are dead (region freed); caller
+ *                unmapped any device memory first
+ *   Any other (state, event) pair is refused with MS_E_STATE and changes nothing.
+ *   A pinned chunk (pins > 0: queued or in-flight GPU work uses it) refuses EVICT_START, DROP
+ *   and DISCARD with MS_E_BUSY.
+ *
+ * Invariants (ms_rtable_check() verifies all of them; tests call it after every step)
+ *   I1  every live region has size > 0, base % MS_GRAN == 0 is NOT required, but
+ *       sum(chunk bytes) == round_up(size, MS_GRAN) and every chunk's bytes % MS_GRAN == 0
+ *   I2  regions of one task do not overlap
+ *   I3  the sorted lookup index lists exactly the live regions, ordered by (task, base)
+ *   I4  every chunk's state is a valid ms_chunk_state
+ *   I5  rt->resident_bytes == sum of bytes of chunks in resident states
+ *   I6  rt->count[s] == number of chunks in state s, for every s
+ *   I7  pins > 0 only on resident chunks
+ *   I8  rt->live_regions == number of live regions
+ *
+ * Ownership and locking
+ *   The table owns its regions' chunk arrays. region->host (the pinned backing store) and
+ *   chunk->phys (the physical handle token) belong to the edge that set them; the table never
+ *   dereferences them. No locking inside: the caller serializes.
+ */
+#ifndef MS_REGION_H
+#define MS_REGION_H
+
+#include "ms.h"
+
+#include <stdbool.h>
+
+enum ms_region_kind {
+    MS_RK_DEVICE = 0, /* cuMemAlloc family */
+    MS_RK_ASYNC,      /* cuMemAllocAsync / pools */
+    MS_RK_VMM,        /* the application's own cuMemCreate/cuMemMap */
+    MS_RK_MANAGED,    /* cuMemAllocManaged */
+    MS_RK_HOST,       /* host memory the device can reach (never evicted) */
+    MS_RK_COUNT
+};
+
+enum ms_chunk_state {
+    MS_CS_EMPTY = 0,
+    MS_CS_HOST,
+    MS_CS_IN,
+    MS_CS_CLEAN,
+    MS_CS_DIRTY,
+    MS_CS_OUT,
+    MS_CS_COUNT
+};
+
+enum ms_chunk_event {
+    MS_CE_MAP_FRESH = 0,
+    MS_CE_POP_START,
+    MS_CE_POP_DONE,
+    MS_CE_POP_FAIL,
+    MS_CE_TOUCH,
+    MS_CE_EVICT_START,
+    MS_CE_EVICT_DONE,
+    MS_CE_EVICT_FAIL,
+    MS_CE_DROP,
+    MS_CE_DISCARD,
+    MS_CE_COUNT
+};
+
+struct ms_chunk {
+    uint64_t bytes;    /* multiple of MS_GRAN */
+    uint64_t phys;     /* physical handle token of the GPU seam; valid while resident */
+    uint64_t hash;     /* device content hash recorded at population (0: none); kept across
+                        * TOUCH so an unchanged chunk can be dropped instead of copied */
+    uint64_t event;    /* seam event of the copy in flight (IN, OUT) */
+    uint64_t last_use; /* table clock at the last touch or population (LRU) */
+    uint64_t mark;     /* scratch for the planner; meaningless between calls */
+    uint32_t pins;     /* queued or in-flight GPU work using this chunk */
+    uint8_t state;     /* enum ms_chunk_state */
+};
+
+struct ms_region {
+    uint64_t base;   /* first virtual address */
+    uint64_t size;   /* bytes the application asked for */
+    void *host;      /* host backing store (edge-owned), may be NULL */
+    struct ms_chunk *chunks;
+    uint32_t nchunks;
+    uint32_t task;
+    uint8_t kind; /* enum ms_region_kind */
+    bool live;
+};
+
+struct ms_rindex {
+    uint32_t task;
+    uint32_t region;
+    uint64_t base;
+};
+
+struct ms_rtable {
+    struct ms_region *regions; /* slots; !live ones are free */
+    size_t nslots, capslots;
+    struct ms_rindex *index; /* live regions sorted by (task, base) */
+    size_t nindex, capindex;
+    uint64_t resident_bytes;
+    uint64_t count[MS_CS_COUNT];
+    uint64_t live_regions;
+    uint64_t clock; /* logical clock for last_use; advanced by ms_rtable_tick */
+};
+
+/* Chunk size for a region of `size` bytes (see the Design note). */
+uint64_t ms_chunk_bytes_for(uint64_t size);
+
+void ms_rtable_init(struct ms_rtable *rt);
+/* Frees everything the table owns; edge-owned pointers are not touched. */
+void ms_rtable_fini(struct ms_rtable *rt);
+
+/*
+ * Add a region of `task`. chunk_bytes 0 picks ms_chunk_bytes_for(size); otherwise it must be a
+ * non-zero multiple of MS_GRAN. All chunks start EMPTY. Errors: MS_E_INVAL (size 0, bad chunk
+ * size, address overflow), MS_E_OVERLAP, MS_E_NOMEM. On error the table is unchanged.
+ */
+int ms_region_add(struct ms_rtable *rt, uint32_t task, uint64_t base, uint64_t size,
+                  enum ms_region_kind kind, uint64_t chunk_bytes, uint32_t *out_region);
+
+/*
+ * Remove a region. Every chunk must be EMPTY or HOST (the caller unmapped resident ones):
+ * otherwise MS_E_BUSY and nothing changes. MS_E_NOTFOUND for a dead or unknown slot.
+ */
+int ms_region_remove(struct ms_rtable *rt, uint32_t region);
+
+/* NULL for a dead or unknown slot. */
+struct ms_region *ms_region_get(struct ms_rtable *rt, uint32_t region);
+struct ms_chunk *ms_chunk_get(struct ms_rtable *rt, ms_chunk_id id);
+
+/* Region of `task` containing addr; MS_E_NOTFOUND if none. out_chunk may be NULL. */
+int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr,
+                     uint32_t *out_region, uint32_t *out_chunk);
+
+/* Chunk index holding byte `offset` of region r (offset < round_up(size, MS_GRAN)). */
+uint32_t ms_region_chunk_at(const struct ms_region *r, uint64_t offset);
+/* Offset of chunk idx's first byte in region r. */
+uint64_t ms_region_chunk_offset(const struct ms_region *r, uint32_t idx);
+
+/* Apply a state-machine event (see the table above). MS_E_STATE / MS_E_BUSY on refusal. */
+int ms_chunk_apply(struct ms_rtable *rt, ms_chunk_id id, enum ms_chunk_event ev);
+
+/* True for IN, CLEAN, DIRTY, OUT. */
+bool ms_chunk_state_resident(enum ms_chunk_state s);
+/* True for CLEAN and DIRTY: usable by GPU work now. */
+bool ms_chunk_state_ready(enum ms_chunk_state s);
+const char *ms_chunk_state_name(enum ms_chunk_state s);
+
+/* Advance the logical clock and return its new value. */
+uint64_t ms_rtable_tick(struct ms_rtable *rt);
+
+/* Total bytes (rounded to chunks) of all live regions of `task` (UINT32_MAX: all tasks). */
+uint64_t ms_rtable_footprint(const struct ms_rtable *rt, uint32_t task);
+
+/*
+ * Check invariants I1-I8. Returns 0 when all hold, else the number of the first violated one;
+ * a description is written to why (may be NULL).
+ */
+int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen);
+
+#endif /* MS_REGION_H */

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# scripts/setup.sh - installs what msched needs to build and test on Debian/Ubuntu.
+#   libcmocka-dev   the unit-test framework (tests/unit)
+#   clang           libFuzzer builds of the fuzz targets (`make fuzz`)
+#   libncurses-dev  the `msched top` screen
+#   python3         the shim's code generator (scripts/gen_shim.py)
+# The CUDA toolkit (nvcc, cuda.h) is expected at /usr/local/cuda for the shim; without it the
+# shim and its tests are skipped. Needs root (or sudo) for apt-get; does nothing if all is there.
+set -eu
+pkgs="libcmocka-dev clang libncurses-dev python3 make gcc"
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "setup: installing$missing"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
+else
+    echo "setup: all packages present"
+fi
