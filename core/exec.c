@@ -161,9 +161,14 @@ static int populate(struct ctx *x, ms_chunk_id id, uint64_t budget)
     struct ms_chunk *c = ms_chunk_get(x->rt, id);
     if (!c)
         return MS_E_INVAL;
-    if (ms_chunk_state_resident(c->state)) {
-        return c->state == MS_CS_OUT ? MS_E_STATE : MS_OK;
+    /* Evicted earlier in this plan and still on its way out: let it finish, then bring it back. */
+    while (c->state == MS_CS_OUT && x->out.head < x->out.tail) {
+        int e = settle_out(x);
+        if (e)
+            return e;
     }
+    if (ms_chunk_state_resident(c->state))
+        return c->state == MS_CS_OUT ? MS_E_STATE : MS_OK;
     while (x->rt->resident_bytes + c->bytes > budget && x->out.head < x->out.tail) {
         int e = settle_out(x);
         if (e)
