@@ -41,6 +41,14 @@ TSUP_SRC := $(wildcard tests/support/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
+CUDA_HOME ?= /usr/local/cuda
+NVCC    ?= $(CUDA_HOME)/bin/nvcc
+HAVE_CUDA := $(wildcard $(CUDA_HOME)/include/cuda.h)
+CUDA_INC := -I$(CUDA_HOME)/include
+ifneq ($(HAVE_CUDA),)
+GPU_PROGS := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/*.c))
+endif
+
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 CORE_LIB := $(BUILD)/lib/libmscore.a
@@ -51,8 +59,9 @@ MSCHED   := $(BUILD)/bin/msched
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/replay_%,$(FUZZ_SRC))
 
-.PHONY: all test unit fuzz clean demo format check-format
-all: $(MSCHED)
+.PHONY: all test unit fuzz clean demo format check-format gpu
+.SECONDARY:
+all: $(MSCHED) $(GPU_PROGS)
 
 $(BUILD)/obj/core/%.o: core/%.c
 	@mkdir -p $(dir $@)
@@ -97,6 +106,28 @@ fuzz: $(FUZZ_BIN)
 build-fuzz/%: tests/fuzz/%.c $(CORE_SRC) $(SIM_SRC) $(GPU_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $< $(CORE_SRC) $(SIM_SRC) $(GPU_SRC) -o $@ -lm
+
+# The real-GPU seam and the GPU programs (built when the CUDA toolkit is present; run on a GPU
+# machine only: `make gpu` also compiles their kernels to PTX with nvcc).
+$(BUILD)/obj/gpu/cuda/%.o: gpu/cuda/%.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC    $<")
+	$(Q)$(CC) $(ALLCFLAGS) $(EDGEDEFS) $(CUDA_INC) -fPIC -c $< -o $@
+$(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC    $<")
+	$(Q)$(CC) $(ALLCFLAGS) $(EDGEDEFS) $(CUDA_INC) -c $< -o $@
+$(BUILD)/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(BUILD)/obj/gpu/cuda/gpu_cuda.o $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -ldl $(LDLIBS)
+$(BUILD)/gpu/kernels.ptx: tests/gpu/kernels.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -ptx -arch=compute_80 $< -o $@
+$(BUILD)/gpu/hash.ptx: gpu/cuda/hash.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -ptx -arch=compute_80 $< -o $@
+gpu: $(GPU_PROGS) $(BUILD)/gpu/kernels.ptx $(BUILD)/gpu/hash.ptx
 
 -include shim/shim.mk
 

@@ -5,8 +5,9 @@
  * (host->device on MS_STREAM_IN). An eviction's device memory is reusable only once its copy has
  * completed and the chunk is unmapped ("settled"); a population needs device memory before it
  * maps. So before a population that would exceed the budget, the oldest evictions are settled
- * one by one until it fits: the device->host stream keeps running ahead while the host->device
- * stream follows, which is the two-direction pipeline. Not pipelined, every copy settles at once.
+ * one by one until it fits. Pipelined, all evictions are queued before the first population, so
+ * the device->host stream runs back to back while the host->device stream follows one chunk
+ * behind: the two-direction pipeline. Not pipelined, every copy settles at once, in plan order.
  *
  * Failure rule: the first error is kept and stops new steps; everything in flight is still
  * settled so no chunk is left IN/OUT and no mapping is leaked.
@@ -234,16 +235,21 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
         }
     }
     int err = MS_OK;
-    for (size_t i = 0; i < p->n && err == MS_OK; i++) {
-        const struct ms_plan_step *s = &p->steps[i];
-        if (!ms_chunk_get(rt, s->chunk))
+    for (size_t i = 0; i < p->n && err == MS_OK; i++)
+        if (!ms_chunk_get(rt, p->steps[i].chunk) || p->steps[i].op > MS_STEP_POPULATE)
             err = MS_E_INVAL;
-        else if (s->op == MS_STEP_EVICT)
-            err = evict(&x, s->chunk);
-        else if (s->op == MS_STEP_POPULATE)
-            err = populate(&x, s->chunk, budget);
-        else
-            err = MS_E_INVAL;
+    /* Pipelined: every eviction is issued first, in plan order, so the device->host stream
+     * never idles while the host thread maps; populations follow in plan order, each waiting
+     * only for the oldest evictions it needs. Serial: steps in plan order, one at a time. */
+    int first = opts->pipelined ? 0 : 2, last = opts->pipelined ? 1 : 2;
+    for (int pass = first; pass <= last && err == MS_OK; pass++) {
+        for (size_t i = 0; i < p->n && err == MS_OK; i++) {
+            const struct ms_plan_step *s = &p->steps[i];
+            if (s->op == MS_STEP_EVICT && pass != 1)
+                err = evict(&x, s->chunk);
+            else if (s->op == MS_STEP_POPULATE && pass != 0)
+                err = populate(&x, s->chunk, budget);
+        }
     }
     /* Settle everything in flight, evictions first (they free memory), keeping the first error. */
     while (x.out.head < x.out.tail) {

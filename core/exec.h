@@ -9,10 +9,11 @@
  *   chunk maps it, queues a host->device copy on MS_STREAM_IN and records an event (IN until it
  *   completes, then CLEAN); an EMPTY chunk is only mapped (MAP_FRESH -> DIRTY).
  *
- *   Pipelined (opts.pipelined): evictions stay in flight while later steps proceed; before a
- *   population would exceed the budget, the executor waits for the oldest evictions in flight
- *   and unmaps them. So the two directions overlap and device memory is reused as soon as its
- *   old contents are out. Not pipelined: each copy is waited for before the next step.
+ *   Pipelined (opts.pipelined): all of the plan's evictions are issued first (in plan order)
+ *   and stay in flight; then the populations run in plan order, and before one would exceed the
+ *   budget the executor waits for the oldest evictions in flight and unmaps them. So the two
+ *   directions overlap and device memory is reused as soon as its old contents are out. Not
+ *   pipelined: steps in plan order, each copy waited for before the next step.
  *   At return every chunk the plan touched is settled (HOST, CLEAN or DIRTY).
  *
  *   The host backing pointer of a chunk is region->host + chunk offset (NULL host is allowed

@@ -1,0 +1,368 @@
+/*
+ * gpu_cuda.c - the seam on a real GPU (contract: gpu_cuda.h).
+ *
+ * Physical handles: a small array pool of (size, handle) pairs. map pops a pooled handle of the
+ * exact size or creates one; unmap pushes the handle back while the pool holds less than
+ * pool_limit bytes, else releases it. When cuMemCreate reports out-of-memory the pool is
+ * emptied (released) and creation retried once.
+ *
+ * Events: CU_EVENT_DISABLE_TIMING events on a free list; the token handed out is the CUevent
+ * pointer value.
+ */
+#include "gpu_cuda.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct pooled {
+    uint64_t bytes;
+    CUmemGenericAllocationHandle h;
+};
+
+struct ms_gpu_cuda {
+    struct ms_gpu_ops ops;
+    const struct ms_cuda_api *api;
+    CUdevice dev;
+    CUstream stream[2];
+    CUstream hstream;
+    CUevent *free_ev;
+    size_t nfree_ev, capfree_ev;
+    struct pooled *pool;
+    size_t npool, cappool;
+    uint64_t pooled_bytes, pool_limit;
+    CUmodule hmod;
+    CUfunction hfn;
+    CUdeviceptr hout; /* one 8-byte result slot */
+    char last_err[128];
+};
+
+#define LOAD(field, name)                                                                          \
+    do {                                                                                           \
+        *(void **)&api->field = dlsym(h, name);                                                    \
+        if (!api->field) {                                                                         \
+            if (missing)                                                                           \
+                *missing = name;                                                                   \
+            return MS_E_NOTFOUND;                                                                  \
+        }                                                                                          \
+    } while (0)
+
+int ms_cuda_api_load(struct ms_cuda_api *api, void *h, const char **missing)
+{
+    memset(api, 0, sizeof(*api));
+    LOAD(cuMemCreate, "cuMemCreate");
+    LOAD(cuMemRelease, "cuMemRelease");
+    LOAD(cuMemMap, "cuMemMap");
+    LOAD(cuMemUnmap, "cuMemUnmap");
+    LOAD(cuMemSetAccess, "cuMemSetAccess");
+    LOAD(cuMemAddressReserve, "cuMemAddressReserve");
+    LOAD(cuMemAddressFree, "cuMemAddressFree");
+    LOAD(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+    LOAD(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    LOAD(cuStreamCreate, "cuStreamCreate");
+    LOAD(cuStreamDestroy, "cuStreamDestroy_v2");
+    LOAD(cuStreamSynchronize, "cuStreamSynchronize");
+    LOAD(cuEventCreate, "cuEventCreate");
+    LOAD(cuEventRecord, "cuEventRecord");
+    LOAD(cuEventSynchronize, "cuEventSynchronize");
+    LOAD(cuEventDestroy, "cuEventDestroy_v2");
+    LOAD(cuMemGetInfo, "cuMemGetInfo_v2");
+    LOAD(cuModuleLoadData, "cuModuleLoadData");
+    LOAD(cuModuleUnload, "cuModuleUnload");
+    LOAD(cuModuleGetFunction, "cuModuleGetFunction");
+    LOAD(cuLaunchKernel, "cuLaunchKernel");
+    LOAD(cuMemAlloc, "cuMemAlloc_v2");
+    LOAD(cuMemFree, "cuMemFree_v2");
+    LOAD(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    LOAD(cuCtxGetDevice, "cuCtxGetDevice");
+    LOAD(cuGetErrorName, "cuGetErrorName");
+    return MS_OK;
+}
+
+static int fail(struct ms_gpu_cuda *g, const char *call, CUresult r)
+{
+    const char *name = NULL;
+    if (g->api->cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+        name = "unknown error";
+    snprintf(g->last_err, sizeof(g->last_err), "%s: %s", call, name);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? MS_E_NOSPACE : MS_E_GPU;
+}
+
+#define CK(g, call, expr)                                                                          \
+    do {                                                                                           \
+        CUresult r_ = (expr);                                                                      \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            return fail((g), (call), r_);                                                          \
+    } while (0)
+
+static void pool_drain(struct ms_gpu_cuda *g)
+{
+    for (size_t i = 0; i < g->npool; i++)
+        g->api->cuMemRelease(g->pool[i].h);
+    g->npool = 0;
+    g->pooled_bytes = 0;
+}
+
+static int handle_get(struct ms_gpu_cuda *g, uint64_t bytes, CUmemGenericAllocationHandle *out)
+{
+    for (size_t i = g->npool; i-- > 0;) {
+        if (g->pool[i].bytes == bytes) {
+            *out = g->pool[i].h;
+            g->pooled_bytes -= bytes;
+            g->pool[i] = g->pool[--g->npool];
+            return MS_OK;
+        }
+    }
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = g->dev;
+    CUresult r = g->api->cuMemCreate(out, bytes, &prop, 0);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && g->npool) {
+        pool_drain(g);
+        r = g->api->cuMemCreate(out, bytes, &prop, 0);
+    }
+    if (r != CUDA_SUCCESS)
+        return fail(g, "cuMemCreate", r);
+    return MS_OK;
+}
+
+static void handle_put(struct ms_gpu_cuda *g, uint64_t bytes, CUmemGenericAllocationHandle h)
+{
+    if (g->pooled_bytes + bytes <= g->pool_limit) {
+        if (g->npool == g->cappool) {
+            size_t n = g->cappool ? g->cappool * 2 : 16;
+            struct pooled *p = realloc(g->pool, n * sizeof(*p));
+            if (p) {
+                g->pool = p;
+                g->cappool = n;
+            }
+        }
+        if (g->npool < g->cappool) {
+            g->pool[g->npool++] = (struct pooled){bytes, h};
+            g->pooled_bytes += bytes;
+            return;
+        }
+    }
+    g->api->cuMemRelease(h);
+}
+
+static int c_unmap(void *impl, struct ms_gpu_chunk *c, size_t n);
+
+static int c_map(void *impl, struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof(acc));
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location.id = g->dev;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (size_t i = 0; i < n; i++) {
+        CUmemGenericAllocationHandle h;
+        int e = handle_get(g, c[i].bytes, &h);
+        CUresult r = CUDA_SUCCESS;
+        const char *call = NULL;
+        if (e == MS_OK) {
+            r = g->api->cuMemMap((CUdeviceptr)c[i].va, c[i].bytes, 0, h, 0);
+            call = "cuMemMap";
+            if (r == CUDA_SUCCESS) {
+                r = g->api->cuMemSetAccess((CUdeviceptr)c[i].va, c[i].bytes, &acc, 1);
+                call = "cuMemSetAccess";
+                if (r != CUDA_SUCCESS)
+                    g->api->cuMemUnmap((CUdeviceptr)c[i].va, c[i].bytes);
+            }
+            if (r != CUDA_SUCCESS) {
+                handle_put(g, c[i].bytes, h);
+                e = fail(g, call, r);
+            }
+        }
+        if (e != MS_OK) {
+            if (i)
+                c_unmap(g, c, i); /* all-or-nothing */
+            return e;
+        }
+        c[i].phys = (uint64_t)h;
+    }
+    return MS_OK;
+}
+
+static int c_unmap(void *impl, struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
+    int first = MS_OK;
+    for (size_t i = 0; i < n; i++) {
+        CUresult r = g->api->cuMemUnmap((CUdeviceptr)c[i].va, c[i].bytes);
+        if (r != CUDA_SUCCESS) {
+            if (first == MS_OK)
+                first = fail(g, "cuMemUnmap", r);
+            continue;
+        }
+        handle_put(g, c[i].bytes, (CUmemGenericAllocationHandle)c[i].phys);
+    }
+    return first;
+}
+
+static int c_copy(void *impl, enum ms_stream s, const struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
+    for (size_t i = 0; i < n; i++) {
+        if (!c[i].host)
+            return MS_E_INVAL;
+        if (s == MS_STREAM_OUT)
+            CK(g, "cuMemcpyDtoHAsync",
+               g->api->cuMemcpyDtoHAsync(c[i].host, (CUdeviceptr)c[i].va, c[i].bytes, g->stream[s]));
+        else
+            CK(g, "cuMemcpyHtoDAsync",
+               g->api->cuMemcpyHtoDAsync((CUdeviceptr)c[i].va, c[i].host, c[i].bytes, g->stream[s]));
+    }
+    return MS_OK;
+}
+
+static int c_record(void *impl, enum ms_stream s, uint64_t *out)
+{
+    struct ms_gpu_cuda *g = impl;
+    CUevent ev;
+    if (g->nfree_ev)
+        ev = g->free_ev[--g->nfree_ev];
+    else
+        CK(g, "cuEventCreate", g->api->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CUresult r = g->api->cuEventRecord(ev, g->stream[s]);
+    if (r != CUDA_SUCCESS) {
+        g->api->cuEventDestroy(ev);
+        return fail(g, "cuEventRecord", r);
+    }
+    *out = (uint64_t)(uintptr_t)ev;
+    return MS_OK;
+}
+
+static int c_wait(void *impl, uint64_t event)
+{
+    struct ms_gpu_cuda *g = impl;
+    CK(g, "cuEventSynchronize", g->api->cuEventSynchronize((CUevent)(uintptr_t)event));
+    return MS_OK;
+}
+
+static void c_release(void *impl, uint64_t event)
+{
+    struct ms_gpu_cuda *g = impl;
+    CUevent ev = (CUevent)(uintptr_t)event;
+    if (g->nfree_ev == g->capfree_ev) {
+        size_t n = g->capfree_ev ? g->capfree_ev * 2 : 64;
+        CUevent *p = realloc(g->free_ev, n * sizeof(*p));
+        if (!p) {
+            g->api->cuEventDestroy(ev);
+            return;
+        }
+        g->free_ev = p;
+        g->capfree_ev = n;
+    }
+    g->free_ev[g->nfree_ev++] = ev;
+}
+
+static int c_hash(void *impl, const struct ms_gpu_chunk *c, size_t n, uint64_t *out)
+{
+    struct ms_gpu_cuda *g = impl;
+    for (size_t i = 0; i < n; i++) {
+        unsigned long long zero = 0, words = c[i].bytes / 8;
+        CK(g, "cuMemcpyHtoDAsync", g->api->cuMemcpyHtoDAsync(g->hout, &zero, 8, g->hstream));
+        CUdeviceptr p = (CUdeviceptr)c[i].va;
+        void *args[] = {&p, &words, &g->hout};
+        CK(g, "cuLaunchKernel",
+           g->api->cuLaunchKernel(g->hfn, 528, 1, 1, 256, 1, 1, 0, g->hstream, args, NULL));
+        CK(g, "cuStreamSynchronize", g->api->cuStreamSynchronize(g->hstream));
+        unsigned long long h = 0;
+        CK(g, "cuMemcpyDtoH", g->api->cuMemcpyDtoH(&h, g->hout, 8));
+        out[i] = h ? h : 1;
+    }
+    return MS_OK;
+}
+
+static int c_info(void *impl, struct ms_gpu_info *out)
+{
+    struct ms_gpu_cuda *g = impl;
+    size_t fr = 0, tot = 0;
+    CK(g, "cuMemGetInfo", g->api->cuMemGetInfo(&fr, &tot));
+    out->free_bytes = fr;
+    out->total_bytes = tot;
+    return MS_OK;
+}
+
+static uint64_t c_now(void *impl)
+{
+    (void)impl;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_t pool_limit,
+                    struct ms_gpu_cuda **out)
+{
+    struct ms_gpu_cuda *g = calloc(1, sizeof(*g));
+    if (!g)
+        return MS_E_NOMEM;
+    g->api = api;
+    g->pool_limit = pool_limit;
+    int e = MS_OK;
+    CUresult r = api->cuCtxGetDevice(&g->dev);
+    if (r != CUDA_SUCCESS)
+        e = fail(g, "cuCtxGetDevice", r);
+    for (int s = 0; s < 2 && e == MS_OK; s++) {
+        r = api->cuStreamCreate(&g->stream[s], CU_STREAM_NON_BLOCKING);
+        if (r != CUDA_SUCCESS)
+            e = fail(g, "cuStreamCreate", r);
+    }
+    if (e == MS_OK && hash_ptx) {
+        r = api->cuStreamCreate(&g->hstream, CU_STREAM_NON_BLOCKING);
+        if (r == CUDA_SUCCESS)
+            r = api->cuModuleLoadData(&g->hmod, hash_ptx);
+        if (r == CUDA_SUCCESS)
+            r = api->cuModuleGetFunction(&g->hfn, g->hmod, "ms_hash64");
+        if (r == CUDA_SUCCESS)
+            r = api->cuMemAlloc(&g->hout, 8);
+        if (r != CUDA_SUCCESS)
+            e = fail(g, "hash kernel setup", r);
+    }
+    g->ops = (struct ms_gpu_ops){
+        .name = "cuda", .impl = g, .map = c_map, .unmap = c_unmap, .copy = c_copy,
+        .record = c_record, .wait = c_wait, .release_event = c_release,
+        .hash = g->hfn ? c_hash : NULL, .info = c_info, .now_ns = c_now,
+    };
+    if (e != MS_OK) {
+        ms_gpu_cuda_free(g);
+        return e;
+    }
+    *out = g;
+    return MS_OK;
+}
+
+void ms_gpu_cuda_free(struct ms_gpu_cuda *g)
+{
+    if (!g)
+        return;
+    const struct ms_cuda_api *api = g->api;
+    for (int s = 0; s < 2; s++)
+        if (g->stream[s]) {
+            api->cuStreamSynchronize(g->stream[s]);
+            api->cuStreamDestroy(g->stream[s]);
+        }
+    if (g->hstream)
+        api->cuStreamDestroy(g->hstream);
+    if (g->hout)
+        api->cuMemFree(g->hout);
+    if (g->hmod)
+        api->cuModuleUnload(g->hmod);
+    for (size_t i = 0; i < g->nfree_ev; i++)
+        api->cuEventDestroy(g->free_ev[i]);
+    free(g->free_ev);
+    pool_drain(g);
+    free(g->pool);
+    free(g);
+}
+
+const struct ms_gpu_ops *ms_gpu_cuda_ops(struct ms_gpu_cuda *g) { return &g->ops; }
+const char *ms_gpu_cuda_last_error(const struct ms_gpu_cuda *g) { return g->last_err; }
+uint64_t ms_gpu_cuda_pooled(const struct ms_gpu_cuda *g) { return g->pooled_bytes; }

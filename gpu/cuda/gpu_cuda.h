@@ -1,0 +1,83 @@
+/*
+ * gpu_cuda.h - the real GPU behind the seam, through the CUDA driver API.
+ *
+ * Design
+ *   The seam's functions call the driver through a table of function pointers (struct
+ *   ms_cuda_api) loaded from a libcuda handle, never through symbols linked by name: inside the
+ *   shim the names resolve to the shim's own hooks, and the engine must reach the real driver.
+ *   ms_cuda_api_load() fills the table from any dlopen handle (the shim passes the real driver's).
+ *
+ *   Chunks are backed by physical handles from cuMemCreate (pinned device memory on one device),
+ *   mapped whole at offset 0 and made read-write for that device (docs/h200-measurements.md: a
+ *   handle is the unit of eviction). Unmapped handles go to a pool keyed by size (up to
+ *   pool_limit bytes) and are reused by the next map of the same size: remapping a pooled handle
+ *   skips cuMemCreate/cuMemRelease (89 vs 80 GB/s for swaps in 128 MiB runs). Copies run on two
+ *   private non-blocking streams, one per direction. Events come from a free list.
+ *
+ *   hash: a GPU kernel (gpu/cuda/hash.ptx, loaded when ms_gpu_cuda_new gets its text) reduces
+ *   each chunk to a 64-bit value; without PTX the seam reports no hash (ops->hash == NULL).
+ *
+ * Errors: driver failures become MS_E_GPU (MS_E_NOSPACE for CUDA_ERROR_OUT_OF_MEMORY); the last
+ * driver error code and the call that failed are kept for messages (ms_gpu_cuda_last_error).
+ *
+ * Ownership and threads: one object per CUDA context, used by one thread at a time; the caller
+ * makes the context current before calling in. ms_gpu_cuda_free releases the pool, streams and
+ * events (not mappings still live: the caller unmaps first).
+ */
+#ifndef MS_GPU_CUDA_H
+#define MS_GPU_CUDA_H
+
+#include <cuda.h>
+
+#include "core/gpu.h"
+
+struct ms_cuda_api {
+    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                            unsigned long long);
+    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                         unsigned long long);
+    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+    CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+    CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuMemGetInfo)(size_t *, size_t *);
+    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+    CUresult (*cuModuleUnload)(CUmodule);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuGetErrorName)(CUresult, const char **);
+};
+
+/* Fill api from a dlopen handle of the real driver (dlsym of each versioned name).
+ * Returns MS_OK or MS_E_NOTFOUND naming the first missing symbol in *missing. */
+int ms_cuda_api_load(struct ms_cuda_api *api, void *dl_handle, const char **missing);
+
+struct ms_gpu_cuda;
+
+/* Create the seam for the current context's device. hash_ptx may be NULL (no GPU hash).
+ * pool_limit: bytes of unmapped physical handles kept for reuse. */
+int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_t pool_limit,
+                    struct ms_gpu_cuda **out);
+void ms_gpu_cuda_free(struct ms_gpu_cuda *g);
+const struct ms_gpu_ops *ms_gpu_cuda_ops(struct ms_gpu_cuda *g);
+/* The last driver error as "cuXxx: CUDA_ERROR_YYY", or "" if none. */
+const char *ms_gpu_cuda_last_error(const struct ms_gpu_cuda *g);
+/* Bytes held in the pool of unmapped handles. */
+uint64_t ms_gpu_cuda_pooled(const struct ms_gpu_cuda *g);
+
+#endif /* MS_GPU_CUDA_H */
