@@ -12,6 +12,7 @@
 # sanitizers on; V=1 shows commands.
 
 CC      ?= cc
+comma := ,
 SANITIZE ?=
 ifeq ($(SANITIZE),)
 BUILD   := build
@@ -20,7 +21,6 @@ else
 BUILD   := build-$(subst $(comma),-,$(SANITIZE))
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
-comma := ,
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
