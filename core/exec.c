@@ -32,6 +32,11 @@ struct ctx {
     const struct ms_exec_opts *opts;
     struct ms_exec_stats *st;
     struct fifo out, in;
+    /* scratch sized to the plan, allocated once per call */
+    ms_chunk_id *ids, *filled;
+    size_t nfilled;
+    uint64_t *hashes;
+    struct ms_gpu_chunk *gdesc;
 };
 
 static struct ms_gpu_chunk describe(struct ms_rtable *rt, ms_chunk_id id)
@@ -94,16 +99,58 @@ static int settle_in(struct ctx *x)
     }
     x->st->bytes_in += c->bytes;
     e = ms_chunk_apply(x->rt, pd.id, MS_CE_POP_DONE);
-    if (e == MS_OK && x->opts->hash_clean && x->gpu->hash) {
-        struct ms_gpu_chunk g = describe(x->rt, pd.id);
-        uint64_t h = 0;
-        if (x->gpu->hash(x->gpu->impl, &g, 1, &h) == MS_OK) {
-            c->hash = h;
-            x->st->hashes++;
-        }
-        /* A failed hash only costs a copy at the next eviction. */
-    }
+    if (e == MS_OK)
+        x->filled[x->nfilled++] = pd.id;
     return e;
+}
+
+/*
+ * Hash a batch of chunks in one seam call (one synchronization, not one per chunk: a hash that
+ * waits inside the eviction pass would serialize the two copy directions). Returns the number
+ * of hashes written to out, 0 when hashing is off or failed (failure only costs copies).
+ */
+static size_t hash_batch(struct ctx *x, const ms_chunk_id *ids, size_t n, uint64_t *out)
+{
+    if (!n || !x->opts->hash_clean || !x->gpu->hash)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        x->gdesc[i] = describe(x->rt, ids[i]);
+    if (x->gpu->hash(x->gpu->impl, x->gdesc, n, out) != MS_OK)
+        return 0;
+    x->st->hashes += n;
+    return n;
+}
+
+/* Before any eviction is issued: mark (chunk.mark = 1) the DIRTY victims whose GPU hash still
+ * equals the one taken at population, so eviction drops them instead of copying. */
+static void find_unchanged(struct ctx *x, const struct ms_plan *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        struct ms_chunk *c = ms_chunk_get(x->rt, p->steps[i].chunk);
+        c->mark = 0;
+        if (p->steps[i].op == MS_STEP_EVICT && c->state == MS_CS_DIRTY && c->hash != 0 &&
+            !c->pins)
+            x->ids[n++] = p->steps[i].chunk;
+    }
+    if (hash_batch(x, x->ids, n, x->hashes) != n)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        struct ms_chunk *c = ms_chunk_get(x->rt, x->ids[i]);
+        c->mark = x->hashes[i] == c->hash;
+    }
+}
+
+/* After all populations settled: record each new CLEAN chunk's reference hash. */
+static void hash_filled(struct ctx *x)
+{
+    if (hash_batch(x, x->filled, x->nfilled, x->hashes) != x->nfilled)
+        return;
+    for (size_t i = 0; i < x->nfilled; i++) {
+        struct ms_chunk *c = ms_chunk_get(x->rt, x->filled[i]);
+        if (c->state == MS_CS_CLEAN)
+            c->hash = x->hashes[i];
+    }
 }
 
 static int evict(struct ctx *x, ms_chunk_id id)
@@ -118,15 +165,7 @@ static int evict(struct ctx *x, ms_chunk_id id)
     if (c->pins)
         return MS_E_BUSY;
 
-    bool clean = c->state == MS_CS_CLEAN;
-    if (!clean && x->opts->hash_clean && x->gpu->hash && c->hash != 0) {
-        struct ms_gpu_chunk g = describe(x->rt, id);
-        uint64_t h = 0;
-        if (x->gpu->hash(x->gpu->impl, &g, 1, &h) == MS_OK) {
-            x->st->hashes++;
-            clean = h == c->hash;
-        }
-    }
+    bool clean = c->state == MS_CS_CLEAN || c->mark == 1; /* mark: find_unchanged */
     if (clean) {
         int e = unmap_one(x, id);
         if (e)
@@ -225,19 +264,22 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
         return MS_E_INVAL;
     uint64_t t0 = gpu->now_ns(gpu->impl);
     struct ctx x = {.rt = rt, .gpu = gpu, .opts = opts, .st = st};
+    int err = MS_OK;
     if (p->n) {
         x.out.v = ms_malloc(p->n * sizeof(*x.out.v));
         x.in.v = ms_malloc(p->n * sizeof(*x.in.v));
-        if (!x.out.v || !x.in.v) {
-            ms_free(x.out.v);
-            ms_free(x.in.v);
-            return MS_E_NOMEM;
-        }
+        x.ids = ms_malloc(p->n * sizeof(*x.ids));
+        x.filled = ms_malloc(p->n * sizeof(*x.filled));
+        x.hashes = ms_malloc(p->n * sizeof(*x.hashes));
+        x.gdesc = ms_malloc(p->n * sizeof(*x.gdesc));
+        if (!x.out.v || !x.in.v || !x.ids || !x.filled || !x.hashes || !x.gdesc)
+            err = MS_E_NOMEM;
     }
-    int err = MS_OK;
     for (size_t i = 0; i < p->n && err == MS_OK; i++)
         if (!ms_chunk_get(rt, p->steps[i].chunk) || p->steps[i].op > MS_STEP_POPULATE)
             err = MS_E_INVAL;
+    if (err == MS_OK)
+        find_unchanged(&x, p);
     /* Pipelined: every eviction is issued first, in plan order, so the device->host stream
      * never idles while the host thread maps; populations follow in plan order, each waiting
      * only for the oldest evictions it needs. Serial: steps in plan order, one at a time. */
@@ -262,8 +304,13 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
         if (err == MS_OK)
             err = e;
     }
+    hash_filled(&x);
     ms_free(x.out.v);
     ms_free(x.in.v);
+    ms_free(x.ids);
+    ms_free(x.filled);
+    ms_free(x.hashes);
+    ms_free(x.gdesc);
     st->elapsed_ns += gpu->now_ns(gpu->impl) - t0;
     return err;
 }

@@ -4,6 +4,9 @@
  * Design
  *   Walks the plan in order. An eviction of a chunk known clean (CLEAN, or DIRTY whose GPU hash
  *   still equals the hash recorded at population, when opts.hash_clean) is a drop: unmap, no copy.
+ *   Hashes are taken in batches, one seam call each: the victims' before any copy is issued (a
+ *   hash that synchronizes in the middle of the eviction stream would serialize the directions),
+ *   the populated chunks' reference hashes after all populations settled.
  *   Any other eviction queues a device->host copy on MS_STREAM_OUT and records an event; the chunk
  *   is OUT until the event completes, then it is unmapped (EVICT_DONE). A population of a HOST
  *   chunk maps it, queues a host->device copy on MS_STREAM_IN and records an event (IN until it

@@ -103,7 +103,7 @@ struct ms_chunk {
                         * TOUCH so an unchanged chunk can be dropped instead of copied */
     uint64_t event;    /* seam event of the copy in flight (IN, OUT) */
     uint64_t last_use; /* table clock at the last touch or population (LRU) */
-    uint64_t mark;     /* scratch for the planner; meaningless between calls */
+    uint64_t mark;     /* scratch of the planner and the executor; meaningless between calls */
     uint32_t pins;     /* queued or in-flight GPU work using this chunk */
     uint8_t state;     /* enum ms_chunk_state */
 };

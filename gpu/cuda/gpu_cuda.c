@@ -35,7 +35,9 @@ struct ms_gpu_cuda {
     uint64_t pooled_bytes, pool_limit;
     CUmodule hmod;
     CUfunction hfn;
-    CUdeviceptr hout; /* one 8-byte result slot */
+    CUdeviceptr hout;         /* hcap 8-byte result slots on the device */
+    unsigned long long *hres; /* hcap pinned host slots */
+    size_t hcap;
     char last_err[128];
 };
 
@@ -78,6 +80,9 @@ int ms_cuda_api_load(struct ms_cuda_api *api, void *h, const char **missing)
     LOAD(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     LOAD(cuCtxGetDevice, "cuCtxGetDevice");
     LOAD(cuGetErrorName, "cuGetErrorName");
+    LOAD(cuMemsetD32Async, "cuMemsetD32Async");
+    LOAD(cuMemHostAlloc, "cuMemHostAlloc");
+    LOAD(cuMemFreeHost, "cuMemFreeHost");
     return MS_OK;
 }
 
@@ -262,21 +267,49 @@ static void c_release(void *impl, uint64_t event)
     g->free_ev[g->nfree_ev++] = ev;
 }
 
+static int hash_reserve(struct ms_gpu_cuda *g, size_t n)
+{
+    if (n <= g->hcap)
+        return MS_OK;
+    size_t cap = g->hcap ? g->hcap : 256;
+    while (cap < n)
+        cap *= 2;
+    CUdeviceptr d;
+    void *h;
+    CK(g, "cuMemAlloc", g->api->cuMemAlloc(&d, cap * 8));
+    CUresult r = g->api->cuMemHostAlloc(&h, cap * 8, 0);
+    if (r != CUDA_SUCCESS) {
+        g->api->cuMemFree(d);
+        return fail(g, "cuMemHostAlloc", r);
+    }
+    if (g->hout)
+        g->api->cuMemFree(g->hout);
+    if (g->hres)
+        g->api->cuMemFreeHost(g->hres);
+    g->hout = d;
+    g->hres = h;
+    g->hcap = cap;
+    return MS_OK;
+}
+
 static int c_hash(void *impl, const struct ms_gpu_chunk *c, size_t n, uint64_t *out)
 {
     struct ms_gpu_cuda *g = impl;
+    int e = hash_reserve(g, n);
+    if (e)
+        return e;
+    CK(g, "cuMemsetD32Async", g->api->cuMemsetD32Async(g->hout, 0, 2 * n, g->hstream));
     for (size_t i = 0; i < n; i++) {
-        unsigned long long zero = 0, words = c[i].bytes / 8;
-        CK(g, "cuMemcpyHtoDAsync", g->api->cuMemcpyHtoDAsync(g->hout, &zero, 8, g->hstream));
-        CUdeviceptr p = (CUdeviceptr)c[i].va;
-        void *args[] = {&p, &words, &g->hout};
+        unsigned long long words = c[i].bytes / 8;
+        CUdeviceptr p = (CUdeviceptr)c[i].va, slot = g->hout + 8 * i;
+        void *args[] = {&p, &words, &slot};
         CK(g, "cuLaunchKernel",
-           g->api->cuLaunchKernel(g->hfn, 528, 1, 1, 256, 1, 1, 0, g->hstream, args, NULL));
-        CK(g, "cuStreamSynchronize", g->api->cuStreamSynchronize(g->hstream));
-        unsigned long long h = 0;
-        CK(g, "cuMemcpyDtoH", g->api->cuMemcpyDtoH(&h, g->hout, 8));
-        out[i] = h ? h : 1;
+           g->api->cuLaunchKernel(g->hfn, 264, 1, 1, 512, 1, 1, 0, g->hstream, args, NULL));
     }
+    CK(g, "cuMemcpyDtoHAsync", g->api->cuMemcpyDtoHAsync(g->hres, g->hout, 8 * n, g->hstream));
+    CK(g, "cuStreamSynchronize", g->api->cuStreamSynchronize(g->hstream));
+    for (size_t i = 0; i < n; i++)
+        out[i] = g->hres[i] ? g->hres[i] : 1;
     return MS_OK;
 }
 
@@ -321,10 +354,10 @@ int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_
             r = api->cuModuleLoadData(&g->hmod, hash_ptx);
         if (r == CUDA_SUCCESS)
             r = api->cuModuleGetFunction(&g->hfn, g->hmod, "ms_hash64");
-        if (r == CUDA_SUCCESS)
-            r = api->cuMemAlloc(&g->hout, 8);
         if (r != CUDA_SUCCESS)
             e = fail(g, "hash kernel setup", r);
+        else
+            e = hash_reserve(g, 256);
     }
     g->ops = (struct ms_gpu_ops){
         .name = "cuda", .impl = g, .map = c_map, .unmap = c_unmap, .copy = c_copy,
@@ -353,6 +386,8 @@ void ms_gpu_cuda_free(struct ms_gpu_cuda *g)
         api->cuStreamDestroy(g->hstream);
     if (g->hout)
         api->cuMemFree(g->hout);
+    if (g->hres)
+        api->cuMemFreeHost(g->hres);
     if (g->hmod)
         api->cuModuleUnload(g->hmod);
     for (size_t i = 0; i < g->nfree_ev; i++)

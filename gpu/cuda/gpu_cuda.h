@@ -15,7 +15,9 @@
  *   private non-blocking streams, one per direction. Events come from a free list.
  *
  *   hash: a GPU kernel (gpu/cuda/hash.ptx, loaded when ms_gpu_cuda_new gets its text) reduces
- *   each chunk to a 64-bit value; without PTX the seam reports no hash (ops->hash == NULL).
+ *   each chunk to a 64-bit value; a batch of chunks is one zeroing, one launch per chunk, one
+ *   copy of the results to pinned memory and one synchronization, all on a third private
+ *   stream. Without PTX the seam reports no hash (ops->hash == NULL).
  *
  * Errors: driver failures become MS_E_GPU (MS_E_NOSPACE for CUDA_ERROR_OUT_OF_MEMORY); the last
  * driver error code and the call that failed are kept for messages (ms_gpu_cuda_last_error).
@@ -61,6 +63,9 @@ struct ms_cuda_api {
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*cuCtxGetDevice)(CUdevice *);
     CUresult (*cuGetErrorName)(CUresult, const char **);
+    CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+    CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
+    CUresult (*cuMemFreeHost)(void *);
 };
 
 /* Fill api from a dlopen handle of the real driver (dlsym of each versioned name).

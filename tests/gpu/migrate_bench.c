@@ -15,7 +15,8 @@
  *   5. refill A (seed 3); swap: plan B in (OPT evicts A), pipelined -> GB/s both ways, check B
  *   6. swap back (A in, B out), check A seed 3
  *   7. clean eviction: A was populated and not changed: evict it    -> dropped, vs step 3
- *   8. unpipelined swap B in / A out                                -> the pipeline's gain
+ *   8. pipelined swap without hashing (A back in, A dirty, B in)    -> the pipeline alone
+ *   9. unpipelined swap B in / A out                                -> the pipeline's gain
  * Map/unmap time is measured by timing the seam's map and unmap calls.
  * One JSON object per (N, M) on stdout; progress on stderr. Exit 1 on any mismatch or error.
  * Never uses managed memory; sizes stay far below the card (2N GiB device-reserved VA, N GiB
@@ -245,6 +246,14 @@ static void run_one(struct ms_gpu_cuda *g, uint64_t gib, uint64_t chunk_mib, CUd
     double t_clean = evict_all(&w, w.a, true, &st);
     uint64_t clean_dropped = st.bytes_dropped, clean_copied = st.bytes_out;
 
+    /* Pipelined swap without any hashing: the pipeline alone. */
+    switch_to(&w, w.a, true, false, &st);
+    bad_total += check(va[0], w.bytes, 3, bad);
+    touch_all(&w, w.a);
+    double t_nohash = switch_to(&w, w.b, true, false, &st);
+    uint64_t nohash_bytes = st.bytes_in + st.bytes_out;
+    bad_total += check(va[1], w.bytes, 1, bad);
+
     /* Unpipelined swap (the ablation): bring A back (from host), then make A dirty, swap B in. */
     switch_to(&w, w.a, true, false, &st);
     bad_total += check(va[0], w.bytes, 3, bad);
@@ -257,14 +266,15 @@ static void run_one(struct ms_gpu_cuda *g, uint64_t gib, uint64_t chunk_mib, CUd
            "\"populate_gbps\": %.2f, \"populate_map_frac\": %.3f, \"swap_gbps\": %.2f, "
            "\"swap_map_frac\": %.3f, \"swap_back_gbps\": %.2f, \"swap_back_dropped\": %llu, "
            "\"clean_evict_s\": %.5f, \"dirty_evict_s\": %.5f, \"clean_speedup\": %.1f, "
-           "\"clean_dropped\": %llu, \"clean_copied\": %llu, \"serial_swap_gbps\": %.2f, "
+           "\"clean_dropped\": %llu, \"clean_copied\": %llu, \"swap_nohash_gbps\": %.2f, "
+           "\"serial_swap_gbps\": %.2f, "
            "\"mismatches\": %llu}\n",
            (unsigned long long)gib, (unsigned long long)chunk_mib, out_bytes / t_evict / 1e9,
            map_evict / t_evict, in_bytes / t_pop / 1e9, map_pop / t_pop,
            swap_bytes / t_swap / 1e9, map_swap / t_swap, swap_back_bytes / t_swap_back / 1e9,
            (unsigned long long)dropped_back, t_clean, t_evict, t_evict / t_clean,
            (unsigned long long)clean_dropped, (unsigned long long)clean_copied,
-           serial_bytes / t_serial / 1e9, (unsigned long long)bad_total);
+           nohash_bytes / t_nohash / 1e9, serial_bytes / t_serial / 1e9, (unsigned long long)bad_total);
     fflush(stdout);
 
     /* Tear down: unmap whatever is resident, free VA and host memory. */
