@@ -36,6 +36,8 @@ endif
 CORE_SRC := $(wildcard core/*.c)
 GPU_SRC  := $(wildcard gpu/fake/*.c gpu/sim/*.c)
 SIM_SRC  := $(wildcard sim/*.c)
+IPC_SRC  := $(wildcard ipc/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TSUP_SRC := $(wildcard tests/support/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -54,6 +56,8 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_LIB := $(BUILD)/lib/libmscore.a
 GPU_LIB  := $(BUILD)/lib/libmsgpu.a
 SIM_LIB  := $(BUILD)/lib/libmssim.a
+IPC_LIB  := $(BUILD)/lib/libmsipc.a
+MSCHEDD  := $(BUILD)/bin/mschedd
 TSUP_LIB := $(BUILD)/lib/libmstest.a
 MSCHED   := $(BUILD)/bin/msched
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
@@ -61,7 +65,10 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/replay_%,$(FUZZ_SRC))
 
 .PHONY: all test unit fuzz clean demo format check-format gpu
 .SECONDARY:
-all: $(MSCHED) $(GPU_PROGS)
+ifneq ($(DAEMON_SRC),)
+DAEMON_BIN := $(MSCHEDD)
+endif
+all: $(MSCHED) $(DAEMON_BIN) $(GPU_PROGS)
 
 $(BUILD)/obj/core/%.o: core/%.c
 	@mkdir -p $(dir $@)
@@ -77,17 +84,23 @@ $(CORE_LIB): $(call obj,$(CORE_SRC))
 $(GPU_LIB): $(call obj,$(GPU_SRC))
 $(SIM_LIB): $(call obj,$(SIM_SRC))
 $(TSUP_LIB): $(call obj,$(TSUP_SRC))
-$(CORE_LIB) $(GPU_LIB) $(SIM_LIB) $(TSUP_LIB):
+$(IPC_LIB): $(call obj,$(IPC_SRC))
+$(CORE_LIB) $(GPU_LIB) $(SIM_LIB) $(TSUP_LIB) $(IPC_LIB):
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  AR    $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-LIBS := $(SIM_LIB) $(GPU_LIB) $(CORE_LIB)
+LIBS := $(SIM_LIB) $(GPU_LIB) $(IPC_LIB) $(CORE_LIB)
 
 $(MSCHED): $(call obj,$(CLI_SRC)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRC)) $(LIBS) $(LDLIBS)
+
+$(MSCHEDD): $(call obj,$(DAEMON_SRC)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(DAEMON_SRC)) $(LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TSUP_LIB) $(LIBS)
 	@mkdir -p $(dir $@)
@@ -133,7 +146,7 @@ gpu: $(GPU_PROGS) $(BUILD)/gpu/kernels.ptx $(BUILD)/gpu/hash.ptx
 
 unit: $(UNIT_BIN)
 
-test: $(MSCHED) $(UNIT_BIN) $(FUZZ_REPLAY) $(TEST_EXTRA)
+test: $(MSCHED) $(DAEMON_BIN) $(UNIT_BIN) $(FUZZ_REPLAY) $(TEST_EXTRA)
 	$(Q)BUILD=$(BUILD) tests/run.sh
 
 demo: $(MSCHED)
