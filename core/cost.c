@@ -122,9 +122,13 @@ uint64_t ms_cost_um_evict_ns(const struct ms_cost *c, uint64_t bytes)
 
 double ms_cost_duplex_share_gbps(const struct ms_cost *c, bool to_device)
 {
-    /* Split the aggregate in proportion to the one-way rates, capped by the one-way rate. */
+    /* Both directions busy: the aggregate is shared equally (the measured duplex figure is for
+     * equal bytes each way), except that a direction slower than half the aggregate leaves the
+     * rest to the other; never more than the direction's own one-way rate. */
     double mine = to_device ? c->h2d_gbps : c->d2h_gbps;
     double other = to_device ? c->d2h_gbps : c->h2d_gbps;
-    double share = c->duplex_gbps * mine / (mine + other);
+    double share = c->duplex_gbps / 2.0;
+    if (other < share)
+        share = c->duplex_gbps - other;
     return share < mine ? share : mine;
 }

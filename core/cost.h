@@ -58,7 +58,8 @@ uint64_t ms_cost_hash_ns(const struct ms_cost *c, uint64_t bytes);
 /* Demand paging: nanoseconds and fault count to fault `bytes` in. */
 uint64_t ms_cost_fault_ns(const struct ms_cost *c, uint64_t bytes, uint64_t *out_faults);
 uint64_t ms_cost_um_evict_ns(const struct ms_cost *c, uint64_t bytes);
-/* Per-direction bandwidth (GB/s) while the other direction is also busy. */
+/* Per-direction bandwidth (GB/s) while the other direction is also busy: half the duplex
+ * aggregate each (more if the other direction cannot use its half), capped by the one-way rate. */
 double ms_cost_duplex_share_gbps(const struct ms_cost *c, bool to_device);
 
 #endif /* MS_COST_H */

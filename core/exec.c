@@ -31,7 +31,7 @@ struct ctx {
     const struct ms_gpu_ops *gpu;
     const struct ms_exec_opts *opts;
     struct ms_exec_stats *st;
-    struct fifo out, in;
+    struct fifo out, in, drops;
     /* scratch sized to the plan, allocated once per call */
     ms_chunk_id *ids, *filled;
     size_t nfilled;
@@ -153,6 +153,44 @@ static void hash_filled(struct ctx *x)
     }
 }
 
+static int drop(struct ctx *x, ms_chunk_id id)
+{
+    struct ms_chunk *c = ms_chunk_get(x->rt, id);
+    int e = unmap_one(x, id);
+    if (e)
+        return e;
+    x->st->bytes_dropped += c->bytes;
+    return ms_chunk_apply(x->rt, id, MS_CE_DROP);
+}
+
+#define MARK_DROP 2 /* chunk.mark of a chunk whose drop is pending */
+
+/* Carry out the oldest pending drop that was not cancelled; MS_OK if none is left. */
+static int next_drop(struct ctx *x)
+{
+    while (x->drops.head < x->drops.tail) {
+        ms_chunk_id id = x->drops.v[x->drops.head++].id;
+        struct ms_chunk *c = ms_chunk_get(x->rt, id);
+        if (c->mark == MARK_DROP) {
+            c->mark = 0;
+            return drop(x, id);
+        }
+    }
+    return MS_OK;
+}
+
+/* Free device memory for a population: a pending drop first (no wait), else the oldest copy. */
+static int free_one(struct ctx *x)
+{
+    uint64_t before = x->rt->resident_bytes;
+    int e = next_drop(x);
+    if (e || x->rt->resident_bytes < before)
+        return e;
+    if (x->out.head < x->out.tail)
+        return settle_out(x);
+    return MS_OK;
+}
+
 static int evict(struct ctx *x, ms_chunk_id id)
 {
     struct ms_chunk *c = ms_chunk_get(x->rt, id);
@@ -167,11 +205,14 @@ static int evict(struct ctx *x, ms_chunk_id id)
 
     bool clean = c->state == MS_CS_CLEAN || c->mark == 1; /* mark: find_unchanged */
     if (clean) {
-        int e = unmap_one(x, id);
-        if (e)
-            return e;
-        x->st->bytes_dropped += c->bytes;
-        return ms_chunk_apply(x->rt, id, MS_CE_DROP);
+        if (x->opts->pipelined) {
+            /* Dropped when a population needs the room (or at the end): the unmaps then
+             * overlap the copies instead of delaying the first population. */
+            c->mark = MARK_DROP;
+            x->drops.v[x->drops.tail++] = (struct pend){.id = id, .event = 0};
+            return MS_OK;
+        }
+        return drop(x, id);
     }
 
     struct ms_gpu_chunk g = describe(x->rt, id);
@@ -201,6 +242,9 @@ static int populate(struct ctx *x, ms_chunk_id id, uint64_t budget)
     struct ms_chunk *c = ms_chunk_get(x->rt, id);
     if (!c)
         return MS_E_INVAL;
+    /* Chosen for a drop that has not happened yet: keep it, it is still resident. */
+    if (c->mark == MARK_DROP)
+        c->mark = 0;
     /* Evicted earlier in this plan and still on its way out: let it finish, then bring it back. */
     while (c->state == MS_CS_OUT && x->out.head < x->out.tail) {
         int e = settle_out(x);
@@ -209,8 +253,9 @@ static int populate(struct ctx *x, ms_chunk_id id, uint64_t budget)
     }
     if (ms_chunk_state_resident(c->state))
         return c->state == MS_CS_OUT ? MS_E_STATE : MS_OK;
-    while (x->rt->resident_bytes + c->bytes > budget && x->out.head < x->out.tail) {
-        int e = settle_out(x);
+    while (x->rt->resident_bytes + c->bytes > budget &&
+           (x->out.head < x->out.tail || x->drops.head < x->drops.tail)) {
+        int e = free_one(x);
         if (e)
             return e;
     }
@@ -268,11 +313,12 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
     if (p->n) {
         x.out.v = ms_malloc(p->n * sizeof(*x.out.v));
         x.in.v = ms_malloc(p->n * sizeof(*x.in.v));
+        x.drops.v = ms_malloc(p->n * sizeof(*x.drops.v));
         x.ids = ms_malloc(p->n * sizeof(*x.ids));
         x.filled = ms_malloc(p->n * sizeof(*x.filled));
         x.hashes = ms_malloc(p->n * sizeof(*x.hashes));
         x.gdesc = ms_malloc(p->n * sizeof(*x.gdesc));
-        if (!x.out.v || !x.in.v || !x.ids || !x.filled || !x.hashes || !x.gdesc)
+        if (!x.out.v || !x.in.v || !x.drops.v || !x.ids || !x.filled || !x.hashes || !x.gdesc)
             err = MS_E_NOMEM;
     }
     for (size_t i = 0; i < p->n && err == MS_OK; i++)
@@ -293,7 +339,14 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
                 err = populate(&x, s->chunk, budget);
         }
     }
-    /* Settle everything in flight, evictions first (they free memory), keeping the first error. */
+    /* Settle everything in flight, evictions first (they free memory), keeping the first error.
+     * Pending drops are carried out even after an error: the plan chose them and they lose
+     * nothing (the host copy is current). */
+    while (x.drops.head < x.drops.tail) {
+        int e = next_drop(&x);
+        if (err == MS_OK)
+            err = e;
+    }
     while (x.out.head < x.out.tail) {
         int e = settle_out(&x);
         if (err == MS_OK)
@@ -307,6 +360,7 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
     hash_filled(&x);
     ms_free(x.out.v);
     ms_free(x.in.v);
+    ms_free(x.drops.v);
     ms_free(x.ids);
     ms_free(x.filled);
     ms_free(x.hashes);

@@ -16,7 +16,9 @@
  *   and stay in flight; then the populations run in plan order, and before one would exceed the
  *   budget the executor waits for the oldest evictions in flight and unmaps them. So the two
  *   directions overlap and device memory is reused as soon as its old contents are out. Not
- *   pipelined: steps in plan order, each copy waited for before the next step.
+ *   pipelined: steps in plan order, each copy waited for before the next step. Pipelined drops
+ *   (clean victims) are deferred: a population needing room takes a pending drop first (no
+ *   wait), then the oldest copy in flight; the rest are dropped at the end.
  *   At return every chunk the plan touched is settled (HOST, CLEAN or DIRTY).
  *
  *   The host backing pointer of a chunk is region->host + chunk offset (NULL host is allowed

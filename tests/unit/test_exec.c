@@ -194,6 +194,40 @@ static void round_trip(void **unused)
     }
 }
 
+/* A plan that evicts a chunk and later populates it again leaves it resident, whether the
+ * eviction was a (deferred) drop or a copy. */
+static void evict_then_repopulate(void **unused)
+{
+    (void)unused;
+    for (int pipe = 0; pipe < 2; pipe++) {
+        struct world *w = world_new(8 * CH);
+        struct ms_plan p;
+        ms_plan_init(&p);
+        struct ms_exec_stats st;
+        plan_region(&p, MS_STEP_POPULATE, w, 0);
+        run(w, &p, 8 * CH, pipe, false, &st);
+        gpu_write(w, 0, 1); /* chunk 1 dirty, chunk 0 fresh-dirty */
+        p.n = 0;
+        plan_region(&p, MS_STEP_EVICT, w, 0);
+        run(w, &p, 8 * CH, pipe, false, &st);
+        p.n = 0;
+        plan_region(&p, MS_STEP_POPULATE, w, 0); /* all CLEAN now */
+        run(w, &p, 8 * CH, pipe, false, &st);
+        gpu_write(w, 0, 2);
+        p.n = 0;
+        add_step(&p, MS_STEP_EVICT, w, 0, 0); /* clean: a drop */
+        add_step(&p, MS_STEP_EVICT, w, 0, 2); /* dirty: a copy */
+        add_step(&p, MS_STEP_POPULATE, w, 0, 0);
+        add_step(&p, MS_STEP_POPULATE, w, 0, 2);
+        run(w, &p, 8 * CH, pipe, false, &st);
+        for (uint32_t k = 0; k < CHUNKS_PER_REG; k++)
+            assert_true(ms_chunk_state_resident(
+                ms_chunk_get(&w->rt, MS_CHUNK_ID(w->reg[0], k))->state));
+        ms_plan_fini(&p);
+        world_free(w);
+    }
+}
+
 static void hash_detects_unchanged(void **unused)
 {
     (void)unused;
@@ -343,6 +377,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(round_trip),
+        cmocka_unit_test(evict_then_repopulate),
         cmocka_unit_test(hash_detects_unchanged),
         cmocka_unit_test(budget_is_respected),
         cmocka_unit_test(failure_sweep),

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# bench/results/sim/run.sh - regenerate every simulator result that docs/calibration.md cites.
+# Usage: bench/results/sim/run.sh [path/to/msched]   (from the repository root; a few seconds)
+# Each run writes NAME.txt (the printed tables), NAME.json and NAME.svg next to this script.
+set -eu
+MSCHED=${1:-build/bin/msched}
+OUT=$(dirname "$0")
+run() {
+    local name=$1
+    shift
+    echo "== $name: msched sim $*"
+    "$MSCHED" sim "$@" --json "$OUT/$name.json" --svg "$OUT/$name.svg" >"$OUT/$name.txt"
+}
+# The acceptance runs: combination D on the paper's GPU (RTX 5080 profile), evictions always
+# copied (hash-clean off) like the paper's system, the scheduler's default 200 ms slice.
+run calib-D-rtx5080 --workload D --profile rtx5080 --budget 16GiB --pressure 1.5,2,3 \
+    --slice 200ms --duration 60s --hash-clean off
+# The same combination on the H200 profile with a 16 GiB budget: the predictions the real GPU
+# runs will be checked against (hash-clean off as above, then msched's default, on).
+run predict-D-h200 --workload D --profile h200 --budget 16GiB --pressure 1.5,2,3 \
+    --slice 200ms --duration 60s --hash-clean off
+run predict-D-h200-hashclean --workload D --profile h200 --budget 16GiB --pressure 1.5,2,3 \
+    --slice 200ms --duration 60s --hash-clean on
+# The other combinations and the microbenchmark on the paper's GPU, for comparison only.
+for w in micro A B C; do
+    run "compare-$w-rtx5080" --workload "$w" --profile rtx5080 --budget 16GiB \
+        --pressure 1.5,2,3 --slice 200ms --duration 60s --hash-clean off
+done
+# Sensitivity of D to the slice length (the one assumption the paper does not state).
+for s in 50ms 100ms 200ms 500ms 1000ms; do
+    run "slice-D-rtx5080-$s" --workload D --profile rtx5080 --budget 16GiB --pressure 1.5,2,3 \
+        --slice "$s" --duration 60s --hash-clean off --policies opt
+done

@@ -1,0 +1,61 @@
+"""Shared helpers of the shim identity programs: determinism switches, digests, kernel counts.
+
+Each program prints one JSON line: {"program": ..., "digest": sha256 of its outputs,
+"gpu_kernels": kernels the GPU ran according to torch.profiler (CUPTI), ...}. The runner
+compares the digest with and without the shim and the kernel count with the shim's own count.
+"""
+import hashlib
+import json
+import os
+import sys
+
+
+def deterministic():
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+def digest(*tensors):
+    h = hashlib.sha256()
+    for t in tensors:
+        if hasattr(t, "detach"):
+            t = t.detach().contiguous().cpu()
+            h.update(str(t.dtype).encode())
+            h.update(t.view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes())
+        else:
+            h.update(repr(t).encode())
+    return h.hexdigest()
+
+
+def profiled(fn):
+    """Run fn() under torch.profiler; return (result, number of GPU kernels and memsets/copies)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = fn()
+        torch.cuda.synchronize()
+    kernels = 0
+    other = 0
+    for e in prof.events():
+        dt = getattr(e, "device_type", None)
+        if dt is None or "CUDA" not in str(dt):
+            continue
+        name = e.name or ""
+        if name.startswith("Memcpy") or name.startswith("Memset"):
+            other += 1
+        else:
+            kernels += 1
+    return out, kernels, other
+
+
+def report(program, **fields):
+    fields = {"program": program, **fields}
+    print(json.dumps(fields), flush=True)
+    sys.stdout.flush()

@@ -1,0 +1,70 @@
+/*
+ * cli.h - what the msched CLI's files share: the subcommand descriptor, error reporting, and
+ * parsers for the units users type (sizes, durations, lists).
+ *
+ * Design
+ *   One file per subcommand (cli/cmd_<name>.c) exports a `struct ms_cli_cmd`; cli/main.c lists
+ *   them in one table, dispatches, and prints help. A subcommand returns its exit status:
+ *   0 success, MS_EXIT_RUNTIME (1) when the work itself failed (unreadable or malformed input
+ *   file, a budget that cannot work), MS_EXIT_USAGE (2) for a bad command line. Every error is
+ *   one line on stderr starting with "msched: ".
+ *
+ * Ownership: parsers write only their out parameters. Not thread-safe (one CLI thread).
+ */
+#ifndef MS_CLI_H
+#define MS_CLI_H
+
+#include "core/ms.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#define MS_VERSION "0.1.0"
+#define MS_EXIT_RUNTIME 1
+#define MS_EXIT_USAGE 2
+
+struct ms_cli_cmd {
+    const char *name;
+    const char *summary;               /* one line for `msched help` */
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+    void (*help)(FILE *f);             /* full usage text */
+};
+
+extern const struct ms_cli_cmd ms_cmd_sim;
+extern const struct ms_cli_cmd ms_cmd_demo;
+
+/* Print "msched: <message>\n" to stderr. */
+void ms_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Sizes: a number with an optional unit B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB,
+ * TB (powers of 1000), case-insensitive, fractions allowed ("1.5GiB"); no unit = bytes.
+ * MS_E_PARSE for anything else, MS_E_INVAL for 0 or more than 2^60. */
+int ms_cli_parse_size(const char *s, uint64_t *out);
+/* Durations: a number with a required unit ns, us, ms, s ("200ms", "1.5s"), > 0. */
+int ms_cli_parse_duration(const char *s, uint64_t *out_ns);
+/* A decimal unsigned integer that fits 64 bits. */
+int ms_cli_parse_u64(const char *s, uint64_t *out);
+/* Pressures: comma-separated ratios ("1.5,2,3") or percents ("150%,200%"), each in (0, 100].
+ * At most cap values. */
+int ms_cli_parse_pressures(const char *s, double *out, size_t cap, size_t *out_n);
+
+/*
+ * Options: "--name value" or "--name=value". ms_cli_opt matches argv[*i] against name and, when
+ * it takes a value, stores it in *val (advancing *i past a separate value). Returns 1 on a match,
+ * 0 when argv[*i] is another option, -1 (after printing the error) when the value is missing.
+ */
+int ms_cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
+
+/* Progress line on stderr: enabled when stderr is a terminal or forced; at most 4 updates/s. */
+struct ms_cli_progress {
+    bool enabled;
+    bool tty;
+    double last; /* wall-clock seconds of the last update */
+    bool shown;  /* a line is on screen */
+};
+void ms_cli_progress_init(struct ms_cli_progress *p, bool force);
+/* Callback for ms_sweep_opts.progress (ctx = struct ms_cli_progress *). */
+void ms_cli_progress_cb(void *ctx, const char *label, double done);
+void ms_cli_progress_end(struct ms_cli_progress *p);
+
+#endif /* MS_CLI_H */

@@ -1,0 +1,438 @@
+/*
+ * cmd_sim.c - `msched sim`: replay a built-in workload or a trace under several memory policies
+ * on the simulated GPU and report throughput, bytes moved, faults and switch times.
+ *
+ * Design
+ *   Parse every option first (usage errors exit 2 before any work), then load or build the
+ *   workload, run the sweep (sim/sweep.h), print one table per pressure, and write the JSON and
+ *   SVG files if asked. Data errors (unreadable or malformed trace, a budget that cannot hold a
+ *   slice) exit 1. Output files are written only after the sweep succeeded.
+ */
+#include "cli/cli.h"
+
+#include "sim/svg.h"
+#include "sim/sweep.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_BUDGET (16 * MS_GIB)
+#define MAX_TRACE_BYTES (1ull << 32)
+
+struct sim_args {
+    const char *workload, *trace, *profile, *svg, *json, *dump;
+    double pressures[MS_SWEEP_MAX_POINTS];
+    size_t npressures;
+    uint64_t budget;
+    bool have_budget;
+    uint64_t slice_ns, duration_ns, nslices, seed, horizon;
+    bool policies[MS_SIM_NPOLICIES];
+    bool hash_clean, progress, check;
+};
+
+static void sim_help(FILE *f)
+{
+    fprintf(
+        f, "usage: msched sim [options]\n"
+           "Replay GPU tasks under several memory policies on a simulated GPU (no GPU needed).\n"
+           "\n"
+           "  --workload NAME     built-in workload: micro (default), A, B, C, D, random\n"
+           "  --trace FILE        replay a recorded trace instead (docs/trace-format.md)\n"
+           "  --pressure LIST     footprint / budget, e.g. 1.5,2,3 or 150%%,200%% "
+           "(default 1.5,2,3;\n"
+           "                      with --trace: sets the budget to footprint / pressure)\n"
+           "  --budget SIZE       device memory for the tasks, e.g. 16GiB (default 16 GiB)\n"
+           "  --profile NAME      cost profile: h200 (default) or rtx5080\n"
+           "  --slice DURATION    round-robin time slice, e.g. 200ms (default 200ms)\n"
+           "  --policies LIST     any of opt,opt-serial,lru,whole,demand or all (default all);\n"
+           "                      ideal (everything in memory) always runs as the reference\n"
+           "  --duration DURATION simulated time measured per run, e.g. 30s (default 30s)\n"
+           "  --slices N          measure N slices instead of a duration\n"
+           "  --hash-clean on|off drop evicted chunks whose GPU hash is unchanged "
+           "(default on)\n"
+           "  --horizon N         timeline entries the planner sees (default 2 x tasks)\n"
+           "  --svg FILE          write a plot of throughput and bytes moved\n"
+           "  --json FILE         write every number as JSON\n"
+           "  --dump-trace FILE   write the built-in workload (first pressure) as a trace, "
+           "then exit\n"
+           "  --seed N            seed of the random workload (default 1)\n"
+           "  --progress          show progress on stderr even when it is not a terminal\n"
+           "  --check             verify every invariant after every step (slow)\n"
+           "\n"
+           "Sizes take B, KiB, MiB, GiB, TiB (K, M, G, T alone are binary too) or KB, MB, GB, TB;\n"
+           "durations ns, us, ms or s.\n"
+           "The model and its assumptions: docs/simulator.md; workloads: docs/workloads.md.\n");
+}
+
+static int usage(const char *fmt, const char *arg)
+{
+    char buf[300];
+    snprintf(buf, sizeof(buf), fmt, arg);
+    ms_cli_error("sim: %s (try 'msched help sim')", buf);
+    return MS_EXIT_USAGE;
+}
+
+static int parse_policies(const char *s, bool *out)
+{
+    memset(out, 0, sizeof(bool) * MS_SIM_NPOLICIES);
+    if (!*s)
+        return usage("--policies needs at least one policy", "");
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char tok[32];
+        if (n == 0 || n >= sizeof(tok))
+            return usage("--policies '%s' is not a list like opt,lru,demand", s);
+        memcpy(tok, p, n);
+        tok[n] = '\0';
+        enum ms_sim_policy pol;
+        if (strcmp(tok, "all") == 0) {
+            for (int k = 0; k < MS_SIM_NPOLICIES; k++)
+                out[k] = true;
+        } else if (ms_sim_policy_parse(tok, &pol) == MS_OK) {
+            out[pol] = true;
+        } else {
+            return usage("unknown policy '%s' (known: ideal, opt, opt-serial, lru, whole, "
+                         "demand, all)",
+                         tok);
+        }
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+static int parse_args(int argc, char **argv, struct sim_args *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->profile = "h200";
+    a->budget = DEFAULT_BUDGET;
+    a->slice_ns = 200ull * 1000 * 1000;
+    a->duration_ns = 30ull * 1000 * 1000 * 1000;
+    a->seed = 1;
+    a->hash_clean = true;
+    for (int p = 0; p < MS_SIM_NPOLICIES; p++)
+        a->policies[p] = true;
+    a->pressures[0] = 1.5;
+    a->pressures[1] = 2;
+    a->pressures[2] = 3;
+    size_t default_np = 3;
+    bool have_pressure = false;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int m, rc;
+#define OPT(name) ((m = ms_cli_opt(argc, argv, &i, name, &v)) != 0)
+#define FLAG(name) ms_cli_opt(argc, argv, &i, name, NULL)
+        if (FLAG("--help") || FLAG("-h")) {
+            sim_help(stdout);
+            return -1;
+        } else if (FLAG("--progress")) {
+            a->progress = true;
+        } else if (FLAG("--check")) {
+            a->check = true;
+        } else if (OPT("--workload")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            a->workload = v;
+        } else if (OPT("--trace")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            a->trace = v;
+        } else if (OPT("--profile")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            a->profile = v;
+        } else if (OPT("--svg")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            a->svg = v;
+        } else if (OPT("--json")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            a->json = v;
+        } else if (OPT("--dump-trace")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            a->dump = v;
+        } else if (OPT("--pressure")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            rc = ms_cli_parse_pressures(v, a->pressures, MS_SWEEP_MAX_POINTS, &a->npressures);
+            if (rc == MS_E_NOSPACE)
+                return usage("--pressure takes at most 16 values", "");
+            if (rc == MS_E_INVAL)
+                return usage("--pressure '%s': each value must be above 0 and at most 100", v);
+            if (rc)
+                return usage("--pressure '%s' is not a list like 1.5,2,3 or 150%%,200%%", v);
+            have_pressure = true;
+        } else if (OPT("--budget")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            rc = ms_cli_parse_size(v, &a->budget);
+            if (rc == MS_E_INVAL)
+                return usage("--budget '%s' is out of range (1 B .. 1 EiB)", v);
+            if (rc)
+                return usage("--budget '%s' is not a size like 16GiB", v);
+            a->have_budget = true;
+        } else if (OPT("--slice")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (ms_cli_parse_duration(v, &a->slice_ns))
+                return usage("--slice '%s' is not a duration like 200ms", v);
+        } else if (OPT("--duration")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (ms_cli_parse_duration(v, &a->duration_ns))
+                return usage("--duration '%s' is not a duration like 30s", v);
+        } else if (OPT("--slices")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (ms_cli_parse_u64(v, &a->nslices) || a->nslices == 0 || a->nslices > 100000000)
+                return usage("--slices '%s' is not a count from 1 to 100000000", v);
+        } else if (OPT("--horizon")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (ms_cli_parse_u64(v, &a->horizon) || a->horizon == 0 || a->horizon > 100000)
+                return usage("--horizon '%s' is not a count from 1 to 100000", v);
+        } else if (OPT("--seed")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (ms_cli_parse_u64(v, &a->seed))
+                return usage("--seed '%s' is not an unsigned integer", v);
+        } else if (OPT("--hash-clean")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (strcmp(v, "on") == 0)
+                a->hash_clean = true;
+            else if (strcmp(v, "off") == 0)
+                a->hash_clean = false;
+            else
+                return usage("--hash-clean takes on or off, not '%s'", v);
+        } else if (OPT("--policies")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            rc = parse_policies(v, a->policies);
+            if (rc)
+                return rc;
+        } else if (argv[i][0] == '-') {
+            return usage("unknown option '%s'", argv[i]);
+        } else {
+            return usage("unexpected argument '%s'", argv[i]);
+        }
+#undef OPT
+#undef FLAG
+    }
+    if (a->workload && a->trace)
+        return usage("--workload and --trace exclude each other", "");
+    if (a->trace && have_pressure && a->have_budget)
+        return usage("with --trace, give --pressure or --budget, not both", "");
+    if (!a->trace && !a->workload)
+        a->workload = "micro";
+    if (a->workload) {
+        size_t nb;
+        const struct ms_wl_info *bi = ms_wl_builtins(&nb);
+        bool known = false;
+        for (size_t k = 0; k < nb; k++)
+            known = known || strcmp(bi[k].name, a->workload) == 0;
+        if (!known)
+            return usage("unknown workload '%s' (known: micro, A, B, C, D, random)", a->workload);
+    }
+    if (!ms_cost_find(a->profile))
+        return usage("unknown profile '%s' (known: h200, rtx5080)", a->profile);
+    if (!have_pressure && !a->trace)
+        a->npressures = default_np;
+    if (a->trace && !have_pressure)
+        a->npressures = 0;
+    if (a->trace && !have_pressure && !a->have_budget)
+        return usage("with --trace, give --pressure or --budget", "");
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *out_len, int *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *err = errno;
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            if (cap >= MAX_TRACE_BYTES) {
+                free(buf);
+                buf = NULL;
+                *err = EFBIG;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                *err = ENOMEM;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        errno = 0;
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                free(buf);
+                buf = NULL;
+                *err = errno ? errno : EIO;
+            }
+            break;
+        }
+    }
+    if (!buf && *err == 0)
+        *err = ENOMEM;
+    fclose(f);
+    *out_len = n;
+    return buf;
+}
+
+static int write_out(const char *path, const struct ms_sweep *s, bool svg)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        ms_cli_error("cannot write %s: %s", path, strerror(errno));
+        return MS_EXIT_RUNTIME;
+    }
+    int rc = svg ? ms_svg_write(s, true, f) : ms_sweep_json(s, f);
+    if (fclose(f) != 0 || rc) {
+        ms_cli_error("cannot write %s: %s", path, strerror(errno ? errno : EIO));
+        return MS_EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+static int dump_trace(const struct sim_args *a, const struct ms_cost *cost)
+{
+    struct ms_workload w;
+    ms_wl_init(&w);
+    struct ms_wl_spec spec = {a->workload, a->pressures[0], a->budget, cost, a->seed};
+    char why[256];
+    int rc = ms_wl_builtin(&spec, &w, why, sizeof(why));
+    char *text = NULL;
+    size_t len = 0;
+    if (!rc)
+        rc = ms_wl_to_trace(&w, &text, &len);
+    ms_wl_fini(&w);
+    if (rc) {
+        ms_cli_error("sim: %s", rc == MS_E_NOMEM ? "out of memory" : why);
+        return MS_EXIT_RUNTIME;
+    }
+    FILE *f = fopen(a->dump, "w");
+    bool ok = f && fwrite(text, 1, len, f) == len;
+    if (f && fclose(f) != 0)
+        ok = false;
+    ms_free(text);
+    if (!ok) {
+        ms_cli_error("cannot write %s: %s", a->dump, strerror(errno ? errno : EIO));
+        return MS_EXIT_RUNTIME;
+    }
+    printf("wrote %s (%zu bytes)\n", a->dump, len);
+    return 0;
+}
+
+static int sim_run(int argc, char **argv)
+{
+    struct sim_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    const struct ms_cost *cost = ms_cost_find(a.profile);
+    if (a.dump) {
+        if (!a.workload)
+            return usage("--dump-trace needs a built-in --workload", "");
+        return dump_trace(&a, cost);
+    }
+
+    struct ms_workload tw;
+    ms_wl_init(&tw);
+    struct ms_sweep_opts so;
+    memset(&so, 0, sizeof(so));
+    if (a.trace) {
+        size_t len = 0;
+        int err = 0;
+        char *text = read_file(a.trace, &len, &err);
+        if (!text) {
+            ms_cli_error("cannot read %s: %s", a.trace, strerror(err));
+            return MS_EXIT_RUNTIME;
+        }
+        const char *base = strrchr(a.trace, '/');
+        char why[300];
+        rc = ms_wl_from_trace(text, len, base ? base + 1 : a.trace, &tw, why, sizeof(why));
+        free(text);
+        if (rc) {
+            ms_wl_fini(&tw);
+            ms_cli_error("%s: %s", a.trace, rc == MS_E_NOMEM ? "out of memory" : why);
+            return MS_EXIT_RUNTIME;
+        }
+        so.trace = &tw;
+    } else {
+        so.workload = a.workload;
+    }
+    memcpy(so.pressures, a.pressures, sizeof(so.pressures));
+    so.npressures = a.npressures;
+    so.budget = a.budget;
+    so.cost = cost;
+    memcpy(so.policies, a.policies, sizeof(so.policies));
+    ms_replay_opts_default(&so.replay, cost, a.budget);
+    so.replay.slice_ns = a.slice_ns;
+    so.replay.duration_ns = a.duration_ns;
+    so.replay.nslices = a.nslices;
+    so.replay.hash_clean = a.hash_clean;
+    so.replay.horizon = (uint32_t)a.horizon;
+    so.replay.check = a.check;
+    so.seed = a.seed;
+    struct ms_cli_progress prog;
+    ms_cli_progress_init(&prog, a.progress);
+    so.progress = ms_cli_progress_cb;
+    so.progress_ctx = &prog;
+
+    char sl[32], du[32];
+    ms_fmt_ns(sl, sizeof(sl), a.slice_ns);
+    ms_fmt_ns(du, sizeof(du), a.duration_ns);
+    if (a.nslices)
+        snprintf(du, sizeof(du), "%llu slices", (unsigned long long)a.nslices);
+    printf("msched sim: simulated GPU (profile %s), round-robin slices of %s, %s measured after "
+           "warm-up, hash-clean %s\n\n",
+           cost->name, sl, du, a.hash_clean ? "on" : "off");
+    fflush(stdout);
+
+    struct ms_sweep *sw = malloc(sizeof(*sw));
+    if (!sw) {
+        ms_wl_fini(&tw);
+        ms_cli_error("out of memory");
+        return MS_EXIT_RUNTIME;
+    }
+    char why[512];
+    rc = ms_sweep_run(&so, sw, why, sizeof(why));
+    ms_cli_progress_end(&prog);
+    ms_sweep_print(sw, stdout);
+    int status = 0;
+    if (rc) {
+        ms_cli_error("%s", rc == MS_E_NOMEM ? "out of memory" : why);
+        status = MS_EXIT_RUNTIME;
+    } else {
+        if (a.json && (status = write_out(a.json, sw, false)) == 0)
+            printf("\nwrote %s\n", a.json);
+        if (!status && a.svg && (status = write_out(a.svg, sw, true)) == 0)
+            printf("%swrote %s\n", a.json ? "" : "\n", a.svg);
+    }
+    free(sw);
+    ms_wl_fini(&tw);
+    return status;
+}
+
+const struct ms_cli_cmd ms_cmd_sim = {
+    .name = "sim",
+    .summary = "replay workloads under memory policies on a simulated GPU",
+    .run = sim_run,
+    .help = sim_help,
+};

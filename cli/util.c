@@ -1,0 +1,224 @@
+/*
+ * util.c - the CLI's shared helpers: error lines, unit parsers, option matching, progress.
+ *
+ * Parsers are strict: the whole string must be consumed, no leading or trailing junk, no
+ * negative numbers, no NaN or infinity; a number too large for its unit is an error, never a
+ * wrapped value.
+ */
+#include "cli/cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+void ms_cli_error(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    for (char *p = buf; *p; p++) /* one line, whatever the message contains */
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    fprintf(stderr, "msched: %s\n", buf);
+}
+
+/* A non-negative finite decimal number at the start of s; *end after it. */
+static int parse_number(const char *s, double *out, const char **end)
+{
+    if (!s || !(isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1]))))
+        return MS_E_PARSE;
+    errno = 0;
+    char *e;
+    double v = strtod(s, &e);
+    /* strtod also accepts exponents and hex; allow only digits and one dot */
+    for (const char *p = s; p < e; p++)
+        if (!isdigit((unsigned char)*p) && *p != '.')
+            return MS_E_PARSE;
+    if (e == s || errno == ERANGE || !isfinite(v) || v < 0)
+        return MS_E_PARSE;
+    *out = v;
+    *end = e;
+    return MS_OK;
+}
+
+int ms_cli_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {
+        {"", 1},
+        {"b", 1},
+        {"kib", 1024.0},
+        {"mib", 1048576.0},
+        {"gib", 1073741824.0},
+        {"tib", 1099511627776.0},
+        {"kb", 1e3},
+        {"mb", 1e6},
+        {"gb", 1e9},
+        {"tb", 1e12},
+        {"k", 1024.0},
+        {"m", 1048576.0},
+        {"g", 1073741824.0},
+        {"t", 1099511627776.0},
+    };
+    double v;
+    const char *end;
+    if (parse_number(s, &v, &end))
+        return MS_E_PARSE;
+    while (*end == ' ')
+        end++;
+    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++) {
+        if (strcasecmp(end, units[i].unit) == 0) {
+            double b = v * units[i].mult;
+            if (!(b >= 1) || b > (double)(1ull << 60))
+                return MS_E_INVAL;
+            *out = (uint64_t)llround(b);
+            return MS_OK;
+        }
+    }
+    return MS_E_PARSE;
+}
+
+int ms_cli_parse_duration(const char *s, uint64_t *out_ns)
+{
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+    double v;
+    const char *end;
+    if (parse_number(s, &v, &end))
+        return MS_E_PARSE;
+    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++) {
+        if (strcmp(end, units[i].unit) == 0) {
+            double ns = v * units[i].mult;
+            if (!(ns >= 1) || ns > 1e18)
+                return MS_E_INVAL;
+            *out_ns = (uint64_t)llround(ns);
+            return MS_OK;
+        }
+    }
+    return MS_E_PARSE;
+}
+
+int ms_cli_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s)
+        return MS_E_PARSE;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (!isdigit((unsigned char)*p))
+            return MS_E_PARSE;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return MS_E_INVAL;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return MS_OK;
+}
+
+int ms_cli_parse_pressures(const char *s, double *out, size_t cap, size_t *out_n)
+{
+    size_t n = 0;
+    const char *p = s;
+    if (!s || !*s)
+        return MS_E_PARSE;
+    for (;;) {
+        double v;
+        const char *end;
+        if (parse_number(p, &v, &end))
+            return MS_E_PARSE;
+        if (*end == '%') {
+            v /= 100;
+            end++;
+        }
+        if (*end != ',' && *end != '\0')
+            return MS_E_PARSE;
+        if (!(v > 0) || v > 100)
+            return MS_E_INVAL;
+        if (n == cap)
+            return MS_E_NOSPACE;
+        out[n++] = v;
+        if (*end == '\0')
+            break;
+        p = end + 1;
+    }
+    *out_n = n;
+    return MS_OK;
+}
+
+int ms_cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (!val)
+        return a[n] == '\0' ? 1 : 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        ms_cli_error("option %s needs a value", name);
+        return -1;
+    }
+    *val = argv[++*i];
+    return 1;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ms_cli_progress_init(struct ms_cli_progress *p, bool force)
+{
+    memset(p, 0, sizeof(*p));
+    p->tty = isatty(STDERR_FILENO) == 1;
+    p->enabled = force || p->tty;
+    p->last = wall_s();
+}
+
+void ms_cli_progress_cb(void *ctx, const char *label, double done)
+{
+    struct ms_cli_progress *p = ctx;
+    if (!p->enabled)
+        return;
+    double now = wall_s();
+    if (now - p->last < 0.25)
+        return;
+    p->last = now;
+    if (done < 0)
+        done = 0;
+    if (done > 1)
+        done = 1;
+    if (p->tty) {
+        fprintf(stderr, "\rmsched: simulating %s: %3.0f%%\033[K", label, 100 * done);
+        p->shown = true;
+    } else {
+        fprintf(stderr, "msched: simulating %s: %3.0f%%\n", label, 100 * done);
+    }
+    fflush(stderr);
+}
+
+void ms_cli_progress_end(struct ms_cli_progress *p)
+{
+    if (p->shown && p->tty)
+        fprintf(stderr, "\r\033[K");
+    p->shown = false;
+}
