@@ -20,6 +20,7 @@ check() {
     local name=$1
     shift
     local log="$LOGS/$name.log"
+    mkdir -p "$(dirname "$log")"
     local t0=$SECONDS
     if timeout 600 "$@" >"$log" 2>&1; then
         pass=$((pass + 1))
