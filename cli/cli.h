@@ -32,6 +32,7 @@ struct ms_cli_cmd {
 
 extern const struct ms_cli_cmd ms_cmd_sim;
 extern const struct ms_cli_cmd ms_cmd_demo;
+extern const struct ms_cli_cmd ms_cmd_run;
 
 /* Print "msched: <message>\n" to stderr. */
 void ms_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

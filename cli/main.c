@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-static const struct ms_cli_cmd *const commands[] = {&ms_cmd_sim, &ms_cmd_demo};
+static const struct ms_cli_cmd *const commands[] = {&ms_cmd_run, &ms_cmd_sim, &ms_cmd_demo};
 
 static void usage(FILE *f)
 {

@@ -1,0 +1,191 @@
+/*
+ * cmd_run.c - `msched run [options] -- program [args...]`: run a program under msched.
+ *
+ * Design
+ *   The program is exec'd (msched does not stay in between) with libmsched first on the
+ *   library path: every dlopen("libcuda.so.1"), cudart's included, then loads the shim, which
+ *   loads the real driver by absolute path (docs/shim.md). --preload uses LD_PRELOAD instead
+ *   (for programs that load the driver by absolute path). Options become the environment
+ *   variables the shim reads once at start (docs/shim.md lists them). libmsched is looked for
+ *   next to the msched binary: <bindir>/../lib/msched/.
+ *
+ * Errors: a bad option or a missing program is a usage error (2); a missing libmsched or a
+ * program that cannot be executed is a runtime error (1, or 127 when exec fails, like a shell).
+ */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void run_help(FILE *f)
+{
+    fprintf(f,
+            "usage: msched run [options] -- program [args...]\n"
+            "\n"
+            "Runs program with libmsched, the CUDA driver shim, in front of the real driver.\n"
+            "\n"
+            "options:\n"
+            "  --priority rt|be|N  scheduling priority (rt = real-time, be = best-effort)\n"
+            "  --weight N          share of GPU time relative to other tasks (default 1)\n"
+            "  --budget SIZE       device memory this process may keep resident (e.g. 16GiB);\n"
+            "                      beyond it the shim evicts and repopulates its own memory\n"
+            "  --engine vmm|unified|off\n"
+            "                      vmm: explicit migration (default with a budget); unified:\n"
+            "                      managed memory with prefetching; off: observe only\n"
+            "  --trace FILE        record the program's command stream (msched sim --trace)\n"
+            "  --verbose           the shim reports what it does on stderr\n"
+            "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
+}
+
+static int lib_dir(char *out, size_t cap)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    int w = snprintf(out, cap, "%s/../lib/msched", exe);
+    return w > 0 && (size_t)w < cap ? 0 : -1;
+}
+
+static int setenv_or_fail(const char *k, const char *v)
+{
+    if (setenv(k, v, 1) != 0) {
+        ms_cli_error("cannot set %s: %s", k, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int run_main(int argc, char **argv)
+{
+    const char *prio = NULL, *weight = NULL, *budget = NULL, *engine = NULL, *trace = NULL;
+    bool verbose = false, preload = false;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *v = NULL;
+        int m;
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        if ((m = ms_cli_opt(argc, argv, &i, "--priority", &v)) != 0) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            prio = v;
+        } else if ((m = ms_cli_opt(argc, argv, &i, "--weight", &v)) != 0) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            weight = v;
+        } else if ((m = ms_cli_opt(argc, argv, &i, "--budget", &v)) != 0) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            budget = v;
+        } else if ((m = ms_cli_opt(argc, argv, &i, "--engine", &v)) != 0) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            engine = v;
+        } else if ((m = ms_cli_opt(argc, argv, &i, "--trace", &v)) != 0) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            trace = v;
+        } else if (ms_cli_opt(argc, argv, &i, "--verbose", NULL) == 1) {
+            verbose = true;
+        } else if (ms_cli_opt(argc, argv, &i, "--preload", NULL) == 1) {
+            preload = true;
+        } else if (argv[i][0] == '-') {
+            ms_cli_error("unknown option '%s' for run (try 'msched help run')", argv[i]);
+            return MS_EXIT_USAGE;
+        } else {
+            break; /* the program, without "--" */
+        }
+    }
+    if (i >= argc) {
+        ms_cli_error("run: no program given (usage: msched run [options] -- program [args])");
+        return MS_EXIT_USAGE;
+    }
+    uint64_t n;
+    if (prio && strcmp(prio, "rt") != 0 && strcmp(prio, "be") != 0 &&
+        ms_cli_parse_u64(prio, &n) != 0) {
+        ms_cli_error("bad --priority '%s': use rt, be or a number", prio);
+        return MS_EXIT_USAGE;
+    }
+    if (weight && (ms_cli_parse_u64(weight, &n) != 0 || n == 0 || n > 1000)) {
+        ms_cli_error("bad --weight '%s': use a whole number from 1 to 1000", weight);
+        return MS_EXIT_USAGE;
+    }
+    char bytes[32];
+    if (budget) {
+        if (ms_cli_parse_size(budget, &n) != 0 || n < MS_GRAN) {
+            ms_cli_error("bad --budget '%s': use a size of at least 2MiB, e.g. 16GiB", budget);
+            return MS_EXIT_USAGE;
+        }
+        snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)n);
+    }
+    if (engine && strcmp(engine, "vmm") != 0 && strcmp(engine, "unified") != 0 &&
+        strcmp(engine, "off") != 0) {
+        ms_cli_error("bad --engine '%s': use vmm, unified or off", engine);
+        return MS_EXIT_USAGE;
+    }
+
+    char dir[PATH_MAX], lib[PATH_MAX + 32];
+    struct stat st;
+    if (lib_dir(dir, sizeof(dir)) != 0) {
+        ms_cli_error("cannot locate the msched binary's directory");
+        return MS_EXIT_RUNTIME;
+    }
+    snprintf(lib, sizeof(lib), "%s/%s", dir, preload ? "libmsched.so" : "libcuda.so.1");
+    if (stat(lib, &st) != 0) {
+        ms_cli_error("cannot find libmsched at %s (was it built? 'make' builds it when the CUDA "
+                     "toolkit is present)",
+                     lib);
+        return MS_EXIT_RUNTIME;
+    }
+    if (preload) {
+        const char *old = getenv("LD_PRELOAD");
+        char *val = malloc(strlen(lib) + (old ? strlen(old) : 0) + 2);
+        if (!val)
+            return MS_EXIT_RUNTIME;
+        sprintf(val, "%s%s%s", lib, old && *old ? ":" : "", old ? old : "");
+        int e = setenv_or_fail("LD_PRELOAD", val);
+        free(val);
+        if (e)
+            return MS_EXIT_RUNTIME;
+    } else {
+        const char *old = getenv("LD_LIBRARY_PATH");
+        char *val = malloc(strlen(dir) + (old ? strlen(old) : 0) + 2);
+        if (!val)
+            return MS_EXIT_RUNTIME;
+        sprintf(val, "%s%s%s", dir, old && *old ? ":" : "", old ? old : "");
+        int e = setenv_or_fail("LD_LIBRARY_PATH", val);
+        free(val);
+        if (e)
+            return MS_EXIT_RUNTIME;
+    }
+    if ((prio && setenv_or_fail("MSCHED_PRIORITY", prio)) ||
+        (weight && setenv_or_fail("MSCHED_WEIGHT", weight)) ||
+        (budget && setenv_or_fail("MSCHED_BUDGET", bytes)) ||
+        (engine && setenv_or_fail("MSCHED_ENGINE", engine)) ||
+        (trace && setenv_or_fail("MSCHED_TRACE", trace)) ||
+        (verbose && setenv_or_fail("MSCHED_VERBOSE", "1")))
+        return MS_EXIT_RUNTIME;
+    fflush(NULL);
+    execvp(argv[i], &argv[i]);
+    ms_cli_error("cannot run '%s': %s", argv[i], strerror(errno));
+    return 127;
+}
+
+const struct ms_cli_cmd ms_cmd_run = {
+    .name = "run",
+    .summary = "run a program under msched: msched run [options] -- program [args]",
+    .run = run_main,
+    .help = run_help,
+};

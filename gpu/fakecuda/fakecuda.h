@@ -1,0 +1,88 @@
+/*
+ * fakecuda.h - the fake CUDA driver's own interface: what tests use besides the driver API.
+ *
+ * Design
+ *   gpu/fakecuda builds a CPU-only libcuda.so.1 ($(BUILD)/lib/fakecuda/) that implements the
+ *   subset of the driver API the tests use, so libmsched and everything above it run in CI
+ *   without a GPU. Device memory is host memory: a CUdeviceptr is a host address, so a
+ *   "kernel" is an ordinary host function that dereferences its pointer arguments. Kernels are
+ *   registered with ms_fake_register_kernel instead of being loaded from modules; launches call
+ *   them synchronously, in the launching thread, once per launch (not per thread block: the
+ *   function sees the grid and block sizes and loops itself).
+ *
+ *   The fake is strict where the real driver is unforgiving, because later tests rely on it as
+ *   an oracle:
+ *     - virtual address ranges reserved with cuMemAddressReserve are PROT_NONE until a
+ *       physical handle is mapped there *and* cuMemSetAccess grants access, and again after
+ *       cuMemUnmap; a kernel touching such memory gets SIGSEGV, as a GPU would fault;
+ *     - every cuMemAlloc block is followed by an inaccessible guard page;
+ *     - copies and memsets check their device ranges: an unknown range is
+ *       CUDA_ERROR_INVALID_VALUE, a reserved but inaccessible one CUDA_ERROR_ILLEGAL_ADDRESS;
+ *     - calls before cuInit return CUDA_ERROR_NOT_INITIALIZED, and memory or launch calls
+ *       without a current context CUDA_ERROR_INVALID_CONTEXT.
+ *   Streams and events exist (handles are checked) but all work runs synchronously.
+ *
+ *   Environment: MSCHED_FAKE_MEM_BYTES sets the device memory size (default 16 GiB; reserved
+ *   lazily, so only touched bytes cost host memory).
+ *
+ * Getting at these functions: a test linked against the fake may call them directly. Under
+ * libmsched (which does not export them) a test dlopens the fake by absolute path and uses
+ * dlsym: the driver libmsched loaded and the one the test opens are then the same object.
+ */
+#ifndef MS_FAKECUDA_H
+#define MS_FAKECUDA_H
+
+#include <cuda.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a kernel function receives for one launch. */
+struct ms_fake_launch {
+    const char *name;      /* as registered */
+    unsigned int grid[3];  /* each >= 1 */
+    unsigned int block[3]; /* each >= 1 */
+    unsigned int smem_bytes;
+    CUstream stream; /* as given (NULL, CU_STREAM_LEGACY, ... or a created stream) */
+    /* args[i] points at parameter i, for i < nargs. Launched with kernelParams: the caller's
+     * array (nargs is the registered count, or 0 when the kernel was registered without sizes).
+     * Launched with extra: pointers into buf (nargs 0 without registered sizes). */
+    void **args;
+    size_t nargs;
+    const void *buf; /* the packed buffer when launched with extra, else NULL */
+    size_t buf_bytes;
+    void *user; /* ms_fake_register_kernel's user pointer */
+};
+
+typedef void (*ms_fake_kernel_fn)(const struct ms_fake_launch *l);
+
+/*
+ * Register a kernel. param_sizes gives the size of each of nparams parameters; offsets follow
+ * the device's rule: each parameter aligned to the largest power of two <= 8 that divides its
+ * size. param_sizes NULL registers a kernel without parameter information (cuFuncGetParamInfo
+ * then returns CUDA_ERROR_NOT_SUPPORTED). name is copied. The handle lives until exit.
+ * Errors: CUDA_ERROR_INVALID_VALUE (NULL name, fn or out, more than 1024 parameters, a size
+ * of 0), CUDA_ERROR_OUT_OF_MEMORY.
+ */
+CUresult ms_fake_register_kernel(const char *name, ms_fake_kernel_fn fn, const size_t *param_sizes,
+                                 size_t nparams, void *user, CUfunction *out);
+
+/* What the fake driver has done since it was loaded (its own record, to check interposers). */
+struct ms_fake_stats {
+    uint64_t launches;      /* kernels run */
+    uint64_t allocs, frees; /* cuMemAlloc family (not VMM) */
+    uint64_t copies, copy_bytes;
+    uint64_t memsets, memset_bytes;
+    uint64_t vmm_creates, vmm_releases, vmm_maps, vmm_unmaps;
+    uint64_t illegal;     /* copies/memsets refused with CUDA_ERROR_ILLEGAL_ADDRESS */
+    uint64_t used_bytes;  /* device memory in use (allocations + physical handles) */
+    uint64_t total_bytes; /* device memory size */
+};
+
+void ms_fake_get_stats(struct ms_fake_stats *out);
+
+typedef CUresult (*ms_fake_register_kernel_fn)(const char *, ms_fake_kernel_fn, const size_t *,
+                                               size_t, void *, CUfunction *);
+typedef void (*ms_fake_get_stats_fn)(struct ms_fake_stats *);
+
+#endif /* MS_FAKECUDA_H */

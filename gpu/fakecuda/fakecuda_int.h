@@ -1,0 +1,55 @@
+/*
+ * fakecuda_int.h - the fake driver's internals shared by its three files.
+ *
+ * Glossary
+ *   ms__fk_lock     the fake's one mutex: every table below is read and written under it. Work
+ *               (kernels, memcpy) runs without it.
+ *   block       one cuMemAlloc-family allocation: an anonymous mapping, read-write, followed
+ *               by a PROT_NONE guard page.
+ *   reservation a cuMemAddressReserve range: PROT_NONE except where mappings are.
+ *   mapping     a physical handle (memfd) mapped MAP_SHARED|MAP_FIXED into a reservation;
+ *               accessible only after cuMemSetAccess.
+ *
+ * Every exported cu* function checks its arguments and returns an error instead of crashing
+ * on anything the real driver would reject; the only crashes are the ones a GPU would fault
+ * on (a kernel touching inaccessible memory).
+ */
+#ifndef MS_FAKECUDA_INT_H
+#define MS_FAKECUDA_INT_H
+
+#include "shim/cuda_api.h"
+
+#include "gpu/fakecuda/fakecuda.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#define MS_FK_EXPORT __attribute__((visibility("default")))
+#define MS_FK_GRAN (2ull * 1024 * 1024) /* VMM granularity, as on the H200 */
+#define MS_FK_VERSION 13000             /* cuDriverGetVersion */
+
+extern pthread_mutex_t ms__fk_lock;
+extern struct ms_fake_stats ms__fk_stats; /* under ms__fk_lock */
+
+/* CUDA_SUCCESS after cuInit, else CUDA_ERROR_NOT_INITIALIZED. */
+CUresult ms__fk_inited(void);
+/* ms__fk_inited(), then CUDA_ERROR_INVALID_CONTEXT without a current context. */
+CUresult ms__fk_ready(void);
+/* CUDA_SUCCESS for NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD and live streams. */
+CUresult ms__fk_stream_ok(CUstream s);
+
+/* Device memory size in bytes (fixed at cuInit). */
+uint64_t ms__fk_total_bytes(void);
+
+/*
+ * Check [p, p + n) for a copy or memset (ms__fk_lock held). `unified`: a range outside every
+ * device allocation is host memory (CUDA_SUCCESS); otherwise it is CUDA_ERROR_INVALID_VALUE.
+ * Inside a reservation but not fully mapped with read (and, for `write`, write) access:
+ * CUDA_ERROR_ILLEGAL_ADDRESS.
+ */
+CUresult ms__fk_check_range(uint64_t p, uint64_t n, bool unified, bool write);
+
+/* Name -> function of every exported driver function the fake implements (for GPA). */
+void *ms__fk_lookup_function(const char *name);
+
+#endif /* MS_FAKECUDA_INT_H */

@@ -1,0 +1,302 @@
+/*
+ * fakecuda_launch.c - the fake driver's kernels: registration, cuFuncGetParamInfo /
+ * cuFuncGetName, and the launch entry points.
+ *
+ * Design
+ *   A kernel is a host function registered with ms_fake_register_kernel; its CUfunction is a
+ *   pointer to the registration record. Parameter offsets follow the device's packing rule
+ *   (each parameter aligned to the largest power of two <= 8 dividing its size), which is what
+ *   cuFuncGetParamInfo reports on the H200 for ordinary scalar and pointer parameters
+ *   (docs/h200-measurements.md). Launches check what the real driver checks (handle, grid and
+ *   block dimensions, 1024 threads per block, stream, and exactly one of kernelParams/extra
+ *   when the kernel has parameters), then call the function synchronously. With `extra`, the
+ *   function gets args[] pointing into the caller's buffer, so kernels are written once for
+ *   both ways of passing parameters.
+ *
+ * Invariants
+ *   - Registration records are never freed: a CUfunction stays valid until exit.
+ *   - The kernel runs without ms__fk_lock held (it may take as long as it likes, or fault).
+ */
+#include "gpu/fakecuda/fakecuda_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KERNEL_MAGIC 0x6c6e726bu /* "krnl" */
+#define MAX_KERNELS 4096u
+#define MAX_PARAMS 1024u
+
+struct fk_kernel {
+    uint32_t magic;
+    char *name;
+    ms_fake_kernel_fn fn;
+    void *user;
+    bool has_info;
+    size_t nparams;
+    size_t *offsets, *sizes;
+    size_t param_bytes;
+};
+
+static struct fk_kernel *kernels[MAX_KERNELS]; /* reachable for leak checkers; under ms__fk_lock */
+static size_t nkernels;
+
+static struct fk_kernel *kernel_of(CUfunction f)
+{
+    pthread_mutex_lock(&ms__fk_lock);
+    struct fk_kernel *k = NULL;
+    for (size_t i = 0; i < nkernels && !k; i++)
+        if ((CUfunction)kernels[i] == f)
+            k = kernels[i];
+    pthread_mutex_unlock(&ms__fk_lock);
+    return k;
+}
+
+static size_t param_align(size_t size)
+{
+    size_t a = 8;
+    while (a > 1 && size % a != 0)
+        a /= 2;
+    return a;
+}
+
+MS_FK_EXPORT CUresult ms_fake_register_kernel(const char *name, ms_fake_kernel_fn fn,
+                                              const size_t *param_sizes, size_t nparams, void *user,
+                                              CUfunction *out)
+{
+    if (!name || !fn || !out || nparams > MAX_PARAMS)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; param_sizes && i < nparams; i++)
+        if (param_sizes[i] == 0 || param_sizes[i] > 4096)
+            return CUDA_ERROR_INVALID_VALUE;
+    struct fk_kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    k->magic = KERNEL_MAGIC;
+    k->name = strdup(name);
+    k->fn = fn;
+    k->user = user;
+    k->has_info = param_sizes != NULL;
+    k->nparams = param_sizes ? nparams : 0;
+    if (k->nparams) {
+        k->offsets = calloc(k->nparams, sizeof *k->offsets);
+        k->sizes = calloc(k->nparams, sizeof *k->sizes);
+    }
+    if (!k->name || (k->nparams && (!k->offsets || !k->sizes))) {
+        free(k->name);
+        free(k->offsets);
+        free(k->sizes);
+        free(k);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < k->nparams; i++) {
+        size_t a = param_align(param_sizes[i]);
+        off = (off + a - 1) / a * a;
+        k->offsets[i] = off;
+        k->sizes[i] = param_sizes[i];
+        off += param_sizes[i];
+    }
+    k->param_bytes = off;
+    pthread_mutex_lock(&ms__fk_lock);
+    bool ok = nkernels < MAX_KERNELS;
+    if (ok)
+        kernels[nkernels++] = k;
+    pthread_mutex_unlock(&ms__fk_lock);
+    if (!ok) {
+        free(k->name);
+        free(k->offsets);
+        free(k->sizes);
+        free(k);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = (CUfunction)k;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                    size_t *paramSize)
+{
+    CUresult rc = ms__fk_inited();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct fk_kernel *k = kernel_of(func);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!k->has_info)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!paramOffset || !paramSize || paramIndex >= k->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    *paramOffset = k->offsets[paramIndex];
+    *paramSize = k->sizes[paramIndex];
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    CUresult rc = ms__fk_inited();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fk_kernel *k = kernel_of(hfunc);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = k->name;
+    return CUDA_SUCCESS;
+}
+
+struct launch_args {
+    CUfunction f;
+    unsigned int grid[3], block[3], smem;
+    CUstream stream;
+    void **params, **extra;
+};
+
+static CUresult launch(const struct launch_args *a)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc == CUDA_SUCCESS)
+        rc = ms__fk_stream_ok(a->stream);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct fk_kernel *k = kernel_of(a->f);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t threads = 1;
+    for (int i = 0; i < 3; i++) {
+        if (a->grid[i] == 0 || a->block[i] == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        threads *= a->block[i];
+    }
+    if (threads > 1024 || (a->params && a->extra))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (k->nparams > 0 && !a->params && !a->extra)
+        return CUDA_ERROR_INVALID_VALUE;
+
+    struct ms_fake_launch l = {
+        .name = k->name,
+        .smem_bytes = a->smem,
+        .stream = a->stream,
+        .user = k->user,
+    };
+    memcpy(l.grid, a->grid, sizeof l.grid);
+    memcpy(l.block, a->block, sizeof l.block);
+    void **args = NULL;
+    if (a->params) {
+        l.args = a->params;
+        l.nargs = k->nparams;
+    } else if (a->extra) {
+        const void *buf = NULL;
+        const size_t *size = NULL;
+        for (int i = 0; i < 128 && a->extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (a->extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                buf = a->extra[i + 1];
+            else if (a->extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+                size = a->extra[i + 1];
+            else
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        if (!buf || !size || *size < k->param_bytes)
+            return CUDA_ERROR_INVALID_VALUE;
+        l.buf = buf;
+        l.buf_bytes = *size;
+        if (k->nparams) {
+            args = calloc(k->nparams, sizeof *args);
+            if (!args)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            for (size_t i = 0; i < k->nparams; i++)
+                args[i] = (char *)(uintptr_t)buf + k->offsets[i];
+            l.args = args;
+            l.nargs = k->nparams;
+        }
+    }
+    k->fn(&l);
+    free(args);
+    pthread_mutex_lock(&ms__fk_lock);
+    ms__fk_stats.launches++;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return CUDA_SUCCESS;
+}
+
+#define LAUNCH_FN(name)                                                                            \
+    CUresult CUDAAPI name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,              \
+                          unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,   \
+                          unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,   \
+                          void **kernelParams, void **extra)                                       \
+    {                                                                                              \
+        struct launch_args a = {f,                                                                 \
+                                {gridDimX, gridDimY, gridDimZ},                                    \
+                                {blockDimX, blockDimY, blockDimZ},                                 \
+                                sharedMemBytes,                                                    \
+                                hStream,                                                           \
+                                kernelParams,                                                      \
+                                extra};                                                            \
+        return launch(&a);                                                                         \
+    }
+
+#define LAUNCH_COOP_FN(name)                                                                       \
+    CUresult CUDAAPI name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,              \
+                          unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,   \
+                          unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,   \
+                          void **kernelParams)                                                     \
+    {                                                                                              \
+        struct launch_args a = {f,                                                                 \
+                                {gridDimX, gridDimY, gridDimZ},                                    \
+                                {blockDimX, blockDimY, blockDimZ},                                 \
+                                sharedMemBytes,                                                    \
+                                hStream,                                                           \
+                                kernelParams,                                                      \
+                                NULL};                                                             \
+        return launch(&a);                                                                         \
+    }
+
+#define LAUNCH_EX_FN(name)                                                                         \
+    CUresult CUDAAPI name(const CUlaunchConfig *config, CUfunction f, void **kernelParams,         \
+                          void **extra)                                                            \
+    {                                                                                              \
+        if (!config)                                                                               \
+            return ms__fk_inited() != CUDA_SUCCESS ? CUDA_ERROR_NOT_INITIALIZED                    \
+                                                   : CUDA_ERROR_INVALID_VALUE;                     \
+        struct launch_args a = {f,                                                                 \
+                                {config->gridDimX, config->gridDimY, config->gridDimZ},            \
+                                {config->blockDimX, config->blockDimY, config->blockDimZ},         \
+                                config->sharedMemBytes,                                            \
+                                config->hStream,                                                   \
+                                kernelParams,                                                      \
+                                extra};                                                            \
+        return launch(&a);                                                                         \
+    }
+
+LAUNCH_FN(cuLaunchKernel)
+LAUNCH_FN(cuLaunchKernel_ptsz)
+LAUNCH_COOP_FN(cuLaunchCooperativeKernel)
+LAUNCH_COOP_FN(cuLaunchCooperativeKernel_ptsz)
+LAUNCH_EX_FN(cuLaunchKernelEx)
+LAUNCH_EX_FN(cuLaunchKernelEx_ptsz)
+
+/*
+ * Two functions only tests call, chosen for their argument passing: floats in vector registers,
+ * and a seventh argument on the stack. They check their arguments against fixed values, so a
+ * forwarder that loses a register or the stack argument fails (CUDA_ERROR_INVALID_VALUE). Both
+ * work before cuInit, so a test can make one of them the process's first driver call.
+ */
+CUresult CUDAAPI cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp,
+                                             float maxMipmapLevelClamp)
+{
+    bool ok =
+        hTexRef == (CUtexref)0x7e7 && minMipmapLevelClamp == 1.5f && maxMipmapLevelClamp == 2.5f;
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(
+    int *minGridSize, int *blockSize, CUfunction func,
+    CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit,
+    unsigned int flags)
+{
+    if (!minGridSize || !blockSize || func != (CUfunction)0xf00 || blockSizeToDynamicSMemSize ||
+        dynamicSMemSize != 123 || blockSizeLimit != 456 || flags != 789)
+        return CUDA_ERROR_INVALID_VALUE;
+    *minGridSize = 7;
+    *blockSize = 8;
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,568 @@
+/*
+ * events.c - what libmsched does with driver events today: counters, the allocation list and
+ * the trace recorder (MSCHED_TRACE).
+ *
+ * Design
+ *   Everything here is protected by ms__shim_lock and does no driver call, so each event costs
+ *   a lock round trip plus a little bookkeeping.
+ *
+ *   Allocations are kept in an array sorted by base address: frees find their size, and
+ *   cuMemcpy (unified addressing: no direction given) classifies each side as device memory
+ *   when it falls inside a known allocation. The core's region table will take this over when
+ *   the lead wires the shim to it.
+ *
+ *   Streams get small trace ids in order of first use: 0 is the legacy default stream (NULL
+ *   from a legacy entry point, or CU_STREAM_LEGACY); each thread's per-thread default stream
+ *   (NULL from a _ptsz/_ptds entry point, or CU_STREAM_PER_THREAD) and every created stream
+ *   get the next free id. A destroyed stream whose handle is reused keeps its id.
+ *
+ *   The trace (core/trace.h, docs/trace-format.md) is opened at the first event after
+ *   initialisation: header, then one task record (id = pid, name = program name), then one
+ *   record per event, formatted by ms_trace_format and buffered; the buffer is written when
+ *   it fills, at each synchronisation and at exit. "%p" in the path becomes the pid, so
+ *   several processes can trace side by side. Kernel durations are 0: the shim does not time
+ *   kernels. A launch whose parameter bytes exceed the format's 4096 is written without its
+ *   bytes and layout; a name longer than the format's 511 bytes is cut. Both count as
+ *   trace_dropped.
+ *
+ * Invariants
+ *   - allocs[] is sorted by base with no two entries at the same base; counters.live_bytes is
+ *     the sum of their sizes.
+ *   - tr.fd >= 0 only in the process that opened the trace (a forked child never writes it).
+ */
+#include "shim/shim_int.h"
+
+#include "core/trace.h"
+#include "shim/shim_events.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TRACE_BUF_BYTES (256u * 1024u) /* written out when this much is pending */
+#define TRACE_LINE_BYTES (48u * 1024u) /* longest record the shim writes is about 32 KiB */
+
+struct alloc {
+    uint64_t base;
+    uint64_t bytes;
+    uint8_t kind; /* enum ms_region_kind */
+};
+
+struct stream_id {
+    const void *handle; /* NULL: free slot */
+    uint32_t id;
+};
+
+static struct ms_shim_counters ctr;
+static struct alloc *allocs;
+static size_t nallocs, capallocs;
+static struct stream_id *sids;
+static size_t nsids, capsids; /* capsids: 0 or a power of two */
+static uint32_t next_sid = 1;
+static _Thread_local uint32_t ptds_sid; /* this thread's per-thread stream id, 0 until used */
+
+static struct {
+    char path[4096]; /* empty: no trace */
+    bool configured; /* ms__shim_events_init ran (path is final) */
+    int fd;          /* -1 until opened, or after a failure */
+    bool opened;     /* an open was attempted (success or not) */
+    char *buf;       /* pending output */
+    size_t len;
+    char *line; /* one formatted record */
+    uint32_t task;
+} tr = {.fd = -1};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Allocations and streams (ms__shim_lock held)                                                 */
+
+/* Index of the first allocation with base >= addr. */
+static size_t lower_bound(uint64_t addr)
+{
+    size_t lo = 0, hi = nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (allocs[mid].base < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static bool is_device(uint64_t addr)
+{
+    size_t i = lower_bound(addr + 1); /* first with base > addr */
+    if (i == 0)
+        return false;
+    const struct alloc *a = &allocs[i - 1];
+    return addr - a->base < a->bytes;
+}
+
+static void alloc_insert(uint64_t base, uint64_t bytes, enum ms_region_kind kind)
+{
+    size_t i = lower_bound(base);
+    if (i < nallocs && allocs[i].base == base) {
+        MS_LOG_ONCE("allocation at %#llx reported twice without a free in between",
+                    (unsigned long long)base);
+        ctr.live_bytes -= allocs[i].bytes;
+    } else {
+        if (nallocs == capallocs) {
+            size_t ncap = capallocs ? capallocs * 2 : 64;
+            struct alloc *p = realloc(allocs, ncap * sizeof *p);
+            if (!p) {
+                MS_LOG_ONCE("out of memory tracking allocations");
+                return;
+            }
+            allocs = p;
+            capallocs = ncap;
+        }
+        memmove(&allocs[i + 1], &allocs[i], (nallocs - i) * sizeof *allocs);
+        nallocs++;
+    }
+    allocs[i] = (struct alloc){base, bytes, (uint8_t)kind};
+    ctr.live_bytes += bytes;
+    if (ctr.live_bytes > ctr.peak_bytes)
+        ctr.peak_bytes = ctr.live_bytes;
+}
+
+static bool alloc_remove(uint64_t base)
+{
+    size_t i = lower_bound(base);
+    if (i == nallocs || allocs[i].base != base)
+        return false;
+    ctr.live_bytes -= allocs[i].bytes;
+    memmove(&allocs[i], &allocs[i + 1], (nallocs - i - 1) * sizeof *allocs);
+    nallocs--;
+    return true;
+}
+
+static size_t sid_hash(const void *h, size_t cap)
+{
+    uint64_t x = (uint64_t)(uintptr_t)h;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+static uint32_t stream_id(struct ms_shim_stream s)
+{
+    const void *h = s.handle;
+    if ((!h && !s.per_thread) || h == (const void *)CU_STREAM_LEGACY)
+        return 0;
+    if (!h || h == (const void *)CU_STREAM_PER_THREAD) {
+        if (!ptds_sid)
+            ptds_sid = next_sid++;
+        return ptds_sid;
+    }
+    if (nsids + 1 > capsids / 2) {
+        size_t ncap = capsids ? capsids * 2 : 64;
+        struct stream_id *n = calloc(ncap, sizeof *n);
+        if (!n) {
+            MS_LOG_ONCE("out of memory numbering streams; using id 0");
+            return 0;
+        }
+        for (size_t i = 0; i < capsids; i++) {
+            if (!sids[i].handle)
+                continue;
+            size_t j = sid_hash(sids[i].handle, ncap);
+            while (n[j].handle)
+                j = (j + 1) & (ncap - 1);
+            n[j] = sids[i];
+        }
+        free(sids);
+        sids = n;
+        capsids = ncap;
+    }
+    size_t j = sid_hash(h, capsids);
+    while (sids[j].handle && sids[j].handle != h)
+        j = (j + 1) & (capsids - 1);
+    if (!sids[j].handle) {
+        sids[j].handle = h;
+        sids[j].id = next_sid++;
+        nsids++;
+    }
+    return sids[j].id;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Trace (ms__shim_lock held)                                                                   */
+
+static void trace_fail(const char *what)
+{
+    ms__shim_log("trace %s: %s %s; tracing stops", tr.path, what, strerror(errno));
+    if (tr.fd >= 0)
+        close(tr.fd);
+    tr.fd = -1;
+    tr.len = 0;
+}
+
+static void trace_flush(void)
+{
+    size_t off = 0;
+    while (tr.fd >= 0 && off < tr.len) {
+        ssize_t w = write(tr.fd, tr.buf + off, tr.len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            trace_fail("write failed:");
+            return;
+        }
+        off += (size_t)w;
+    }
+    tr.len = 0;
+}
+
+static void trace_put(const struct ms_trace_rec *rec)
+{
+    int n = ms_trace_format(rec, tr.line, TRACE_LINE_BYTES);
+    if (n < 0) {
+        ctr.trace_dropped++;
+        MS_LOG_ONCE("trace: cannot format a record of kind %d: %s", (int)rec->kind, ms_strerror(n));
+        return;
+    }
+    if (tr.len + (size_t)n > TRACE_BUF_BYTES)
+        trace_flush();
+    if (tr.fd < 0)
+        return;
+    memcpy(tr.buf + tr.len, tr.line, (size_t)n);
+    tr.len += (size_t)n;
+    ctr.trace_records++;
+}
+
+/* Copy path into out, replacing each "%p" with the pid. */
+static bool expand_path(const char *path, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = path; *p; p++) {
+        char pid[24];
+        const char *piece = p;
+        size_t len = 1;
+        if (p[0] == '%' && p[1] == 'p') {
+            len = (size_t)snprintf(pid, sizeof pid, "%d", (int)getpid());
+            piece = pid;
+            p++;
+        }
+        if (n + len >= cap)
+            return false;
+        memcpy(out + n, piece, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return true;
+}
+
+/* True when records can be written; opens the trace at the first call. */
+static bool trace_ready(void)
+{
+    if (tr.opened)
+        return tr.fd >= 0;
+    if (!tr.configured)
+        return false; /* an event before initialisation finished: not yet */
+    tr.opened = true;
+    if (!tr.path[0])
+        return false;
+    char path[sizeof tr.path];
+    if (!expand_path(tr.path, path, sizeof path)) {
+        ms__shim_log("trace path %s is too long; not tracing", tr.path);
+        return false;
+    }
+    tr.buf = malloc(TRACE_BUF_BYTES);
+    tr.line = malloc(TRACE_LINE_BYTES);
+    if (!tr.buf || !tr.line) {
+        ms__shim_log("out of memory for the trace buffers; not tracing");
+        return false;
+    }
+    tr.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (tr.fd < 0) {
+        ms__shim_log("cannot open trace %s: %s; not tracing", path, strerror(errno));
+        return false;
+    }
+    tr.task = (uint32_t)getpid();
+    struct ms_trace_rec rec = {.kind = MS_TR_HEADER, .version = MS_TRACE_VERSION};
+    trace_put(&rec);
+    char name[MS_TRACE_MAX_NAME];
+    snprintf(name, sizeof name, "%s", program_invocation_short_name);
+    rec = (struct ms_trace_rec){.kind = MS_TR_TASK, .task = tr.task, .name = name};
+    trace_put(&rec);
+    return tr.fd >= 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Events                                                                                       */
+
+void ms__shim_events_init(const char *trace_path)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    tr.configured = true;
+    if (trace_path && strlen(trace_path) < sizeof tr.path)
+        strcpy(tr.path, trace_path);
+    else if (trace_path)
+        ms__shim_log("MSCHED_TRACE is too long; not tracing");
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_on_init(unsigned int flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.inits++;
+    trace_ready();
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_on_alloc(uint64_t ptr, uint64_t bytes, enum ms_region_kind kind)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.allocs++;
+    ctr.alloc_bytes += bytes;
+    alloc_insert(ptr, bytes, kind);
+    if (trace_ready() && ptr != 0 && bytes != 0) {
+        struct ms_trace_rec rec = {
+            .kind = MS_TR_ALLOC, .task = tr.task, .addr = ptr, .size = bytes, .rkind = kind};
+        trace_put(&rec);
+    }
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+bool ms_shim_on_free_begin(uint64_t ptr, struct ms_shim_alloc *out)
+{
+    if (ptr == 0)
+        return false; /* cuMemFree(0) frees nothing */
+    pthread_mutex_lock(&ms__shim_lock);
+    size_t i = lower_bound(ptr);
+    bool known = i < nallocs && allocs[i].base == ptr;
+    if (known) {
+        *out = (struct ms_shim_alloc){ptr, allocs[i].bytes, (enum ms_region_kind)allocs[i].kind};
+        alloc_remove(ptr);
+        /* Written now, before the driver can hand the address to another thread's allocation,
+         * so the trace never shows that allocation before this free. */
+        if (trace_ready()) {
+            struct ms_trace_rec rec = {.kind = MS_TR_FREE, .task = tr.task, .addr = ptr};
+            trace_put(&rec);
+        }
+    }
+    pthread_mutex_unlock(&ms__shim_lock);
+    return known;
+}
+
+void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool freed)
+{
+    if (ptr == 0)
+        return;
+    pthread_mutex_lock(&ms__shim_lock);
+    if (freed && was) {
+        ctr.frees++;
+    } else if (freed) {
+        ctr.frees_unknown++;
+        MS_LOG_ONCE("free of %#llx, which the shim never saw allocated", (unsigned long long)ptr);
+    } else if (was) {
+        /* The driver kept it: back into the books, and into the trace after its free record. */
+        alloc_insert(was->ptr, was->bytes, was->kind);
+        if (trace_ready()) {
+            struct ms_trace_rec rec = {.kind = MS_TR_ALLOC,
+                                       .task = tr.task,
+                                       .addr = was->ptr,
+                                       .size = was->bytes,
+                                       .rkind = was->kind};
+            trace_put(&rec);
+        }
+    }
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+static void trace_launch(const struct ms_shim_launch *l)
+{
+    struct ms_trace_rec rec = {.kind = MS_TR_KERNEL, .task = tr.task};
+    rec.stream = stream_id(l->stream);
+    for (int i = 0; i < 3; i++) {
+        rec.grid[i] = l->grid[i];
+        rec.block[i] = l->block[i];
+        if (!rec.grid[i] || !rec.block[i])
+            return; /* the driver refuses such a launch; nothing ran */
+    }
+    char name[MS_TRACE_MAX_NAME];
+    size_t nlen = strlen(l->name);
+    if (nlen >= sizeof name) {
+        ctr.trace_dropped++;
+        nlen = sizeof name - 1;
+    }
+    memcpy(name, l->name, nlen);
+    name[nlen] = '\0';
+    rec.name = name;
+    if (l->params_known && l->params_len <= MS_TRACE_MAX_PARAMS) {
+        rec.params = l->params;
+        rec.params_len = l->params_len;
+        bool fits = l->layout && l->nlayout <= MS_TRACE_MAX_LAYOUT;
+        for (size_t i = 0; fits && i < l->nlayout; i++)
+            fits = (uint64_t)l->layout[i].offset + l->layout[i].size <= l->params_len;
+        if (fits) {
+            rec.layout = l->layout;
+            rec.nlayout = l->nlayout;
+        }
+    } else if (l->params_known) {
+        ctr.trace_dropped++;
+        MS_LOG_ONCE("trace: %zu parameter bytes of %s exceed the format's %u; written without",
+                    l->params_len, l->name, MS_TRACE_MAX_PARAMS);
+    }
+    trace_put(&rec);
+}
+
+void ms_shim_on_launch(const struct ms_shim_launch *l)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.launches++;
+    if ((unsigned)l->kind < MS_SHIM_LAUNCH_KINDS)
+        ctr.launches_kind[l->kind]++;
+    if (!l->layout)
+        ctr.launches_unknown++;
+    if (trace_ready())
+        trace_launch(l);
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
+                     struct ms_shim_stream s)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.copies++;
+    ctr.copy_bytes += bytes;
+    if (trace_ready()) {
+        enum ms_copy_dir dir = (enum ms_copy_dir)kind;
+        if (kind == MS_SHIM_COPY_UNIFIED) {
+            bool d = is_device(dst), sdev = is_device(src);
+            dir = d ? (sdev ? MS_COPY_D2D : MS_COPY_H2D) : (sdev ? MS_COPY_D2H : MS_COPY_H2H);
+        }
+        struct ms_trace_rec rec = {.kind = MS_TR_COPY,
+                                   .task = tr.task,
+                                   .stream = stream_id(s),
+                                   .dir = dir,
+                                   .dst = dst,
+                                   .src = src,
+                                   .size = bytes};
+        trace_put(&rec);
+    }
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.memsets++;
+    ctr.memset_bytes += bytes;
+    if (trace_ready()) {
+        struct ms_trace_rec rec = {.kind = MS_TR_MEMSET,
+                                   .task = tr.task,
+                                   .stream = stream_id(s),
+                                   .addr = dst,
+                                   .size = bytes};
+        trace_put(&rec);
+    }
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_on_sync(void)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.syncs++;
+    if (trace_ready()) {
+        struct ms_trace_rec rec = {.kind = MS_TR_SYNC, .task = tr.task};
+        trace_put(&rec);
+        trace_flush();
+    }
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_on_meminfo(uint64_t free_bytes, uint64_t total_bytes)
+{
+    (void)free_bytes;
+    (void)total_bytes;
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.meminfo++;
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_on_procaddr(bool hooked)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.procaddr++;
+    ctr.procaddr_hooked += hooked;
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_on_dlsym_hooked(void)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.dlsym_hooked++;
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+void ms_shim_counters_get(struct ms_shim_counters *out)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    *out = ctr;
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Process life                                                                                 */
+
+void ms__shim_events_exit(bool verbose)
+{
+    struct ms_shim_counters c;
+    pthread_mutex_lock(&ms__shim_lock);
+    trace_flush();
+    c = ctr;
+    pthread_mutex_unlock(&ms__shim_lock);
+    if (!verbose)
+        return;
+    const struct {
+        const char *key;
+        uint64_t v;
+    } f[] = {
+        {"inits", c.inits},
+        {"launches", c.launches},
+        {"launch_kernel", c.launches_kind[MS_SHIM_LAUNCH_KERNEL]},
+        {"launch_ex", c.launches_kind[MS_SHIM_LAUNCH_EX]},
+        {"launch_coop", c.launches_kind[MS_SHIM_LAUNCH_COOP]},
+        {"unknown_layout", c.launches_unknown},
+        {"allocs", c.allocs},
+        {"alloc_bytes", c.alloc_bytes},
+        {"frees", c.frees},
+        {"frees_unknown", c.frees_unknown},
+        {"live_bytes", c.live_bytes},
+        {"peak_bytes", c.peak_bytes},
+        {"copies", c.copies},
+        {"copy_bytes", c.copy_bytes},
+        {"memsets", c.memsets},
+        {"memset_bytes", c.memset_bytes},
+        {"syncs", c.syncs},
+        {"meminfo", c.meminfo},
+        {"procaddr", c.procaddr},
+        {"procaddr_hooked", c.procaddr_hooked},
+        {"dlsym_hooked", c.dlsym_hooked},
+        {"trace_records", c.trace_records},
+        {"trace_dropped", c.trace_dropped},
+    };
+    char line[1024];
+    size_t n = 0;
+    for (size_t i = 0; i < MS_ARRAY_LEN(f) && n < sizeof line; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, " %s=%llu", f[i].key,
+                              (unsigned long long)f[i].v);
+    ms__shim_log("summary%s", line);
+}
+
+void ms__shim_events_atfork_child(void)
+{
+    /* Called with a fresh, unlocked ms__shim_lock and no other thread alive. */
+    memset(&ctr, 0, sizeof ctr);
+    nallocs = 0;
+    if (tr.fd >= 0)
+        close(tr.fd);
+    tr.fd = -1;
+    tr.opened = true; /* the child does not trace: the file belongs to the parent */
+    tr.len = 0;
+}

@@ -1,0 +1,157 @@
+/*
+ * hook_launch.c - hooks for kernel launches: every launch becomes one packed parameter buffer.
+ *
+ * Design
+ *   The working-set predictor scans a launch's parameter bytes for addresses (core/predict.h),
+ *   so the hook rebuilds the buffer the device will see, before forwarding the launch:
+ *     kernelParams   an array of pointers, one per parameter: each parameter is copied to its
+ *                    offset (cuFuncGetParamInfo, cached per function in funcinfo.c); padding
+ *                    is zero. Without a layout the bytes cannot be built: "unknown layout".
+ *     extra          CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE already give the packed buffer; it
+ *                    is reported in place (the layout, when known, comes along).
+ *     neither        a kernel without parameters (or an invalid launch the driver rejects).
+ *   A kernel the driver reports as parameterless keeps that (known, empty) layout only when the
+ *   launch passes no parameters: the driver gives the same answer for kernels whose parameter
+ *   information it does not have.
+ *   Buffers up to 4 KiB (the classic limit) are built on the stack, larger ones (CUDA allows
+ *   32 KiB) on the heap; a failed allocation reports the launch as unknown rather than fail it.
+ *
+ *   The event goes out before the real call: that is where the launch gate will hold a launch
+ *   whose memory is not resident. The launch itself is forwarded unchanged.
+ */
+#include "shim/shim_int.h"
+
+#include "shim/shim_events.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STACK_PARAM_BYTES 4096u
+#define MAX_EXTRA_PAIRS 64 /* an extra list longer than this is not believed */
+
+static const struct ms_param_layout no_params[1];
+
+struct dims {
+    unsigned int grid[3], block[3], smem;
+};
+
+static void report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims *d,
+                   struct ms_shim_stream s, void **kernelParams, void **extra)
+{
+    const struct ms_funcinfo *fi = ms__shim_funcinfo(f);
+    struct ms_shim_launch l = {
+        .func = f,
+        .name = fi->name,
+        .smem_bytes = d->smem,
+        .stream = s,
+        .kind = kind,
+        .layout = fi->known ? (fi->nparams ? fi->layout : no_params) : NULL,
+        .nlayout = fi->known ? fi->nparams : 0,
+    };
+    for (int i = 0; i < 3; i++) {
+        l.grid[i] = d->grid[i];
+        l.block[i] = d->block[i];
+    }
+    uint8_t local[STACK_PARAM_BYTES];
+    uint8_t *heap = NULL;
+    if (kernelParams) {
+        /* "No parameters" from the driver (CUDA_ERROR_INVALID_VALUE for index 0) cannot be
+         * told apart from "no information", so a launch that passes parameters to such a
+         * kernel is unknown: never under-predict. */
+        if (fi->known && fi->nparams == 0) {
+            l.layout = NULL;
+        } else if (fi->known) {
+            size_t n = fi->params_bytes;
+            uint8_t *buf = n <= sizeof local ? local : (heap = malloc(n));
+            if (buf) {
+                memset(buf, 0, n);
+                for (uint32_t i = 0; i < fi->nparams; i++)
+                    if (kernelParams[i])
+                        memcpy(buf + fi->layout[i].offset, kernelParams[i], fi->layout[i].size);
+                l.params = buf;
+                l.params_len = n;
+                l.params_known = true;
+            } else {
+                MS_LOG_ONCE("out of memory packing %zu parameter bytes of %s", n, fi->name);
+            }
+        }
+    } else if (extra) {
+        const void *buf = NULL;
+        const size_t *size = NULL;
+        for (int i = 0; i < 2 * MAX_EXTRA_PAIRS && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+                buf = extra[i + 1];
+            } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+                size = extra[i + 1];
+            } else {
+                MS_LOG_ONCE("launch of %s: unknown 'extra' key %p", fi->name, extra[i]);
+                break;
+            }
+        }
+        if (buf && size) {
+            l.params = buf;
+            l.params_len = *size;
+            l.params_known = true;
+            if (fi->known && (fi->nparams ? fi->params_bytes > *size : *size > 0)) {
+                l.layout = NULL; /* the layout does not describe this buffer: do not trust it */
+                l.nlayout = 0;
+            }
+        }
+    } else {
+        l.params_known = fi->known && fi->nparams == 0;
+    }
+    ms_shim_on_launch(&l);
+    free(heap);
+}
+
+#define LAUNCH_HOOK(name, pt)                                                                      \
+    CUresult CUDAAPI name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,              \
+                          unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,   \
+                          unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,   \
+                          void **kernelParams, void **extra)                                       \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        struct dims d = {                                                                          \
+            {gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}, sharedMemBytes};    \
+        report(MS_SHIM_LAUNCH_KERNEL, f, &d, (struct ms_shim_stream){hStream, pt}, kernelParams,   \
+               extra);                                                                             \
+        return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,              \
+                    sharedMemBytes, hStream, kernelParams, extra);                                 \
+    }
+
+#define LAUNCH_COOP_HOOK(name, pt)                                                                 \
+    CUresult CUDAAPI name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,              \
+                          unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,   \
+                          unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,   \
+                          void **kernelParams)                                                     \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        struct dims d = {                                                                          \
+            {gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}, sharedMemBytes};    \
+        report(MS_SHIM_LAUNCH_COOP, f, &d, (struct ms_shim_stream){hStream, pt}, kernelParams,     \
+               NULL);                                                                              \
+        return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,              \
+                    sharedMemBytes, hStream, kernelParams);                                        \
+    }
+
+#define LAUNCH_EX_HOOK(name, pt)                                                                   \
+    CUresult CUDAAPI name(const CUlaunchConfig *config, CUfunction f, void **kernelParams,         \
+                          void **extra)                                                            \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        if (config) {                                                                              \
+            struct dims d = {{config->gridDimX, config->gridDimY, config->gridDimZ},               \
+                             {config->blockDimX, config->blockDimY, config->blockDimZ},            \
+                             config->sharedMemBytes};                                              \
+            report(MS_SHIM_LAUNCH_EX, f, &d, (struct ms_shim_stream){config->hStream, pt},         \
+                   kernelParams, extra);                                                           \
+        }                                                                                          \
+        return real(config, f, kernelParams, extra);                                               \
+    }
+
+LAUNCH_HOOK(cuLaunchKernel, false)
+LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
+LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel, false)
+LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
+LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
+LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)

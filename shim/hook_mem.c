@@ -1,0 +1,112 @@
+/*
+ * hook_mem.c - hooks for device allocation and memory information.
+ *
+ * Design
+ *   Allocation hooks forward first and report only what the driver accepted: an allocation
+ *   needs its address, and out-parameters of a failed call are never read (HAMi-core #313).
+ *   Free hooks report on both sides of the real call (shim_events.h says why). Sizes
+ *   are what the application owns: a pitched allocation is pitch * height bytes.
+ *   The _ptsz variants differ from the legacy ones only in what a NULL stream means; the
+ *   allocation itself is the same.
+ */
+#include "shim/shim_int.h"
+
+#include "shim/shim_events.h"
+
+static void report_alloc(CUresult rc, const CUdeviceptr *dptr, uint64_t bytes,
+                         enum ms_region_kind kind)
+{
+    if (rc == CUDA_SUCCESS && dptr)
+        ms_shim_on_alloc(*dptr, bytes, kind);
+}
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    CUresult rc = MS_REAL(cuMemAlloc_v2)(dptr, bytesize);
+    report_alloc(rc, dptr, bytesize, MS_RK_DEVICE);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                    size_t Height, unsigned int ElementSizeBytes)
+{
+    CUresult rc = MS_REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (rc == CUDA_SUCCESS && pPitch)
+        report_alloc(rc, dptr, (uint64_t)*pPitch * Height, MS_RK_DEVICE);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    CUresult rc = MS_REAL(cuMemAllocManaged)(dptr, bytesize, flags);
+    report_alloc(rc, dptr, bytesize, MS_RK_MANAGED);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CUresult rc = MS_REAL(cuMemAllocAsync)(dptr, bytesize, hStream);
+    report_alloc(rc, dptr, bytesize, MS_RK_ASYNC);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CUresult rc = MS_REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream);
+    report_alloc(rc, dptr, bytesize, MS_RK_ASYNC);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream)
+{
+    CUresult rc = MS_REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream);
+    report_alloc(rc, dptr, bytesize, MS_RK_ASYNC);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                              CUstream hStream)
+{
+    CUresult rc = MS_REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream);
+    report_alloc(rc, dptr, bytesize, MS_RK_ASYNC);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+    __typeof__(&cuMemFree_v2) real = MS_REAL(cuMemFree_v2);
+    struct ms_shim_alloc was;
+    bool known = ms_shim_on_free_begin(dptr, &was);
+    CUresult rc = real(dptr);
+    ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    __typeof__(&cuMemFreeAsync) real = MS_REAL(cuMemFreeAsync);
+    struct ms_shim_alloc was;
+    bool known = ms_shim_on_free_begin(dptr, &was);
+    CUresult rc = real(dptr, hStream);
+    ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    __typeof__(&cuMemFreeAsync_ptsz) real = MS_REAL(cuMemFreeAsync_ptsz);
+    struct ms_shim_alloc was;
+    bool known = ms_shim_on_free_begin(dptr, &was);
+    CUresult rc = real(dptr, hStream);
+    ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemGetInfo_v2(size_t *pfree, size_t *ptotal)
+{
+    CUresult rc = MS_REAL(cuMemGetInfo_v2)(pfree, ptotal);
+    if (rc == CUDA_SUCCESS && pfree && ptotal)
+        ms_shim_on_meminfo(*pfree, *ptotal);
+    return rc;
+}

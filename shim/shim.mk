@@ -1,0 +1,116 @@
+# shim/shim.mk - libmsched (the CUDA driver interposer), the fake CUDA driver, and their tests.
+# Included by the top-level Makefile; uses its BUILD, CC, ALLCFLAGS, EDGEDEFS, LDFLAGS, Q.
+#
+#   $(BUILD)/lib/msched/libcuda.so.1   libmsched, to be found first on the library path
+#   $(BUILD)/lib/msched/libcuda.so     symlink (for -lcuda)
+#   $(BUILD)/lib/msched/libmsched.so   the same plus a dlsym override, for LD_PRELOAD
+#   $(BUILD)/lib/fakecuda/libcuda.so.1 the CPU-only fake driver the tests run on
+#   $(BUILD)/tests/shim/               test programs (tests/shim/run_shim_tests.sh runs them)
+#
+# Shared objects need position-independent code, so the sources they use (core/ ones included)
+# are compiled again with -fPIC into $(BUILD)/pic/. Nothing here is built when the CUDA
+# headers are missing (CUDA_HOME, default /usr/local/cuda); the test script then skips.
+#
+# Targets: gen-shim (regenerate shim/gen/ from the toolkit), check-gen-shim (fail when
+# shim/gen/ differs from what the toolkit generates; also a prerequisite of check-gen).
+
+CUDA_HOME ?= /usr/local/cuda
+
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+
+SHIM_PIC     := $(BUILD)/pic
+SHIM_DIR     := $(BUILD)/lib/msched
+SHIM_LIB     := $(SHIM_DIR)/libcuda.so.1
+SHIM_PRELOAD := $(SHIM_DIR)/libmsched.so
+FAKE_DIR     := $(BUILD)/lib/fakecuda
+FAKE_LIB     := $(FAKE_DIR)/libcuda.so.1
+SHIM_TDIR    := $(BUILD)/tests/shim
+
+SHIM_CFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include -fPIC -fvisibility=hidden
+SHIM_SOFLAGS = $(LDFLAGS) -shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now
+SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
+
+SHIM_SRC := shim/shim.c shim/events.c shim/funcinfo.c shim/procaddr.c shim/hook_init.c \
+            shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/gen/syms.c \
+            shim/gen/tramp.c core/trace.c core/alloc.c
+FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c \
+            shim/procaddr.c shim/gen/syms.c
+
+shim_pic = $(patsubst %.c,$(SHIM_PIC)/%.o,$(1))
+
+$(SHIM_PIC)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  CC    $< (pic)")
+	$(Q)$(CC) $(SHIM_CFLAGS) -c $< -o $@
+
+$(SHIM_LIB): $(call shim_pic,$(SHIM_SRC)) shim/exports.map
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_SOFLAGS) -Wl,-soname,libcuda.so.1 -Wl,--version-script=shim/exports.map \
+	    -o $@ $(call shim_pic,$(SHIM_SRC)) -ldl -lpthread
+	$(Q)ln -sf libcuda.so.1 $(SHIM_DIR)/libcuda.so
+
+$(SHIM_PRELOAD): $(call shim_pic,$(SHIM_SRC) shim/preload.c) shim/exports.map
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_SOFLAGS) -Wl,-soname,libmsched.so -Wl,--version-script=shim/exports.map \
+	    -o $@ $(call shim_pic,$(SHIM_SRC) shim/preload.c) -ldl -lpthread
+
+$(FAKE_LIB): $(call shim_pic,$(FAKE_SRC)) gpu/fakecuda/exports.map
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_SOFLAGS) -Wl,-soname,libcuda.so.1 \
+	    -Wl,--version-script=gpu/fakecuda/exports.map -o $@ $(call shim_pic,$(FAKE_SRC)) -lpthread
+	$(Q)ln -sf libcuda.so.1 $(FAKE_DIR)/libcuda.so
+
+# Test programs. cuda_test_linked links -lcuda (resolved at run time by LD_LIBRARY_PATH or
+# LD_PRELOAD); cuda_test_dl only dlopens libcuda.so.1. api_link.c is compiled twice, the second
+# time with CUDA_API_PER_THREAD_DEFAULT_STREAM so that it names the _ptds/_ptsz exports.
+SHIM_TEST_COMMON := tests/shim/cuda_test.c tests/shim/workload.c tests/shim/api_load.c
+SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check
+
+$(SHIM_TDIR)/api_link_legacy.o: tests/shim/api_link.c tests/shim/api.h
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SHIM_TFLAGS) -DMS_API_LINK_FN=ms_api_link_legacy -c $< -o $@
+
+$(SHIM_TDIR)/api_link_pt.o: tests/shim/api_link.c tests/shim/api.h
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SHIM_TFLAGS) -DCUDA_API_PER_THREAD_DEFAULT_STREAM \
+	    -DMS_API_LINK_FN=ms_api_link_pt -c $< -o $@
+
+$(SHIM_TDIR)/cuda_test_linked: $(SHIM_TEST_COMMON) tests/shim/api.h $(SHIM_TDIR)/api_link_legacy.o \
+                               $(SHIM_TDIR)/api_link_pt.o $(FAKE_LIB)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -DMS_TEST_LINKED -o $@ $(SHIM_TEST_COMMON) \
+	    $(SHIM_TDIR)/api_link_legacy.o $(SHIM_TDIR)/api_link_pt.o -L$(FAKE_DIR) -lcuda \
+	    -ldl -lpthread
+
+$(SHIM_TDIR)/cuda_test_dl: $(SHIM_TEST_COMMON) tests/shim/api.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $(SHIM_TEST_COMMON) -ldl -lpthread
+
+$(SHIM_TDIR)/trace_check: tests/shim/trace_check.c $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(ALLCFLAGS) $(EDGEDEFS) $(LDFLAGS) -o $@ $< $(CORE_LIB) -lm
+
+TEST_EXTRA += $(SHIM_LIB) $(SHIM_PRELOAD) $(FAKE_LIB) $(SHIM_TESTS)
+
+.PHONY: shim gen-shim check-gen-shim check-gen
+shim: $(SHIM_LIB) $(SHIM_PRELOAD) $(FAKE_LIB)
+all: shim
+
+gen-shim:
+	python3 scripts/gen_shim.py --cuda $(CUDA_HOME) --outdir shim/gen
+
+check-gen-shim:
+	$(Q)tmp=$$(mktemp -d) && python3 scripts/gen_shim.py --cuda $(CUDA_HOME) --outdir $$tmp && \
+	    diff -ru shim/gen $$tmp; rc=$$?; rm -rf $$tmp; \
+	    if [ $$rc -ne 0 ]; then echo "shim/gen is stale: run 'make gen-shim'"; fi; exit $$rc
+check-gen: check-gen-shim
+
+-include $(shell find $(SHIM_PIC) $(SHIM_TDIR) -name '*.d' 2>/dev/null)
+
+endif

@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# tests/shim/run_shim_tests.sh - libmsched's checks, on the fake CUDA driver (no GPU needed).
+#
+# Called by tests/run.sh (make test) with BUILD set; prints one "PASS name" or "FAIL name (why)"
+# line per check and exits non-zero when any failed.
+# Run alone: BUILD=build tests/shim/run_shim_tests.sh
+#
+# What is checked
+#   generated code   shim/gen/ equals what scripts/gen_shim.py makes from the toolkit now
+#                    (make check-gen-shim)
+#   exports          both libmsched builds export every symbol of the toolkit's stub libcuda,
+#                    and nothing but cu*, ms_shim_marker and (preload build only) dlsym
+#   one workload     (tests/shim/workload.c) run through every way of reaching the driver:
+#                    linked (legacy and per-thread names), dlsym, cuGetProcAddress_v2 with the
+#                    legacy and the per-thread flag; in three setups:
+#                      direct    the fake driver alone
+#                      shim      libmsched first on LD_LIBRARY_PATH (MSCHED_REAL_LIBCUDA set, unset,
+#                                or pointing at libmsched itself)
+#                      preload   LD_PRELOAD=libmsched.so with a program that only dlopens
+#                    Every run must print the same RESULT hash; the fake's own counters must
+#                    match the workload's expectations; under libmsched its MSCHED_VERBOSE
+#                    summary and its MSCHED_TRACE trace (read back with the core's reader) must
+#                    match them too, including the packed parameter bytes of chosen launches
+#   gpa-check        cuGetProcAddress_v2 returns the function of the requested ABI and flavour
+#   trampolines      a forwarded function called first (slow path) keeps float and stack args
+#   oracle           memory that is not resident faults (the fake driver's guarantee)
+#   robustness       quiet without MSCHED_VERBOSE; %p in MSCHED_TRACE; no driver -> NO_DEVICE
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$PWD
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+STUB=$CUDA_HOME/lib64/stubs/libcuda.so
+SHIMDIR=$BUILD/lib/msched
+FAKEDIR=$BUILD/lib/fakecuda
+FAKE=$FAKEDIR/libcuda.so.1
+T=$BUILD/tests/shim
+export MS_FAKECUDA=$FAKE
+unset MSCHED_VERBOSE MSCHED_TRACE MSCHED_REAL_LIBCUDA LD_PRELOAD
+
+if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
+    echo "SKIP shim: no CUDA toolkit headers in $CUDA_HOME (libmsched is not built)"
+    exit 0
+fi
+for f in "$SHIMDIR/libcuda.so.1" "$SHIMDIR/libmsched.so" "$FAKE" "$T/cuda_test_linked" \
+    "$T/cuda_test_dl" "$T/trace_check"; do
+    if [ ! -e "$f" ]; then
+        echo "FAIL build ($f is missing: run make test)"
+        exit 1
+    fi
+done
+
+WORK=$(mktemp -d)
+mkdir -p "$WORK/direct" "$WORK/shim" "$WORK/preload"
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() {
+    echo "FAIL $1${2:+ ($2)}"
+    failures=$((failures + 1))
+}
+
+# Sanitizer builds: a preloaded library must come after the sanitizer runtime.
+ASANLIB=$(ldd "$T/cuda_test_dl" 2>/dev/null | awk '/libasan|libtsan/ { print $3; exit }')
+PRELOAD="${ASANLIB:+$ASANLIB }$SHIMDIR/libmsched.so"
+
+# value KEY TEXT: the number after "KEY=" in TEXT (empty when absent)
+value() { grep -o "\b$1=[0-9]*" <<<"$2" | head -n 1 | cut -d= -f2; }
+
+# same_keys WHAT EXPECTED ACTUAL KEY...: every KEY has the same value in both lines
+same_keys() {
+    local what=$1 exp=$2 act=$3 k bad=""
+    shift 3
+    for k in "$@"; do
+        local e a
+        e=$(value "$k" "$exp")
+        a=$(value "$k" "$act")
+        if [ -z "$e" ] || [ "$e" != "$a" ]; then
+            bad="$bad $k=${a:-none}(want ${e:-none})"
+        fi
+    done
+    if [ -n "$bad" ]; then
+        echo "    $what:$bad"
+        return 1
+    fi
+}
+
+# run NAME BINARY MODE [VAR=value...]: run a test program, output in $WORK/NAME.{out,err}
+run() {
+    local name=$1 bin=$2 mode=$3
+    shift 3
+    env "$@" "$T/$bin" "$mode" >"$WORK/$name.out" 2>"$WORK/$name.err"
+}
+
+show() {
+    sed 's/^/    | /' "$WORK/$1.out" "$WORK/$1.err" | grep -v EXPECT_KERNEL | tail -n 15
+}
+
+REF=""
+# workload NAME BINARY MODE SETUP [VAR=value...]; SETUP is direct, shim or preload
+workload() {
+    local name=$1 bin=$2 mode=$3 setup=$4
+    shift 4
+    local extra=()
+    if [ "$setup" != direct ]; then
+        extra=(MSCHED_VERBOSE=1 "MSCHED_TRACE=$WORK/$name.trace")
+    fi
+    if ! run "$name" "$bin" "$mode" "$@" "${extra[@]}" ||
+        ! grep -q "^OK $mode\$" "$WORK/$name.out"; then
+        fail "$name" "exit status or no OK line"
+        show "$name"
+        return
+    fi
+    local out result ok=1
+    out=$(cat "$WORK/$name.out")
+    result=$(grep '^RESULT ' <<<"$out")
+    if [ -z "$REF" ]; then
+        REF=$result
+    elif [ "$result" != "$REF" ]; then
+        echo "    $result differs from the reference $REF"
+        ok=0
+    fi
+    same_keys "fake driver's own counts" "$(grep '^EXPECT fake' <<<"$out")" \
+        "$(grep '^FAKE fake' <<<"$out")" launches allocs frees copies memsets || ok=0
+    if [ "$setup" != direct ]; then
+        local summary
+        summary=$(grep 'summary ' "$WORK/$name.err")
+        same_keys "libmsched summary" "$(grep '^EXPECT shim' <<<"$out")" "$summary" \
+            launches allocs frees copies memsets unknown_layout syncs live_bytes || ok=0
+        if [ "$(value trace_dropped "$summary")" != 0 ]; then
+            echo "    the trace dropped records: $summary"
+            ok=0
+        fi
+        case $mode in
+        gpa*) [ "$(value procaddr_hooked "$summary")" -gt 0 ] 2>/dev/null ||
+            { echo "    cuGetProcAddress handed out no hook"; ok=0; } ;;
+        esac
+        if [ "$setup" = preload ] && [ "$bin" = cuda_test_dl ] && [ "${mode#dlsym}" != "$mode" ]
+        then
+            [ "$(value dlsym_hooked "$summary")" -gt 0 ] 2>/dev/null ||
+                { echo "    dlsym on the driver's handle returned no hook"; ok=0; }
+        fi
+        if "$T/trace_check" "$WORK/$name.trace" >"$WORK/$name.tc" 2>&1; then
+            local count
+            count=$(grep '^COUNT ' "$WORK/$name.tc")
+            same_keys "trace records" "$(grep '^EXPECT trace' <<<"$out") header=1 task=1 live=0" \
+                "$count" kernel alloc free copy memset sync header task live || ok=0
+            while read -r _ k rest; do
+                if ! grep -qxF "KERNEL $k $rest" "$WORK/$name.tc"; then
+                    echo "    no trace record 'kernel $k $rest'"
+                    ok=0
+                fi
+            done < <(grep '^EXPECT_KERNEL ' <<<"$out")
+        else
+            echo "    the core's reader refused the trace: $(head -n 1 "$WORK/$name.tc")"
+            ok=0
+        fi
+    fi
+    if [ $ok = 1 ]; then
+        pass "$name"
+    else
+        fail "$name" "see above"
+    fi
+}
+
+# simple NAME BINARY MODE [VAR=value...]: the program's own checks must pass
+simple() {
+    local name=$1
+    if run "$@" && grep -q "^OK $3\$" "$WORK/$name.out"; then
+        pass "$name"
+    else
+        fail "$name"
+        show "$name"
+    fi
+}
+
+# ---- generated code and exports --------------------------------------------------------------
+if make --no-print-directory -s check-gen-shim CUDA_HOME="$CUDA_HOME" >"$WORK/gen.log" 2>&1; then
+    pass gen/no-drift
+else
+    fail gen/no-drift "make check-gen-shim: shim/gen differs from what the toolkit generates"
+    head -n 20 "$WORK/gen.log" | sed 's/^/    | /'
+fi
+
+nm -D --defined-only "$STUB" | awk '{ print $3 }' | sort >"$WORK/stub.syms"
+for lib in libcuda.so.1 libmsched.so; do
+    nm -D --defined-only "$SHIMDIR/$lib" | awk '$2 == "T" { print $3 }' | sort >"$WORK/$lib.syms"
+    missing=$(comm -23 "$WORK/stub.syms" "$WORK/$lib.syms" | head -n 5 | tr '\n' ' ')
+    if [ -s "$WORK/stub.syms" ] && [ -z "$missing" ]; then
+        pass "exports/$lib-covers-stub ($(wc -l <"$WORK/stub.syms") symbols)"
+    else
+        fail "exports/$lib-covers-stub" "missing: ${missing:-the stub exports nothing}"
+    fi
+    want_dlsym=0
+    [ $lib = libmsched.so ] && want_dlsym=1
+    extra=$(nm -D --defined-only "$SHIMDIR/$lib" | awk '{ print $3 }' |
+        grep -v -e '^cu' -e '^ms_shim_marker$' -e '^dlsym$' | head -n 5 | tr '\n' ' ')
+    has_dlsym=$(nm -D --defined-only "$SHIMDIR/$lib" | awk '$3 == "dlsym"' | wc -l)
+    if [ -z "$extra" ] && [ "$has_dlsym" = $want_dlsym ]; then
+        pass "exports/$lib-nothing-else"
+    else
+        fail "exports/$lib-nothing-else" "extra: '$extra', dlsym exported: $has_dlsym"
+    fi
+done
+
+# ---- the workload, every way, every setup ----------------------------------------------------
+DIRECT=(LD_LIBRARY_PATH="$FAKEDIR")
+SHIM=(LD_LIBRARY_PATH="$SHIMDIR:$FAKEDIR" MSCHED_REAL_LIBCUDA="$FAKE")
+PRE=(LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH="$FAKEDIR")
+
+for m in link link-pt dlsym dlsym-pt gpa gpa-pt; do
+    workload "direct/$m" cuda_test_linked $m direct "${DIRECT[@]}"
+done
+for m in link link-pt dlsym dlsym-pt gpa gpa-pt; do
+    workload "shim/$m" cuda_test_linked $m shim "${SHIM[@]}"
+done
+workload shim/dl-gpa-pt cuda_test_dl gpa-pt shim "${SHIM[@]}"
+# found through LD_LIBRARY_PATH, skipping libmsched's own directory
+workload shim/search-path cuda_test_linked gpa shim LD_LIBRARY_PATH="$SHIMDIR:$FAKEDIR"
+if ! grep -q "real driver: $FAKEDIR/libcuda.so.1" "$WORK/shim/search-path.err"; then
+    fail shim/search-path-found-fake "$(grep 'real driver' "$WORK/shim/search-path.err")"
+fi
+# MSCHED_REAL_LIBCUDA pointing at libmsched itself, or at its other build: both refused
+workload shim/not-itself cuda_test_linked link shim LD_LIBRARY_PATH="$SHIMDIR:$FAKEDIR" \
+    MSCHED_REAL_LIBCUDA="$SHIMDIR/libcuda.so.1"
+workload shim/not-other-shim cuda_test_linked dlsym shim LD_LIBRARY_PATH="$SHIMDIR:$FAKEDIR" \
+    MSCHED_REAL_LIBCUDA="$SHIMDIR/libmsched.so"
+for m in dlsym dlsym-pt gpa gpa-pt; do
+    workload "preload/$m" cuda_test_dl $m preload "${PRE[@]}"
+done
+workload preload/linked cuda_test_linked link preload "${PRE[@]}"
+
+# ---- entry points and the oracle -------------------------------------------------------------
+simple direct/gpa-check cuda_test_linked gpa-check "${DIRECT[@]}"
+simple shim/gpa-check cuda_test_linked gpa-check "${SHIM[@]}"
+simple preload/gpa-check cuda_test_dl gpa-check "${PRE[@]}"
+for m in tramp-float tramp-stack; do
+    simple "direct/$m" cuda_test_dl $m "${DIRECT[@]}"
+    simple "shim/$m" cuda_test_dl $m "${SHIM[@]}"
+    simple "preload/$m" cuda_test_dl $m "${PRE[@]}"
+done
+simple direct/oracle cuda_test_linked oracle "${DIRECT[@]}"
+simple shim/oracle cuda_test_linked oracle "${SHIM[@]}"
+
+# ---- robustness ------------------------------------------------------------------------------
+if run shim/fork cuda_test_linked fork "${SHIM[@]}" MSCHED_TRACE="$WORK/fork.trace" &&
+    grep -q '^OK fork$' "$WORK/shim/fork.out" &&
+    "$T/trace_check" "$WORK/fork.trace" >"$WORK/fork.tc" &&
+    same_keys "trace after fork" "$(grep '^EXPECT trace' "$WORK/shim/fork.out") header=1 task=1" \
+        "$(grep '^COUNT' "$WORK/fork.tc")" kernel alloc free copy memset sync header task; then
+    pass shim/fork-child-leaves-trace-alone
+else
+    fail shim/fork-child-leaves-trace-alone
+    show shim/fork
+fi
+if run shim/quiet cuda_test_linked gpa "${SHIM[@]}" && [ ! -s "$WORK/shim/quiet.err" ]; then
+    pass shim/quiet-without-verbose
+else
+    fail shim/quiet-without-verbose "stderr: $(head -c 200 "$WORK/shim/quiet.err")"
+fi
+if run shim/trace-pid cuda_test_linked gpa "${SHIM[@]}" MSCHED_TRACE="$WORK/pid-%p.trace" &&
+    ls "$WORK"/pid-[0-9]*.trace >/dev/null 2>&1 &&
+    "$T/trace_check" "$WORK"/pid-[0-9]*.trace >/dev/null; then
+    pass shim/trace-path-pid
+else
+    fail shim/trace-path-pid
+fi
+have_driver=0
+for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 /usr/local/nvidia/lib \
+    /usr/lib/wsl/lib /lib/x86_64-linux-gnu /lib64 /usr/lib; do
+    [ -e "$d/libcuda.so.1" ] && have_driver=1
+done
+if [ $have_driver = 0 ]; then
+    simple shim/no-driver cuda_test_dl nodriver LD_LIBRARY_PATH="$SHIMDIR" \
+        MSCHED_REAL_LIBCUDA=/nonexistent/libcuda.so.1
+else
+    echo "SKIP shim/no-driver (a real driver is installed here)"
+fi
+
+if [ $failures -ne 0 ]; then
+    echo "$failures shim check(s) failed"
+    exit 1
+fi
+exit 0
