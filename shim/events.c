@@ -35,6 +35,8 @@
 #include "core/trace.h"
 #include "shim/shim_events.h"
 
+#include <stddef.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -505,6 +507,34 @@ void ms_shim_counters_get(struct ms_shim_counters *out)
     pthread_mutex_lock(&ms__shim_lock);
     *out = ctr;
     pthread_mutex_unlock(&ms__shim_lock);
+}
+
+/*
+ * ms_shim_counter: one counter by name, for tools inside the process (the identity checks read
+ * launch counts around a region with ctypes). Exported; unknown names give UINT64_MAX.
+ */
+__attribute__((visibility("default"))) uint64_t ms_shim_counter(const char *name);
+uint64_t ms_shim_counter(const char *name)
+{
+    struct ms_shim_counters c;
+    ms_shim_counters_get(&c);
+    static const struct {
+        const char *name;
+        size_t off;
+    } names[] = {
+        {"launches", offsetof(struct ms_shim_counters, launches)},
+        {"launches_unknown", offsetof(struct ms_shim_counters, launches_unknown)},
+        {"allocs", offsetof(struct ms_shim_counters, allocs)},
+        {"frees", offsetof(struct ms_shim_counters, frees)},
+        {"live_bytes", offsetof(struct ms_shim_counters, live_bytes)},
+        {"peak_bytes", offsetof(struct ms_shim_counters, peak_bytes)},
+        {"copies", offsetof(struct ms_shim_counters, copies)},
+        {"memsets", offsetof(struct ms_shim_counters, memsets)},
+    };
+    for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i].name) == 0)
+            return *(const uint64_t *)((const char *)&c + names[i].off);
+    return UINT64_MAX;
 }
 
 /* ------------------------------------------------------------------------------------------ */

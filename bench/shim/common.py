@@ -34,13 +34,34 @@ def digest(*tensors):
     return h.hexdigest()
 
 
+def shim_counter(name):
+    """A libmsched counter (None when the shim is not loaded)."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")  # the object already loaded under that SONAME
+        f = lib.ms_shim_counter
+    except (OSError, AttributeError):
+        return None
+    f.restype = ctypes.c_uint64
+    f.argtypes = [ctypes.c_char_p]
+    return f(name.encode())
+
+
+LAST = {}
+
+
 def profiled(fn):
-    """Run fn() under torch.profiler; return (result, number of GPU kernels and memsets/copies)."""
+    """Run fn() under torch.profiler; return (result, number of GPU kernels and memsets/copies).
+    The shim's own launch count over the same region is left in LAST["shim_launches"]."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        before = shim_counter("launches")
         out = fn()
         torch.cuda.synchronize()
+        after = shim_counter("launches")
+    LAST["shim_launches"] = None if before is None else after - before
     kernels = 0
     other = 0
     for e in prof.events():
@@ -56,6 +77,11 @@ def profiled(fn):
 
 
 def report(program, **fields):
-    fields = {"program": program, **fields}
+    fields = {"program": program, **fields, **LAST}
+    live = shim_counter("live_bytes")
+    if live is not None:
+        import torch
+        fields["shim_live_bytes"] = live
+        fields["torch_reserved_bytes"] = torch.cuda.memory_reserved()
     print(json.dumps(fields), flush=True)
     sys.stdout.flush()
