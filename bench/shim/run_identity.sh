@@ -5,18 +5,19 @@
 # `msched run --preload`; every run prints one JSON line (digest of its results, the GPU's own
 # kernel count from torch.profiler, the shim's launch count over the same region). Then the
 # launch-overhead microbenchmark with and without the shim, interleaved, three times each.
-# Results: OUTDIR/identity.jsonl, OUTDIR/overhead.jsonl, stderr of each run in OUTDIR/logs/.
+# Results: OUTDIR/identity.jsonl, OUTDIR/overhead.jsonl, each run's output in OUTDIR/logs.tgz.
 # Run from the repository root after `make build/bin/msched shim`.
 set -u
 OUT=${1:?usage: run_identity.sh OUTDIR}
 MSCHED=${MSCHED:-build/bin/msched}
+BIN=$(mktemp -d)
 mkdir -p "$OUT/logs"
 export PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
-nvcc -O2 -o "$OUT/own_program" bench/shim/own_program.cu || exit 1
-nvcc -O2 -o "$OUT/launch_overhead" bench/shim/launch_overhead.cu || exit 1
+nvcc -O2 -o "$BIN/own_program" bench/shim/own_program.cu || exit 1
+nvcc -O2 -o "$BIN/launch_overhead" bench/shim/launch_overhead.cu || exit 1
 
 programs=(
-    "own_cuda|$OUT/own_program"
+    "own_cuda|$BIN/own_program"
     "llama|python3 bench/shim/llama.py"
     "resnet50|python3 bench/shim/resnet.py"
     "torch_compile|python3 bench/shim/compiled.py"
@@ -44,7 +45,9 @@ for entry in "${programs[@]}"; do
 done
 : >"$OUT/overhead.jsonl"
 for rep in 1 2 3; do
-    "$OUT/launch_overhead" plain >>"$OUT/overhead.jsonl"
-    "$MSCHED" run -- "$OUT/launch_overhead" shim >>"$OUT/overhead.jsonl"
+    "$BIN/launch_overhead" plain >>"$OUT/overhead.jsonl"
+    "$MSCHED" run -- "$BIN/launch_overhead" shim >>"$OUT/overhead.jsonl"
 done
 cat "$OUT/overhead.jsonl" >&2
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
+rm -rf "$BIN"
