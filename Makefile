@@ -92,10 +92,24 @@ $(CORE_LIB) $(GPU_LIB) $(SIM_LIB) $(TSUP_LIB) $(IPC_LIB):
 
 LIBS := $(SIM_LIB) $(GPU_LIB) $(IPC_LIB) $(CORE_LIB)
 
+# `msched top` draws with ncurses when its header is present (scripts/setup.sh installs it).
+HAVE_NCURSES := $(wildcard /usr/include/ncurses.h)
+ifneq ($(HAVE_NCURSES),)
+$(BUILD)/obj/cli/cmd_top.o: EDGEDEFS += -DMS_HAVE_NCURSES
+CLI_LIBS := -lncurses
+endif
+
 $(MSCHED): $(call obj,$(CLI_SRC)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRC)) $(LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRC)) $(LIBS) $(LDLIBS) $(CLI_LIBS)
+
+# The fake shim client of the daemon tests.
+$(BUILD)/tests/fake_shim: $(BUILD)/obj/tests/daemon/fake_shim.o $(IPC_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+TEST_EXTRA += $(BUILD)/tests/fake_shim
 
 $(MSCHEDD): $(call obj,$(DAEMON_SRC)) $(LIBS)
 	@mkdir -p $(dir $@)
@@ -116,9 +130,9 @@ $(BUILD)/fuzz/replay_%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/repl
 
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
 fuzz: $(FUZZ_BIN)
-build-fuzz/%: tests/fuzz/%.c $(CORE_SRC) $(SIM_SRC) $(GPU_SRC)
+build-fuzz/%: tests/fuzz/%.c $(CORE_SRC) $(SIM_SRC) $(GPU_SRC) $(IPC_SRC)
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $< $(CORE_SRC) $(SIM_SRC) $(GPU_SRC) -o $@ -lm
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -I. -fsanitize=fuzzer,address,undefined $< $(CORE_SRC) $(SIM_SRC) $(GPU_SRC) $(IPC_SRC) -o $@ -lm
 
 # The real-GPU seam and the GPU programs (built when the CUDA toolkit is present; run on a GPU
 # machine only: `make gpu` also compiles their kernels to PTX with nvcc).

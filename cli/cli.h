@@ -33,6 +33,9 @@ struct ms_cli_cmd {
 extern const struct ms_cli_cmd ms_cmd_sim;
 extern const struct ms_cli_cmd ms_cmd_demo;
 extern const struct ms_cli_cmd ms_cmd_run;
+extern const struct ms_cli_cmd ms_cli_status;
+extern const struct ms_cli_cmd ms_cli_top;
+extern const struct ms_cli_cmd ms_cli_config;
 
 /* Print "msched: <message>\n" to stderr. */
 void ms_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,0 +1,143 @@
+/*
+ * cmd_config.c - `msched config get [KEY]` and `msched config set KEY VALUE`: read and change
+ * the running daemon's options (the table in ipc/conf.c; `mschedd --help-options` lists them).
+ *
+ * Design
+ *   CONFIG_GET with an empty key returns every option; with a key, that one. CONFIG_SET answers
+ *   with the option's new canonical value (a size is printed back as "12GiB" however it was
+ *   typed) or an ERROR naming the problem (unknown key, bad value, out of range, not changeable
+ *   while running). Output is "key = value" lines: the configuration file's syntax, so
+ *   `msched config get > mschedd.conf` writes a valid file.
+ *
+ * Exit status: 0; 1 when no daemon answers or it refused; 2 for a bad command line.
+ */
+#include "cli/cli.h"
+
+#include "ipc/conf.h"
+#include "ipc/ipc.h"
+
+#include <errno.h>
+#include <string.h>
+
+int ms_cmd_config(int argc, char **argv);
+void ms_cmd_config_help(FILE *f);
+
+void ms_cmd_config_help(FILE *f)
+{
+    fprintf(f, "usage: msched config [--gpu N] [--socket PATH] get [KEY]\n"
+               "       msched config [--gpu N] [--socket PATH] set KEY VALUE\n"
+               "\n"
+               "Reads or changes the running daemon's options, e.g.\n"
+               "  msched config set slice 50ms\n"
+               "  msched config set policy prio\n"
+               "  msched config set budget 12GiB\n"
+               "Keys: budget, slice, slice_max, switch_frac, policy (rr, prio, adaptive),\n"
+               "evict (opt, lru, whole), cost, stop_timeout, order_timeout, horizon, early_run,\n"
+               "log_level, check; others are shown but fixed while the daemon runs.\n");
+}
+
+int ms_cmd_config(int argc, char **argv)
+{
+    char sock[MS_IPC_PATH_MAX + 1];
+    if (ms_ipc_socket_path(0, sock, sizeof(sock)) != MS_OK) {
+        ms_cli_error("socket path too long");
+        return MS_EXIT_USAGE;
+    }
+    const char *words[3] = {NULL, NULL, NULL};
+    int nwords = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int m;
+        if ((m = ms_cli_opt(argc, argv, &i, "--gpu", &v)) != 0) {
+            uint64_t g;
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (ms_cli_parse_u64(v, &g) != MS_OK || g > 255 ||
+                ms_ipc_socket_path((unsigned)g, sock, sizeof(sock)) != MS_OK) {
+                ms_cli_error("--gpu: '%s' is not a GPU index", v);
+                return MS_EXIT_USAGE;
+            }
+            continue;
+        }
+        if ((m = ms_cli_opt(argc, argv, &i, "--socket", &v)) != 0) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (strlen(v) >= MS_IPC_PATH_MAX) {
+                ms_cli_error("--socket: path too long");
+                return MS_EXIT_USAGE;
+            }
+            snprintf(sock, sizeof(sock), "%s", v);
+            continue;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            ms_cmd_config_help(stdout);
+            return 0;
+        }
+        if (nwords >= 3) {
+            ms_cli_error("config: too many arguments (try 'msched help config')");
+            return MS_EXIT_USAGE;
+        }
+        words[nwords++] = argv[i];
+    }
+    struct ms_msg req;
+    if (nwords >= 1 && strcmp(words[0], "get") == 0 && nwords <= 2) {
+        ms_msg_init(&req, MS_MSG_CONFIG_GET);
+        if (nwords == 2 && snprintf(req.config.kv.key, sizeof(req.config.kv.key), "%s", words[1]) >=
+                               (int)sizeof(req.config.kv.key)) {
+            ms_cli_error("config: key too long");
+            return MS_EXIT_USAGE;
+        }
+    } else if (nwords == 3 && strcmp(words[0], "set") == 0) {
+        ms_msg_init(&req, MS_MSG_CONFIG_SET);
+        if (snprintf(req.config.kv.key, sizeof(req.config.kv.key), "%s", words[1]) >=
+                (int)sizeof(req.config.kv.key) ||
+            snprintf(req.config.kv.value, sizeof(req.config.kv.value), "%s", words[2]) >=
+                (int)sizeof(req.config.kv.value)) {
+            ms_cli_error("config: key or value too long");
+            return MS_EXIT_USAGE;
+        }
+    } else {
+        ms_cli_error("config: expected 'get [KEY]' or 'set KEY VALUE' (try 'msched help config')");
+        return MS_EXIT_USAGE;
+    }
+    if (ms_msg_validate(&req, NULL, 0) != MS_OK) {
+        ms_cli_error("config: the key or value has characters the protocol does not carry");
+        return MS_EXIT_USAGE;
+    }
+    struct ms_msg reply;
+    errno = 0;
+    int rc = ms_ipc_request(sock, 3000, &req, &reply);
+    if (rc == MS_E_NOTFOUND) {
+        ms_cli_error("no daemon is running on %s", sock);
+        return MS_EXIT_RUNTIME;
+    }
+    if (rc) {
+        ms_cli_error("%s: %s%s%s", sock, ms_strerror(rc), errno ? ": " : "",
+                     errno ? strerror(errno) : "");
+        return MS_EXIT_RUNTIME;
+    }
+    if (reply.type == MS_MSG_ERROR) {
+        ms_cli_error("%s", reply.error.text);
+        ms_msg_free(&reply);
+        return MS_EXIT_RUNTIME;
+    }
+    if (reply.type != MS_MSG_CONFIG) {
+        ms_cli_error("unexpected %s reply", ms_msg_type_name(reply.type));
+        ms_msg_free(&reply);
+        return MS_EXIT_RUNTIME;
+    }
+    for (uint32_t i = 0; i < reply.config.npairs; i++) {
+        const char *v = reply.config.pairs[i].value;
+        bool quote = v[0] == '\0' || strchr(v, ' ') || strchr(v, '#');
+        printf("%s = %s%s%s\n", reply.config.pairs[i].key, quote ? "\"" : "", v, quote ? "\"" : "");
+    }
+    ms_msg_free(&reply);
+    return 0;
+}
+
+const struct ms_cli_cmd ms_cli_config = {
+    .name = "config",
+    .summary = "read or change the running daemon's options",
+    .run = ms_cmd_config,
+    .help = ms_cmd_config_help,
+};

@@ -1,0 +1,236 @@
+/*
+ * sched.h - the daemon's scheduling state machine: from events (a task registered, a message
+ * arrived, a task died, time passed) to actions (messages to send, sessions to drop).
+ *
+ * Design
+ *   Pure and single-threaded: no I/O, no clock. Every entry point takes the current time `now`
+ *   (nanoseconds on any monotonic clock) and appends actions to a FIFO the caller drains with
+ *   ms_sched_next_action. The daemon feeds it from its event loop; the tests script scenarios
+ *   with a virtual clock and play the shims themselves. Policy computes, mechanism executes: the
+ *   scheduler decides which task runs and which chunks move; the shims move them.
+ *
+ *   State. Every task's regions are mirrored in one region table (core/region.h) with
+ *   region.task = task id, so the planner sees all tasks at once. The mirror's chunk states mean
+ *   "device memory the daemon has accounted for": EMPTY/HOST hold none; IN (a population was
+ *   credited), DIRTY (resident; the daemon does not track cleanliness: every resident chunk is
+ *   DIRTY once settled) and OUT (an eviction was ordered, not yet reported) hold their bytes.
+ *   So rt.resident_bytes is the device memory the shims may be holding, and the scheduler keeps
+ *   it <= budget at every step: populations are credited only as reported evictions free memory.
+ *
+ *   A context switch, phase by phase:
+ *     RUNNING    task A holds RUN. Its slice ends (timer), a higher-priority task demands (PRIO:
+ *                preemption at once), or A goes IDLE while others wait ->
+ *     STOPPING   STOP{epoch} sent to A; wait for STOPPED (timeout: A is dropped) ->
+ *     (planning) the policy's timeline (core/timeline.h) names B = entry 0 and the tasks after
+ *                it; ws[k] = the demanded working set of entry k's task (its `next` set at its
+ *                first appearance, its `recent` set after); ms_plan_build (OPT/LRU/WHOLE across
+ *                all tasks) gives the evictions and B's populations ->
+ *     MIGRATING  EVICT orders to the victims' owners (one order per owner), POPULATE to B with
+ *                the credit that fits now; each EVICTED frees memory and more credit goes to B
+ *                (CREDIT). When B reports its POPULATE complete ->
+ *     RUNNING    RUN{epoch, slice} to B.
+ *   With early_run, RUN goes out with the POPULATE and the shim's launch gate waits for the
+ *   chunks each launch needs. A running task that DEMANDs chunks it does not have gets an
+ *   incremental migration (its own resident chunks are pinned so they are not victims) without
+ *   losing the GPU. A new plan is made only when no order is outstanding, so every task has at
+ *   most one EVICT and one POPULATE order in flight.
+ *
+ *   Policies: RR and PRIO come from core/timeline.h; ADAPTIVE is round-robin whose slice grows
+ *   so that the predicted cost of the switch that starts it (core/cost.h: the bytes its plan
+ *   moves, both directions pipelined, plus mapping) is at most switch_frac_pct percent of the
+ *   slice, between slice_ns and slice_max_ns. The eviction policy (OPT, LRU, WHOLE) is the
+ *   planner's. A task's mem_limit caps its resident bytes: its working set is cut to the limit
+ *   and its own other chunks are evicted as needed.
+ *
+ *   Death (ms_sched_task_gone) releases the task at once: its chunks vanish from the mirror
+ *   (whatever state they were in, IN and OUT included), its orders are forgotten, and if it was
+ *   running, stopping or loading the schedule moves on. Memory it held becomes credit for
+ *   whoever is populating. A task the scheduler drops itself (protocol violation, timeout)
+ *   leaves the schedule the same way but keeps its memory charged as a ghost until its process
+ *   is known to have exited: a hung process still holds what it mapped.
+ *
+ * Invariants (ms_sched_check verifies them; tests call it after every event)
+ *   S1  ms_rtable_check passes and every live region belongs to a live task
+ *   S2  rt.resident_bytes <= budget (unless the budget was lowered and no migration since)
+ *   S3  each task's resident counter equals the sum over its chunks
+ *   S4  at most one task holds RUN; phase, cur and next agree (see sched.c)
+ *   S5  every valid, unreported entry of an EVICT order is an OUT chunk of the order's task;
+ *       every credited, unreported entry of a POPULATE order is an IN or DIRTY chunk
+ *   S6  between calls, exactly the resident chunks of ghosts are pinned
+ *
+ * Ownership: the scheduler owns its table, tasks and queued actions; an action handed out by
+ * ms_sched_next_action belongs to the caller (free its message with ms_msg_free). Errors
+ * follow core/ms.h. Locking: none; one thread.
+ */
+#ifndef MS_SCHED_H
+#define MS_SCHED_H
+
+#include "cost.h"
+#include "plan.h"
+#include "proto.h"
+#include "region.h"
+
+#include <stdbool.h>
+
+enum ms_sched_policy { MS_SCHED_RR = 0, MS_SCHED_PRIO, MS_SCHED_ADAPTIVE, MS_SCHED_POLICY_COUNT };
+
+struct ms_sched_config {
+    enum ms_sched_policy policy;
+    enum ms_evict_policy evict;
+    uint64_t budget;            /* device bytes all tasks together may hold, > 0 */
+    uint64_t slice_ns;          /* base slice (times the task's weight), > 0 */
+    uint64_t slice_max_ns;      /* ADAPTIVE: longest slice (>= slice_ns) */
+    uint32_t switch_frac_pct;   /* ADAPTIVE: switch cost at most this % of the slice, 1..100 */
+    const struct ms_cost *cost; /* cost profile for predictions; NULL = ms_cost_h200 */
+    uint64_t stop_timeout_ns;   /* STOP .. STOPPED, else the task is dropped */
+    uint64_t order_timeout_ns;  /* an order without progress for this long drops its task */
+    uint32_t horizon;           /* timeline entries the planner looks ahead, >= 1 */
+    bool early_run;             /* send RUN with the POPULATE instead of after it */
+    uint32_t max_tasks;
+    uint32_t max_regions; /* per task */
+    uint64_t max_chunks;  /* per task, over all its regions */
+};
+
+/* What the caller must do. */
+enum ms_action_kind {
+    MS_ACT_SEND = 1, /* send msg to task's session */
+    MS_ACT_DROP,     /* close task's session; the task is a ghost (or gone, after BYE) */
+};
+
+struct ms_action {
+    uint8_t kind; /* enum ms_action_kind */
+    uint32_t task;
+    struct ms_msg msg; /* SEND: owned by the action's receiver */
+    int32_t err;       /* DROP: why, an MS_E_* code */
+    char why[128];     /* DROP: one line for the log */
+};
+
+struct ms_stask;  /* a task (sched.c) */
+struct ms_zombie; /* a dropped task whose DROP is not handed out yet (sched.c) */
+
+enum ms_sched_phase { MS_PH_IDLE = 0, MS_PH_RUNNING, MS_PH_STOPPING, MS_PH_MIGRATING };
+
+struct ms_sched {
+    struct ms_sched_config cfg;
+    struct ms_rtable rt;
+    struct ms_stask **tasks; /* live tasks, ascending id */
+    size_t ntasks, captasks;
+    uint32_t next_id;
+    uint32_t *slot_rid; /* mirror slot -> the owner's region id */
+    size_t capslot;
+
+    enum ms_sched_phase phase;
+    uint32_t cur;     /* holds RUN (RUNNING, incremental MIGRATING) or is stopping; or NONE */
+    uint32_t next;    /* MIGRATING: the task being loaded; or NONE */
+    bool incremental; /* MIGRATING for cur, which keeps RUN */
+    uint32_t last;    /* the task that ran last (round-robin position) */
+    uint32_t epoch;
+    uint64_t slice_end;  /* RUNNING: when cur's slice ends */
+    uint64_t stop_by;    /* STOPPING: deadline for STOPPED */
+    bool in_switch;      /* a switch is in progress (STOP sent or planning begun) */
+    uint64_t switch_t0;  /* when it began */
+    uint64_t next_slice; /* MIGRATING: the slice the next task will get */
+    bool over_budget;    /* the budget was lowered below resident; cleared once back under */
+    bool shrink;         /* ... and the running task must be stopped so a plan can shrink */
+    bool retry;          /* a decision failed for lack of memory: retry at the next tick */
+    uint64_t retry_at;
+
+    /* statistics */
+    uint64_t start_ns, now;
+    uint64_t switches, switch_ns_total, switch_ns_max;
+    uint64_t bytes_in, bytes_out;
+    uint64_t plans, plan_failures, drops;
+
+    /* queued actions: acts[head..n), then the zombies' DROPs */
+    struct ms_action *acts;
+    size_t head, nacts, capacts;
+    struct ms_zombie *zq; /* room for one per live task is kept reserved */
+    size_t nzq, capzq;
+
+    /* scratch kept between calls to avoid reallocating */
+    struct ms_timeline tl;
+    struct ms_chunk_set *ws;
+    size_t capws;
+    struct ms_plan plan;
+};
+
+void ms_sched_config_default(struct ms_sched_config *c);
+/* Check a configuration's ranges; MS_E_INVAL with a reason in why. */
+int ms_sched_config_check(const struct ms_sched_config *c, char *why, size_t whylen);
+
+/* Errors: MS_E_INVAL (bad config). */
+int ms_sched_init(struct ms_sched *s, const struct ms_sched_config *cfg, uint64_t now);
+/* Frees everything, queued actions included. */
+void ms_sched_fini(struct ms_sched *s);
+
+/*
+ * A shim said HELLO. Registers a task and queues WELCOME to it. pid is the one the kernel
+ * reported for the connection (0: use the HELLO's). Errors: MS_E_NOSPACE (max_tasks reached),
+ * MS_E_VERSION (hello->version < 1), MS_E_NOMEM; nothing is queued on error.
+ */
+int ms_sched_hello(struct ms_sched *s, uint64_t now, const struct ms_msg_hello *hello, uint32_t pid,
+                   uint32_t *out_task);
+
+/*
+ * A message from a registered task: REGION, DEMAND, IDLE, STOPPED, EVICTED, POPULATED, BYE.
+ * Anything else, or a message that breaks the protocol (an unknown region, progress beyond an
+ * order, populating beyond credit, ...), drops the task: ERROR and DROP are queued and the
+ * error is returned (MS_E_PARSE, MS_E_STATE, MS_E_NOTFOUND, MS_E_OVERLAP, MS_E_NOSPACE for
+ * limits, MS_E_NOMEM). A dropped task's process may still be alive and holding device memory,
+ * so the task stays as a ghost (state MS_TS_DROPPED): never scheduled, never sent anything,
+ * its resident chunks pinned and still charged to the budget, until ms_sched_task_gone says its
+ * process exited. BYE (the shim released its memory) removes the task at once, with a DROP
+ * and no ERROR. MS_E_NOTFOUND without actions for an unknown or ghost task.
+ */
+int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const struct ms_msg *m);
+
+/*
+ * The task's process exited, or its session closed (which is taken as its exit): its memory is
+ * released at once. Also ends a ghost. Unknown ids are ignored.
+ */
+void ms_sched_task_gone(struct ms_sched *s, uint64_t now, uint32_t task);
+
+/*
+ * The edge drops a task itself (a malformed frame, a client too slow to read its messages):
+ * handled like a protocol violation found here: ERROR and DROP are queued and the task becomes
+ * a ghost. Errors: MS_E_NOTFOUND (unknown or already a ghost).
+ */
+int ms_sched_task_drop(struct ms_sched *s, uint64_t now, uint32_t task, int err, const char *why);
+
+/* Time passed: slice ends, timeouts, retries. */
+void ms_sched_tick(struct ms_sched *s, uint64_t now);
+
+/* The earliest time ms_sched_tick has something to do; UINT64_MAX when nothing is pending. */
+uint64_t ms_sched_deadline(const struct ms_sched *s);
+
+/* Pop the oldest queued action into *out. Returns 1, or 0 when the queue is empty. */
+int ms_sched_next_action(struct ms_sched *s, struct ms_action *out);
+
+/*
+ * Fill a STATUS message (out is initialised here; free it with ms_msg_free). daemon_pid and gpu
+ * are left 0 for the caller. Errors: MS_E_NOMEM.
+ */
+int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out);
+
+/*
+ * Runtime configuration. A new budget, slice or policy applies from the next decision. A budget
+ * lower than what is resident is reached by the next plan: the running task is stopped at once
+ * (once) so that plan happens now. Errors: MS_E_INVAL (out of range).
+ */
+int ms_sched_set_budget(struct ms_sched *s, uint64_t now, uint64_t budget);
+int ms_sched_set_slice(struct ms_sched *s, uint64_t now, uint64_t slice_ns);
+int ms_sched_set_policy(struct ms_sched *s, uint64_t now, enum ms_sched_policy p);
+int ms_sched_set_evict(struct ms_sched *s, uint64_t now, enum ms_evict_policy p);
+
+/* Resident bytes the scheduler accounts to a task (0 for an unknown task). */
+uint64_t ms_sched_task_resident(const struct ms_sched *s, uint32_t task);
+/* Task state (enum ms_task_state), or -1 for an unknown task. */
+int ms_sched_task_state(const struct ms_sched *s, uint32_t task);
+
+/* Check S1-S6. Returns 0, or the number of the first violated invariant with a reason. */
+int ms_sched_check(const struct ms_sched *s, char *why, size_t whylen);
+
+int ms_sched_policy_parse(const char *str, enum ms_sched_policy *out);
+const char *ms_sched_policy_name(enum ms_sched_policy p);
+
+#endif /* MS_SCHED_H */

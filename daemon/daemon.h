@@ -1,0 +1,108 @@
+/*
+ * daemon.h - mschedd's internals shared by its files (not an interface of anything else).
+ *
+ * Design
+ *   One thread, one epoll loop (docs/style.md §14). Everything the loop watches is a struct
+ *   ms_ev whose `kind` says what it is: the listening socket, the signalfd, a client session's
+ *   socket, a session's pidfd, or the pidfd of a ghost (a task the scheduler dropped whose
+ *   process still lives and may hold device memory). The scheduler (core/sched.h) decides; this
+ *   code only moves bytes between sockets and the scheduler and turns its actions into sends
+ *   and closes.
+ *
+ *   A session is one client connection. It becomes a task session when it says HELLO; before
+ *   that (the CLI) it may ask for STATUS, METRICS and CONFIG. Sessions are in one doubly linked
+ *   list; tasks are few (max_tasks), so finding a task's session is a walk of the list.
+ *
+ * Glossary
+ *   closing  a session that will be closed once its queued output is written (after an ERROR
+ *            or a DROP), or after a short grace period if the peer does not read.
+ *   ghost    see above; watched through its pidfd until the process exits, then
+ *            ms_sched_task_gone releases its memory.
+ *
+ * Invariants
+ *   - a session's task is MS_TASK_NONE or a live (non-ghost) task of the scheduler;
+ *   - EPOLLOUT is registered exactly when the session has output pending;
+ *   - every fd registered with epoll belongs to exactly one ms_ev still allocated.
+ */
+#ifndef MS_DAEMON_H
+#define MS_DAEMON_H
+
+#include "core/sched.h"
+#include "daemon/log.h"
+#include "ipc/conf.h"
+#include "ipc/ipc.h"
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+enum ms_ev_kind { MS_EV_LISTEN = 1, MS_EV_SIGNAL, MS_EV_SESSION, MS_EV_PIDFD, MS_EV_GHOST };
+
+struct ms_ev {
+    int kind; /* enum ms_ev_kind */
+};
+
+struct ms_session {
+    struct ms_ev ev;    /* MS_EV_SESSION; first member: &ev == session */
+    struct ms_ev pidev; /* MS_EV_PIDFD */
+    uint64_t id;        /* for logs */
+    struct ms_conn conn;
+    uint32_t task; /* MS_TASK_NONE until HELLO, and after the task is dropped */
+    int pidfd;     /* -1: none */
+    pid_t pid;     /* of the peer, from SO_PEERCRED */
+    uid_t uid;
+    bool closing;
+    bool want_out;     /* EPOLLOUT registered */
+    uint64_t close_by; /* closing: give up flushing at this time */
+    struct ms_session *prev, *next;
+};
+
+struct ms_ghost {
+    struct ms_ev ev; /* MS_EV_GHOST; first member */
+    uint32_t task;
+    int pidfd;
+    pid_t pid;
+    struct ms_ghost *next;
+};
+
+struct ms_daemon_stats {
+    uint64_t sessions_total;
+    uint64_t protocol_errors; /* malformed frames and protocol violations */
+    uint64_t slow_dropped;    /* clients dropped for not reading */
+    uint64_t msgs_in, msgs_out;
+    uint64_t bytes_in, bytes_out;
+};
+
+struct ms_daemon {
+    struct ms_conf conf;
+    struct ms_sched sched;
+    char sock_path[MS_IPC_PATH_MAX + 8];
+    char lock_path[MS_IPC_PATH_MAX + 16];
+    int epfd, listen_fd, signal_fd, lock_fd;
+    struct ms_ev listen_ev, signal_ev;
+    struct ms_session *sessions;
+    size_t nsessions;
+    struct ms_ghost *ghosts;
+    uint64_t next_session_id;
+    uint64_t start_ns;
+    bool stop;
+    int exit_code;
+    struct ms_daemon_stats st;
+};
+
+/*
+ * Set the daemon up on an already-configured d->conf: scheduler, lock, socket, signals, epoll.
+ * Prints nothing; errors go to why. Errors: MS_E_BUSY (another daemon holds the lock: why names
+ * its pid), MS_E_IO, MS_E_INVAL (configuration), MS_E_NOMEM.
+ */
+int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen);
+/* Run until SIGTERM/SIGINT (or d->stop). Returns the exit code. */
+int ms_daemon_run(struct ms_daemon *d);
+/* Say BYE to every session, close everything, remove the socket. */
+void ms_daemon_fini(struct ms_daemon *d);
+
+/* Prometheus text exposition of a STATUS message and the daemon's own counters into out
+ * (replacing its contents), at most MS_PROTO_MAX_PAYLOAD bytes. Errors: MS_E_NOMEM. */
+int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats *ds,
+                    size_t nsessions, struct ms_buf *out);
+
+#endif /* MS_DAEMON_H */

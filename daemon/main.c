@@ -1,0 +1,312 @@
+/*
+ * main.c - mschedd's command line: options, configuration file, daemonizing, then the loop.
+ *
+ * Options come from three places, later ones winning: built-in defaults, the configuration
+ * file (--config), and command-line flags. Every option of the table in ipc/conf.c is also a
+ * flag (--slice-max 2s is the option slice_max); a few flags are extra (--foreground, -v,
+ * --check, --set KEY=VALUE).
+ *
+ * Without --foreground the daemon forks into the background. The parent waits on a pipe until
+ * the child is listening (or failed), so `mschedd && msched status` always finds it, and
+ * failures such as "another daemon is running" are printed by the parent and reflected in its
+ * exit status. Exit status: 0, 1 for a runtime failure, 2 for a bad command line.
+ */
+#include "daemon/daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE 2
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mschedd [options]\n"
+            "The msched daemon for one GPU: time-slices the GPU between the processes that run\n"
+            "under msched and plans the memory each context switch moves.\n"
+            "\n"
+            "  -f, --foreground        stay in the foreground (logs go to stderr)\n"
+            "  -c, --config FILE       read options from FILE (key = value lines)\n"
+            "      --gpu N             GPU index (names the socket)\n"
+            "      --socket PATH       socket path (default: $MSCHED_SOCKET, else\n"
+            "                          $XDG_RUNTIME_DIR/msched/gpuN.sock, else\n"
+            "                          /tmp/msched-UID/gpuN.sock)\n"
+            "      --budget SIZE       device memory all tasks may hold (16GiB)\n"
+            "      --slice DURATION    base time slice (100ms)\n"
+            "      --policy P          rr, prio or adaptive\n"
+            "      --evict E           opt, lru or whole\n"
+            "      --log-file FILE     log to FILE (background default: the socket path + .log)\n"
+            "      --log-level L       error, warn (default), info or debug\n"
+            "  -v, -vv                 log level info, debug\n"
+            "      --set KEY=VALUE     set any option; every option is also a flag --KEY VALUE\n"
+            "      --check             verify the scheduler's invariants after every event\n"
+            "      --help-options      list every option with its default\n"
+            "  -h, --help              this text\n"
+            "      --version\n");
+}
+
+static void list_options(void)
+{
+    struct ms_conf c;
+    ms_conf_default(&c);
+    size_t n;
+    const struct ms_conf_opt *o = ms_conf_opts(&n);
+    printf("%-16s %-10s %-8s %s\n", "option", "default", "runtime", "description");
+    for (size_t i = 0; i < n; i++) {
+        char v[300];
+        ms_conf_get(&c, o[i].name, v, sizeof(v));
+        printf("%-16s %-10s %-8s %s\n", o[i].name, v[0] ? v : "\"\"", o[i].runtime ? "yes" : "no",
+               o[i].help);
+    }
+}
+
+static int set_opt(struct ms_conf *c, const char *key, const char *value)
+{
+    char k[64], why[300];
+    snprintf(k, sizeof(k), "%s", key);
+    for (char *p = k; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    if (ms_conf_set(c, k, value, false, why, sizeof(why)) != MS_OK) {
+        fprintf(stderr, "mschedd: %s\n", why);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Parse the command line into c (after the file). Returns 0, EXIT_USAGE, or -1 for "exit 0". */
+static int parse_args(int argc, char **argv, struct ms_conf *c, bool *foreground,
+                      const char **config, int pass)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        char name[64];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            if (pass == 0)
+                usage(stdout);
+            return -1;
+        }
+        if (strcmp(a, "--version") == 0) {
+            if (pass == 0)
+                printf("mschedd 0.1.0 (protocol %d)\n", MS_PROTO_VERSION);
+            return -1;
+        }
+        if (strcmp(a, "--help-options") == 0) {
+            if (pass == 0)
+                list_options();
+            return -1;
+        }
+        if (strcmp(a, "-f") == 0 || strcmp(a, "--foreground") == 0) {
+            *foreground = true;
+            continue;
+        }
+        if (strcmp(a, "-v") == 0 || strcmp(a, "-vv") == 0) {
+            if (pass == 1)
+                c->log_level = a[2] ? MS_LOG_DEBUG : MS_MAX(c->log_level, (uint32_t)MS_LOG_INFO);
+            continue;
+        }
+        if (strcmp(a, "--check") == 0) {
+            if (pass == 1)
+                c->check = true;
+            continue;
+        }
+        if (strcmp(a, "-c") == 0) {
+            if (++i >= argc) {
+                fprintf(stderr, "mschedd: -c needs a file\n");
+                return EXIT_USAGE;
+            }
+            *config = argv[i];
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            fprintf(stderr, "mschedd: unexpected argument '%s' (see --help)\n", a);
+            return EXIT_USAGE;
+        }
+        const char *eq = strchr(a + 2, '=');
+        size_t nlen = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+        if (nlen >= sizeof(name)) {
+            fprintf(stderr, "mschedd: unknown option '%s'\n", a);
+            return EXIT_USAGE;
+        }
+        memcpy(name, a + 2, nlen);
+        name[nlen] = '\0';
+        if (eq) {
+            val = eq + 1;
+        } else {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mschedd: --%s needs a value\n", name);
+                return EXIT_USAGE;
+            }
+            val = argv[++i];
+        }
+        if (strcmp(name, "config") == 0) {
+            *config = val;
+            continue;
+        }
+        if (pass == 0)
+            continue; /* options are applied in the second pass, after the file */
+        if (strcmp(name, "set") == 0) {
+            const char *e2 = strchr(val, '=');
+            if (!e2 || e2 == val) {
+                fprintf(stderr, "mschedd: --set needs KEY=VALUE\n");
+                return EXIT_USAGE;
+            }
+            char key[64];
+            snprintf(key, sizeof(key), "%.*s", (int)(e2 - val), val);
+            int rc = set_opt(c, key, e2 + 1);
+            if (rc)
+                return rc;
+            continue;
+        }
+        for (char *p = name; *p; p++)
+            if (*p == '-')
+                *p = '_';
+        if (!ms_conf_find(name)) {
+            fprintf(stderr, "mschedd: unknown option '--%s' (see --help)\n", name);
+            return EXIT_USAGE;
+        }
+        int rc = set_opt(c, name, val);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Fork; the parent waits for the child's word and exits with it. Returns the pipe's fd. */
+static int daemonize(void)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        perror("mschedd: pipe");
+        exit(EXIT_RUNTIME);
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("mschedd: fork");
+        exit(EXIT_RUNTIME);
+    }
+    if (pid > 0) {
+        close(p[1]);
+        char msg[600];
+        ssize_t n, got = 0;
+        while ((n = read(p[0], msg + got, sizeof(msg) - 1 - (size_t)got)) > 0)
+            got += n;
+        msg[got > 0 ? got : 0] = '\0';
+        if (got > 0 && msg[0] == '0')
+            exit(0);
+        if (got > 1)
+            fprintf(stderr, "mschedd: %s\n", msg + 1);
+        else
+            fprintf(stderr, "mschedd: the daemon failed to start\n");
+        int st;
+        waitpid(pid, &st, 0);
+        exit(EXIT_RUNTIME);
+    }
+    close(p[0]);
+    setsid();
+    if (chdir("/") != 0) {
+        /* nothing depends on the working directory */
+    }
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        if (null > 2)
+            close(null);
+    }
+    return p[1];
+}
+
+static void tell_parent(int fd, const char *msg)
+{
+    if (fd < 0)
+        return;
+    ssize_t w = write(fd, msg, strlen(msg));
+    (void)w;
+    close(fd);
+}
+
+int main(int argc, char **argv)
+{
+    struct ms_conf conf;
+    ms_conf_default(&conf);
+    bool foreground = false;
+    const char *config = NULL;
+    int rc = parse_args(argc, argv, &conf, &foreground, &config, 0);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (config) {
+        char why[400];
+        if (ms_conf_load(&conf, config, why, sizeof(why)) != MS_OK) {
+            fprintf(stderr, "mschedd: %s\n", why);
+            return EXIT_USAGE;
+        }
+    }
+    rc = parse_args(argc, argv, &conf, &foreground, &config, 1);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    char why[400];
+    if (ms_conf_check(&conf, why, sizeof(why)) != MS_OK) {
+        fprintf(stderr, "mschedd: %s\n", why);
+        return EXIT_USAGE;
+    }
+
+    struct ms_daemon d;
+    memset(&d, 0, sizeof(d));
+    d.conf = conf;
+    if (!foreground && !conf.log_file[0]) {
+        char sock[MS_IPC_PATH_MAX + 8];
+        if (conf.socket[0])
+            snprintf(sock, sizeof(sock), "%s", conf.socket);
+        else if (ms_ipc_socket_path(conf.gpu, sock, sizeof(sock)) != MS_OK)
+            sock[0] = '\0';
+        if (sock[0])
+            snprintf(d.conf.log_file, sizeof(d.conf.log_file), "%s.log", sock);
+    }
+    int ready = foreground ? -1 : daemonize();
+    ms_log_set_level((enum ms_log_level)d.conf.log_level);
+    if (d.conf.log_file[0] && ms_log_open(d.conf.log_file) != MS_OK) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "1cannot open log file %s: %s", d.conf.log_file,
+                 strerror(errno));
+        if (ready >= 0)
+            tell_parent(ready, msg);
+        else
+            fprintf(stderr, "mschedd: %s\n", msg + 1);
+        return EXIT_RUNTIME;
+    }
+    if (!foreground && d.conf.log_file[0]) {
+        int fd = open(d.conf.log_file, O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (fd >= 0) {
+            dup2(fd, 2); /* stray stderr output lands in the log too */
+            close(fd);
+        }
+    }
+    rc = ms_daemon_init(&d, why, sizeof(why));
+    if (rc) {
+        if (ready >= 0) {
+            char msg[420];
+            snprintf(msg, sizeof(msg), "1%s", why);
+            tell_parent(ready, msg);
+        } else {
+            fprintf(stderr, "mschedd: %s\n", why);
+        }
+        ms_log_error("%s", why);
+        ms_daemon_fini(&d);
+        return EXIT_RUNTIME;
+    }
+    tell_parent(ready, "0");
+    rc = ms_daemon_run(&d);
+    ms_daemon_fini(&d);
+    ms_log_info("stopped");
+    ms_log_close();
+    return rc;
+}

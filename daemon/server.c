@@ -1,0 +1,793 @@
+/*
+ * server.c - mschedd's event loop: sockets, sessions, signals, pidfds, and the scheduler's
+ * actions (design: daemon.h; behaviour: docs/daemon.md).
+ *
+ * Design notes
+ *   Each loop iteration waits in epoll_wait for at most the time to the scheduler's next
+ *   deadline (and never more than a second), handles the ready descriptors, ticks the scheduler
+ *   if its deadline passed, then carries out every action the scheduler queued (sends, drops).
+ *   Messages from one session are handled in arrival order; the scheduler's actions in the order
+ *   it queued them, so every shim sees its messages in the order the scheduler decided them.
+ *
+ *   A session freed while later events of the same epoll batch still point at it would be a
+ *   use-after-free, so closing only marks a session dead and moves it to a graveyard that is
+ *   emptied at the end of the iteration.
+ *
+ *   Hostile clients: a malformed frame gets an ERROR and the session is closed (a task session
+ *   through the scheduler, which keeps its memory charged as a ghost until the process exits);
+ *   a client whose queued output exceeds session_out_max is dropped the same way; a closing
+ *   session that does not read its last messages is closed after a grace second. The input
+ *   side never buffers more than one maximal frame (ipc/conn.c).
+ */
+#include "daemon/daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define CLOSE_GRACE_NS 1000000000ull
+#define MAX_EXTRA_SESSIONS 64 /* control sessions beyond max_tasks */
+
+static struct ms_session *graveyard;
+
+static uint64_t now_ns(void)
+{
+    return ms_ipc_now_ns();
+}
+
+static int pidfd_open_compat(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+static int ep_set(struct ms_daemon *d, int op, int fd, struct ms_ev *ev, uint32_t events)
+{
+    struct epoll_event e;
+    memset(&e, 0, sizeof(e));
+    e.events = events;
+    e.data.ptr = ev;
+    return epoll_ctl(d->epfd, op, fd, &e);
+}
+
+static void ep_del(struct ms_daemon *d, int fd)
+{
+    epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+static const char *peer(const struct ms_session *s, char *buf, size_t len)
+{
+    if (s->task != MS_TASK_NONE)
+        snprintf(buf, len, "session %llu (pid %d, task %u)", (unsigned long long)s->id, (int)s->pid,
+                 s->task);
+    else
+        snprintf(buf, len, "session %llu (pid %d)", (unsigned long long)s->id, (int)s->pid);
+    return buf;
+}
+
+/* ---- sessions ------------------------------------------------------------------------------- */
+
+static void update_out(struct ms_daemon *d, struct ms_session *s)
+{
+    bool pending = ms_conn_out_pending(&s->conn);
+    if (pending == s->want_out || s->conn.fd < 0)
+        return;
+    uint32_t events = (s->closing ? 0 : EPOLLIN) | (pending ? EPOLLOUT : 0);
+    if (ep_set(d, EPOLL_CTL_MOD, s->conn.fd, &s->ev, events) == 0)
+        s->want_out = pending;
+}
+
+/* Close now. died: the peer's task is gone with it (its memory is released at once). */
+static void session_close(struct ms_daemon *d, struct ms_session *s, bool died)
+{
+    if (s->ev.kind != MS_EV_SESSION)
+        return; /* already dead */
+    char who[96];
+    ms_log_debug("%s closed", peer(s, who, sizeof(who)));
+    if (s->task != MS_TASK_NONE && died) {
+        ms_log_info("task %u (pid %d) is gone; its memory is released", s->task, (int)s->pid);
+        ms_sched_task_gone(&d->sched, now_ns(), s->task);
+    }
+    s->task = MS_TASK_NONE;
+    if (s->conn.fd >= 0)
+        ep_del(d, s->conn.fd);
+    if (s->pidfd >= 0) {
+        ep_del(d, s->pidfd);
+        close(s->pidfd);
+        s->pidfd = -1;
+    }
+    d->st.bytes_in += s->conn.bytes_in;
+    d->st.bytes_out += s->conn.bytes_out;
+    ms_conn_fini(&s->conn);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        d->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    d->nsessions--;
+    s->ev.kind = 0; /* dead: later events of this batch are ignored */
+    s->next = graveyard;
+    graveyard = s;
+}
+
+/* Close once the queued output is written (or after a grace period). */
+static void session_finish(struct ms_daemon *d, struct ms_session *s)
+{
+    if (s->ev.kind != MS_EV_SESSION)
+        return;
+    s->closing = true;
+    if (!ms_conn_out_pending(&s->conn)) {
+        session_close(d, s, false);
+        return;
+    }
+    s->close_by = now_ns() + CLOSE_GRACE_NS;
+    /* Stop reading; write what is queued (hang-ups are reported regardless). */
+    if (ep_set(d, EPOLL_CTL_MOD, s->conn.fd, &s->ev, EPOLLOUT) == 0)
+        s->want_out = true;
+}
+
+static struct ms_session *session_of_task(struct ms_daemon *d, uint32_t task)
+{
+    for (struct ms_session *s = d->sessions; s; s = s->next)
+        if (s->task == task)
+            return s;
+    return NULL;
+}
+
+/* Queue m on s. Returns 0, MS_E_NOSPACE (the client does not read), or another error. */
+static int session_send(struct ms_daemon *d, struct ms_session *s, struct ms_msg *m)
+{
+    if (s->ev.kind != MS_EV_SESSION || s->conn.fd < 0)
+        return MS_OK;
+    int rc = ms_conn_send(&s->conn, m);
+    if (rc == MS_OK) {
+        d->st.msgs_out++;
+        if (ms_log_enabled(MS_LOG_DEBUG)) {
+            char who[96];
+            ms_log_debug("-> %s: %s", peer(s, who, sizeof(who)), ms_msg_type_name(m->type));
+        }
+    }
+    update_out(d, s);
+    return rc;
+}
+
+static void reply_error(struct ms_daemon *d, struct ms_session *s, uint32_t seq, int code,
+                        const char *text)
+{
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_ERROR);
+    m.seq = seq;
+    m.error.code = code < 0 ? code : MS_E_INVAL;
+    snprintf(m.error.text, sizeof(m.error.text), "%s", text);
+    session_send(d, s, &m);
+}
+
+/* The peer broke the protocol: ERROR, then close (a task through the scheduler). */
+static void protocol_error(struct ms_daemon *d, struct ms_session *s, int code, const char *why)
+{
+    char who[96];
+    d->st.protocol_errors++;
+    ms_log_warn("%s: %s (%s); closing it", peer(s, who, sizeof(who)), why, ms_strerror(code));
+    if (s->task != MS_TASK_NONE &&
+        ms_sched_task_drop(&d->sched, now_ns(), s->task, code, why) == MS_OK) {
+        s->closing = true; /* read nothing more; the DROP action closes it */
+        return;
+    }
+    reply_error(d, s, 0, code, why);
+    session_finish(d, s);
+}
+
+/* ---- control requests ----------------------------------------------------------------------- */
+
+static void do_status(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
+{
+    struct ms_msg r;
+    if (ms_sched_status(&d->sched, now_ns(), &r) != MS_OK) {
+        reply_error(d, s, req->seq, MS_E_NOMEM, "out of memory");
+        return;
+    }
+    r.status.daemon_pid = (uint32_t)getpid();
+    r.status.gpu = d->conf.gpu;
+    r.seq = req->seq;
+    if (session_send(d, s, &r) == MS_E_NOSPACE)
+        session_close(d, s, true);
+    ms_msg_free(&r);
+}
+
+static void do_metrics(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
+{
+    struct ms_msg st, r;
+    struct ms_buf text;
+    ms_buf_init(&text);
+    int rc = ms_sched_status(&d->sched, now_ns(), &st);
+    st.status.daemon_pid = (uint32_t)getpid();
+    st.status.gpu = d->conf.gpu;
+    if (!rc)
+        rc = ms_metrics_text(&st.status, &d->st, d->nsessions, &text);
+    ms_msg_free(&st);
+    ms_msg_init(&r, MS_MSG_METRICS);
+    if (!rc) {
+        r.metrics.text = ms_malloc(text.len + 1);
+        if (!r.metrics.text)
+            rc = MS_E_NOMEM;
+    }
+    if (rc) {
+        ms_buf_fini(&text);
+        reply_error(d, s, req->seq, rc, "cannot build metrics");
+        return;
+    }
+    memcpy(r.metrics.text, text.data, text.len);
+    r.metrics.text[text.len] = '\0';
+    r.metrics.len = (uint32_t)text.len;
+    ms_buf_fini(&text);
+    r.seq = req->seq;
+    if (session_send(d, s, &r) == MS_E_NOSPACE)
+        session_close(d, s, true);
+    ms_msg_free(&r);
+}
+
+static void do_config_get(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
+{
+    size_t n;
+    const struct ms_conf_opt *o = ms_conf_opts(&n);
+    const char *key = req->config.kv.key;
+    struct ms_msg r;
+    ms_msg_init(&r, MS_MSG_CONFIG);
+    r.seq = req->seq;
+    r.config.pairs = ms_calloc(n, sizeof(*r.config.pairs));
+    if (!r.config.pairs) {
+        reply_error(d, s, req->seq, MS_E_NOMEM, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (key[0] && strcmp(key, o[i].name) != 0)
+            continue;
+        struct ms_kv *kv = &r.config.pairs[r.config.npairs];
+        snprintf(kv->key, sizeof(kv->key), "%s", o[i].name);
+        if (ms_conf_get(&d->conf, o[i].name, kv->value, sizeof(kv->value)) == MS_OK)
+            r.config.npairs++;
+    }
+    if (r.config.npairs == 0) {
+        ms_msg_free(&r);
+        char text[128];
+        snprintf(text, sizeof(text), "unknown option '%s'", key);
+        reply_error(d, s, req->seq, MS_E_NOTFOUND, text);
+        return;
+    }
+    session_send(d, s, &r);
+    ms_msg_free(&r);
+}
+
+/* Carry a runtime option over to the scheduler and the log. */
+static void apply_option(struct ms_daemon *d, const char *key)
+{
+    uint64_t now = now_ns();
+    struct ms_sched_config sc;
+    ms_conf_to_sched(&d->conf, &sc);
+    if (strcmp(key, "budget") == 0)
+        ms_sched_set_budget(&d->sched, now, sc.budget);
+    else if (strcmp(key, "slice") == 0)
+        ms_sched_set_slice(&d->sched, now, sc.slice_ns);
+    else if (strcmp(key, "policy") == 0)
+        ms_sched_set_policy(&d->sched, now, sc.policy);
+    else if (strcmp(key, "evict") == 0)
+        ms_sched_set_evict(&d->sched, now, sc.evict);
+    else if (strcmp(key, "log_level") == 0)
+        ms_log_set_level((enum ms_log_level)d->conf.log_level);
+    /* The rest are read by the scheduler at its next decision. */
+    d->sched.cfg.slice_max_ns = sc.slice_max_ns;
+    d->sched.cfg.switch_frac_pct = sc.switch_frac_pct;
+    d->sched.cfg.cost = sc.cost;
+    d->sched.cfg.stop_timeout_ns = sc.stop_timeout_ns;
+    d->sched.cfg.order_timeout_ns = sc.order_timeout_ns;
+    d->sched.cfg.horizon = sc.horizon;
+    d->sched.cfg.early_run = sc.early_run;
+}
+
+static void do_config_set(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
+{
+    struct ms_conf c = d->conf;
+    char why[256];
+    const char *key = req->config.kv.key;
+    int rc = ms_conf_set(&c, key, req->config.kv.value, true, why, sizeof(why));
+    if (!rc)
+        rc = ms_conf_check(&c, why, sizeof(why));
+    if (rc) {
+        reply_error(d, s, req->seq, rc, why);
+        return;
+    }
+    d->conf = c;
+    apply_option(d, key);
+    char val[MS_PROTO_VALUE_MAX + 1];
+    ms_conf_get(&d->conf, key, val, sizeof(val));
+    ms_log_info("configuration: %s = %s", key, val);
+    struct ms_msg get = *req;
+    get.type = MS_MSG_CONFIG_GET;
+    do_config_get(d, s, &get);
+}
+
+/* ---- messages ------------------------------------------------------------------------------- */
+
+static void do_hello(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *m)
+{
+    uint32_t task;
+    int rc = ms_sched_hello(&d->sched, now_ns(), &m->hello, (uint32_t)s->pid, &task);
+    if (rc) {
+        char text[128];
+        if (rc == MS_E_NOSPACE)
+            snprintf(text, sizeof(text), "too many tasks (max_tasks = %u)", d->conf.max_tasks);
+        else
+            snprintf(text, sizeof(text), "cannot register: %s", ms_strerror(rc));
+        ms_log_warn("session %llu (pid %d): %s", (unsigned long long)s->id, (int)s->pid, text);
+        reply_error(d, s, m->seq, rc, text);
+        session_finish(d, s);
+        return;
+    }
+    s->task = task;
+    ms_log_info("task %u: pid %d '%s' priority %d weight %u limit %llu", task, (int)s->pid,
+                m->hello.name, m->hello.prio, m->hello.weight,
+                (unsigned long long)m->hello.mem_limit);
+    if (s->pid > 0) {
+        s->pidfd = pidfd_open_compat(s->pid);
+        if (s->pidfd >= 0 && ep_set(d, EPOLL_CTL_ADD, s->pidfd, &s->pidev, EPOLLIN) != 0) {
+            close(s->pidfd);
+            s->pidfd = -1;
+        }
+        if (s->pidfd < 0)
+            ms_log_debug("task %u: no pidfd (%s); relying on the socket", task, strerror(errno));
+    }
+}
+
+static void handle(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *m)
+{
+    d->st.msgs_in++;
+    if (ms_log_enabled(MS_LOG_DEBUG)) {
+        char who[96];
+        ms_log_debug("<- %s: %s", peer(s, who, sizeof(who)), ms_msg_type_name(m->type));
+    }
+    switch (m->type) {
+    case MS_MSG_HELLO:
+        if (s->task != MS_TASK_NONE)
+            protocol_error(d, s, MS_E_STATE, "HELLO twice");
+        else
+            do_hello(d, s, m);
+        return;
+    case MS_MSG_STATUS_REQ: do_status(d, s, m); return;
+    case MS_MSG_METRICS_REQ: do_metrics(d, s, m); return;
+    case MS_MSG_CONFIG_GET: do_config_get(d, s, m); return;
+    case MS_MSG_CONFIG_SET: do_config_set(d, s, m); return;
+    case MS_MSG_BYE:
+        if (s->task == MS_TASK_NONE) {
+            session_finish(d, s);
+            return;
+        }
+        break;
+    default: break;
+    }
+    if (s->task == MS_TASK_NONE) {
+        char why[96];
+        snprintf(why, sizeof(why), "%s before HELLO", ms_msg_type_name(m->type));
+        protocol_error(d, s, MS_E_PARSE, why);
+        return;
+    }
+    /* The session's task is live (daemon.h), so any error is the peer's violation. */
+    int rc = ms_sched_message(&d->sched, now_ns(), s->task, m);
+    if (rc) {
+        d->st.protocol_errors++;
+        s->closing = true; /* the scheduler queued ERROR and DROP */
+    }
+}
+
+static void on_session_in(struct ms_daemon *d, struct ms_session *s)
+{
+    int rc = ms_conn_fill(&s->conn);
+    if (rc < 0) {
+        session_close(d, s, true);
+        return;
+    }
+    if (s->closing) {
+        s->conn.in.len = 0; /* a closing session's input is ignored */
+        if (s->conn.eof)
+            session_close(d, s, s->task != MS_TASK_NONE);
+        return;
+    }
+    for (;;) {
+        struct ms_msg m;
+        rc = ms_conn_next(&s->conn, &m);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            protocol_error(d, s, rc,
+                           rc == MS_E_VERSION ? "speaks another protocol version (this daemon: 1)"
+                                              : "sent a malformed frame");
+            return;
+        }
+        handle(d, s, &m);
+        ms_msg_free(&m);
+        if (s->ev.kind != MS_EV_SESSION || s->closing)
+            return;
+    }
+    if (s->conn.eof) {
+        if (s->conn.in.len > 0)
+            ms_log_debug("session %llu closed mid-frame", (unsigned long long)s->id);
+        session_close(d, s, true);
+    }
+}
+
+static void on_session_out(struct ms_daemon *d, struct ms_session *s)
+{
+    int rc = ms_conn_flush(&s->conn);
+    if (rc < 0) {
+        session_close(d, s, true);
+        return;
+    }
+    if (rc == 0 && s->closing && s->task == MS_TASK_NONE) {
+        session_close(d, s, false);
+        return;
+    }
+    update_out(d, s);
+}
+
+static void on_listen(struct ms_daemon *d)
+{
+    for (;;) {
+        int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                ms_log_warn("accept: %s", strerror(errno));
+            return;
+        }
+        if (d->nsessions >= (size_t)d->conf.max_tasks + MAX_EXTRA_SESSIONS) {
+            ms_log_warn("too many connections (%zu); refusing one", d->nsessions);
+            close(fd);
+            continue;
+        }
+        struct ms_session *s = calloc(1, sizeof(*s));
+        if (!s) {
+            close(fd);
+            continue;
+        }
+        s->ev.kind = MS_EV_SESSION;
+        s->pidev.kind = MS_EV_PIDFD;
+        s->id = ++d->next_session_id;
+        s->task = MS_TASK_NONE;
+        s->pidfd = -1;
+        struct ucred cred;
+        socklen_t cl = sizeof(cred);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
+            s->pid = cred.pid;
+            s->uid = cred.uid;
+        }
+        ms_conn_init(&s->conn, fd, d->conf.session_out_max);
+        if (ep_set(d, EPOLL_CTL_ADD, fd, &s->ev, EPOLLIN) != 0) {
+            ms_conn_fini(&s->conn);
+            free(s);
+            continue;
+        }
+        s->next = d->sessions;
+        if (d->sessions)
+            d->sessions->prev = s;
+        d->sessions = s;
+        d->nsessions++;
+        d->st.sessions_total++;
+        ms_log_debug("session %llu: pid %d uid %d connected", (unsigned long long)s->id,
+                     (int)s->pid, (int)s->uid);
+    }
+}
+
+static void on_signal(struct ms_daemon *d)
+{
+    struct signalfd_siginfo si;
+    while (read(d->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+            ms_log_info("signal %u: shutting down", si.ssi_signo);
+            d->stop = true;
+        } else if (si.ssi_signo == SIGHUP) {
+            ms_log_reopen();
+            ms_log_info("SIGHUP: log reopened");
+        }
+    }
+}
+
+/* ---- ghosts --------------------------------------------------------------------------------- */
+
+static void ghost_gone(struct ms_daemon *d, struct ms_ghost *g)
+{
+    ms_log_info("dropped task %u (pid %d) exited; its memory is released", g->task, (int)g->pid);
+    ms_sched_task_gone(&d->sched, now_ns(), g->task);
+    ep_del(d, g->pidfd);
+    close(g->pidfd);
+    struct ms_ghost **pp = &d->ghosts;
+    while (*pp != g)
+        pp = &(*pp)->next;
+    *pp = g->next;
+    free(g);
+}
+
+/* The scheduler dropped s's task. Its memory stays charged until its process exits. */
+static void task_dropped(struct ms_daemon *d, struct ms_session *s, uint32_t task)
+{
+    if (ms_sched_task_state(&d->sched, task) != MS_TS_DROPPED)
+        return; /* BYE: nothing is left */
+    struct ms_ghost *g = s && s->pidfd >= 0 ? calloc(1, sizeof(*g)) : NULL;
+    if (g) {
+        g->ev.kind = MS_EV_GHOST;
+        g->task = task;
+        g->pidfd = s->pidfd;
+        g->pid = s->pid;
+        if (ep_set(d, EPOLL_CTL_MOD, g->pidfd, &g->ev, EPOLLIN) == 0) {
+            s->pidfd = -1;
+            g->next = d->ghosts;
+            d->ghosts = g;
+            ms_log_info("task %u: its memory stays charged until pid %d exits", task, (int)g->pid);
+            return;
+        }
+        free(g);
+    }
+    ms_log_warn("task %u: cannot watch its process; releasing its memory now", task);
+    ms_sched_task_gone(&d->sched, now_ns(), task);
+}
+
+/* ---- the scheduler's actions ---------------------------------------------------------------- */
+
+static void run_actions(struct ms_daemon *d)
+{
+    struct ms_action a;
+    while (ms_sched_next_action(&d->sched, &a)) {
+        struct ms_session *s = session_of_task(d, a.task);
+        if (a.kind == MS_ACT_SEND) {
+            if (s) {
+                int rc = session_send(d, s, &a.msg);
+                if (rc == MS_E_NOSPACE) {
+                    d->st.slow_dropped++;
+                    ms_sched_task_drop(&d->sched, now_ns(), a.task, MS_E_NOSPACE,
+                                       "does not read its messages");
+                    s->closing = true;
+                } else if (rc && rc != MS_OK) {
+                    session_close(d, s, true);
+                }
+            }
+        } else if (a.kind == MS_ACT_DROP) {
+            if (a.err)
+                ms_log_warn("task %u dropped: %s", a.task, a.why);
+            else
+                ms_log_info("task %u %s", a.task, a.why);
+            task_dropped(d, s, a.task);
+            if (s) {
+                s->task = MS_TASK_NONE;
+                session_finish(d, s);
+            }
+        }
+        ms_msg_free(&a.msg);
+    }
+}
+
+/* ---- setup and the loop --------------------------------------------------------------------- */
+
+static int take_lock(struct ms_daemon *d, char *why, size_t whylen)
+{
+    snprintf(d->lock_path, sizeof(d->lock_path), "%s.lock", d->sock_path);
+    d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (d->lock_fd < 0) {
+        snprintf(why, whylen, "cannot open %s: %s", d->lock_path, strerror(errno));
+        return MS_E_IO;
+    }
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t n = pread(d->lock_fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        snprintf(why, whylen,
+                 "another mschedd (pid %s) is already running for GPU %u on %s; stop it "
+                 "first or use another --socket",
+                 pid[0] ? pid : "?", d->conf.gpu, d->sock_path);
+        close(d->lock_fd);
+        d->lock_fd = -1;
+        return MS_E_BUSY;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(d->lock_fd, 0) != 0 || pwrite(d->lock_fd, pid, (size_t)n, 0) != n)
+        ms_log_warn("cannot write %s: %s", d->lock_path, strerror(errno));
+    return MS_OK;
+}
+
+int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
+{
+    struct ms_conf conf = d->conf;
+    memset(d, 0, sizeof(*d));
+    d->conf = conf;
+    d->epfd = d->listen_fd = d->signal_fd = d->lock_fd = -1;
+    d->listen_ev.kind = MS_EV_LISTEN;
+    d->signal_ev.kind = MS_EV_SIGNAL;
+    int rc = ms_conf_check(&d->conf, why, whylen);
+    if (rc)
+        return rc;
+    if (d->conf.socket[0])
+        rc = snprintf(d->sock_path, sizeof(d->sock_path), "%s", d->conf.socket) >= MS_IPC_PATH_MAX
+                 ? MS_E_NOSPACE
+                 : MS_OK;
+    else
+        rc = ms_ipc_socket_path(d->conf.gpu, d->sock_path, sizeof(d->sock_path));
+    if (rc) {
+        snprintf(why, whylen, "socket path too long (at most %d bytes)", MS_IPC_PATH_MAX - 1);
+        return rc;
+    }
+    char inner[200];
+    rc = ms_ipc_prepare_dir(d->sock_path, inner, sizeof(inner));
+    if (rc) {
+        snprintf(why, whylen, "%s", inner);
+        return rc;
+    }
+    rc = take_lock(d, why, whylen);
+    if (rc)
+        return rc;
+    d->start_ns = now_ns();
+    struct ms_sched_config sc;
+    ms_conf_to_sched(&d->conf, &sc);
+    rc = ms_sched_init(&d->sched, &sc, d->start_ns);
+    if (rc) {
+        snprintf(why, whylen, "bad scheduler configuration");
+        return rc;
+    }
+    rc = ms_ipc_listen(d->sock_path, &d->listen_fd);
+    if (rc) {
+        snprintf(why, whylen, "cannot listen on %s: %s", d->sock_path, strerror(errno));
+        return rc;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    d->signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    d->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (d->signal_fd < 0 || d->epfd < 0 ||
+        ep_set(d, EPOLL_CTL_ADD, d->listen_fd, &d->listen_ev, EPOLLIN) != 0 ||
+        ep_set(d, EPOLL_CTL_ADD, d->signal_fd, &d->signal_ev, EPOLLIN) != 0) {
+        snprintf(why, whylen, "event loop setup: %s", strerror(errno));
+        return MS_E_IO;
+    }
+    char b[32], sl[32];
+    ms_format_size(d->conf.budget, b, sizeof(b));
+    ms_format_duration(d->conf.slice_ns, sl, sizeof(sl));
+    ms_log_info("serving GPU %u on %s: budget %s, slice %s, policy %s, eviction %s", d->conf.gpu,
+                d->sock_path, b, sl, ms_sched_policy_name(sc.policy),
+                ms_evict_policy_name(sc.evict));
+    return MS_OK;
+}
+
+static void free_graveyard(void)
+{
+    while (graveyard) {
+        struct ms_session *s = graveyard;
+        graveyard = s->next;
+        free(s);
+    }
+}
+
+static void check_invariants(struct ms_daemon *d)
+{
+    char why[256];
+    int rc = ms_sched_check(&d->sched, why, sizeof(why));
+    if (rc) {
+        ms_log_error("invariant violated: %s", why);
+        abort();
+    }
+}
+
+int ms_daemon_run(struct ms_daemon *d)
+{
+    struct epoll_event evs[64];
+    while (!d->stop) {
+        uint64_t now = now_ns();
+        uint64_t dl = ms_sched_deadline(&d->sched);
+        for (struct ms_session *s = d->sessions; s; s = s->next)
+            if (s->closing && s->close_by)
+                dl = MS_MIN(dl, s->close_by);
+        int timeout = 1000;
+        if (dl <= now)
+            timeout = 0;
+        else if (dl - now < 1000000000ull)
+            timeout = (int)((dl - now + 999999) / 1000000);
+        int n = epoll_wait(d->epfd, evs, (int)MS_ARRAY_LEN(evs), timeout);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            ms_log_error("epoll_wait: %s", strerror(errno));
+            d->exit_code = 1;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            struct ms_ev *ev = evs[i].data.ptr;
+            uint32_t e = evs[i].events;
+            switch (ev->kind) {
+            case MS_EV_LISTEN: on_listen(d); break;
+            case MS_EV_SIGNAL: on_signal(d); break;
+            case MS_EV_SESSION: {
+                struct ms_session *s = (struct ms_session *)ev;
+                if (e & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                    on_session_in(d, s);
+                if (s->ev.kind == MS_EV_SESSION && (e & EPOLLOUT))
+                    on_session_out(d, s);
+                break;
+            }
+            case MS_EV_PIDFD: {
+                struct ms_session *s =
+                    (struct ms_session *)((char *)ev - offsetof(struct ms_session, pidev));
+                if (s->ev.kind == MS_EV_SESSION && s->pidfd >= 0) {
+                    ms_log_info("pid %d exited", (int)s->pid);
+                    session_close(d, s, true);
+                }
+                break;
+            }
+            case MS_EV_GHOST: ghost_gone(d, (struct ms_ghost *)ev); break;
+            default: break; /* a session closed earlier in this batch */
+            }
+            run_actions(d);
+        }
+        now = now_ns();
+        if (now >= ms_sched_deadline(&d->sched))
+            ms_sched_tick(&d->sched, now);
+        run_actions(d);
+        for (struct ms_session *s = d->sessions, *nx; s; s = nx) {
+            nx = s->next;
+            if (s->closing && s->close_by && now >= s->close_by)
+                session_close(d, s, false);
+        }
+        free_graveyard();
+        if (d->conf.check)
+            check_invariants(d);
+    }
+    return d->exit_code;
+}
+
+void ms_daemon_fini(struct ms_daemon *d)
+{
+    while (d->sessions) {
+        struct ms_session *s = d->sessions;
+        if (s->task != MS_TASK_NONE) {
+            struct ms_msg bye;
+            ms_msg_init(&bye, MS_MSG_BYE);
+            ms_conn_send(&s->conn, &bye); /* best effort: shims also notice the close */
+        }
+        session_close(d, s, false);
+    }
+    free_graveyard();
+    while (d->ghosts) {
+        struct ms_ghost *g = d->ghosts;
+        d->ghosts = g->next;
+        close(g->pidfd);
+        free(g);
+    }
+    if (d->listen_fd >= 0) {
+        close(d->listen_fd);
+        unlink(d->sock_path);
+    }
+    if (d->signal_fd >= 0)
+        close(d->signal_fd);
+    if (d->epfd >= 0)
+        close(d->epfd);
+    ms_sched_fini(&d->sched);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd); /* releases the lock; the file stays (removing it would race) */
+    d->listen_fd = d->signal_fd = d->epfd = d->lock_fd = -1;
+}

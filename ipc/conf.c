@@ -1,0 +1,662 @@
+/*
+ * conf.c - the option table, value parsers and the configuration-file reader (contract:
+ * conf.h).
+ *
+ * Numbers are parsed by hand (no strtod: it depends on the locale and accepts hex, infinities
+ * and exponents nobody means in a config file): an integer part, an optional '.' and up to nine
+ * fraction digits, then the unit. The integer part is range-checked as it is read, so no input
+ * can overflow; the fraction is applied in double precision and rounded down, which is exact for
+ * every value a person writes ("1.5GiB").
+ *
+ * Every setter works on a copy of the value and writes the field only when the whole value
+ * parsed and is in range, so a failed set never leaves a half-changed option.
+ */
+#include "ipc/conf.h"
+
+#include "core/cost.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIMIT (1ull << 60)
+#define NS_US 1000ull
+#define NS_MS 1000000ull
+#define NS_S 1000000000ull
+
+#define OFF(f) offsetof(struct ms_conf, f), sizeof(((struct ms_conf *)0)->f)
+
+static const struct ms_conf_opt opts[] = {
+    {"gpu", MS_CT_UINT, OFF(gpu), 0, 255, false, "GPU index (names the socket and the lock)"},
+    {"socket", MS_CT_STRING, OFF(socket), 0, 0, false, "socket path (default: see docs/daemon.md)"},
+    {"budget", MS_CT_SIZE, OFF(budget), MS_GRAN, 1ull << 50, true,
+     "device memory all tasks together may hold"},
+    {"slice", MS_CT_DURATION, OFF(slice_ns), 100 * NS_US, 60 * NS_S, true,
+     "base time slice (times a task's weight)"},
+    {"slice_max", MS_CT_DURATION, OFF(slice_max_ns), 100 * NS_US, 600 * NS_S, true,
+     "adaptive policy: longest slice"},
+    {"switch_frac", MS_CT_UINT, OFF(switch_frac), 1, 100, true,
+     "adaptive policy: predicted switch cost at most this percent of the slice"},
+    {"policy", MS_CT_POLICY, OFF(policy), 0, 0, true, "rr, prio or adaptive"},
+    {"evict", MS_CT_EVICT, OFF(evict), 0, 0, true, "eviction policy: opt, lru or whole"},
+    {"cost", MS_CT_COST, OFF(cost), 0, 0, true, "cost profile for predictions (h200, rtx5080)"},
+    {"stop_timeout", MS_CT_DURATION, OFF(stop_timeout_ns), NS_MS, 600 * NS_S, true,
+     "a task that does not stop within this is dropped"},
+    {"order_timeout", MS_CT_DURATION, OFF(order_timeout_ns), NS_MS, 3600 * NS_S, true,
+     "a migration order without progress for this long drops its task"},
+    {"horizon", MS_CT_UINT, OFF(horizon), 1, 1024, true, "timeline entries the planner looks at"},
+    {"early_run", MS_CT_BOOL, OFF(early_run), 0, 1, true,
+     "send RUN with the POPULATE (the shim's launch gate waits per launch)"},
+    {"max_tasks", MS_CT_UINT, OFF(max_tasks), 1, 65536, false, "most tasks at once"},
+    {"session_out_max", MS_CT_SIZE, OFF(session_out_max), 64 * MS_KIB, MS_GIB, false,
+     "bytes queued to one client before it is dropped as too slow"},
+    {"log_level", MS_CT_LEVEL, OFF(log_level), 0, 0, true, "error, warn, info or debug"},
+    {"log_file", MS_CT_STRING, OFF(log_file), 0, 0, false, "log file (default: stderr)"},
+    {"check", MS_CT_BOOL, OFF(check), 0, 1, true,
+     "verify the scheduler's invariants after every event (tests)"},
+};
+
+void ms_conf_default(struct ms_conf *c)
+{
+    memset(c, 0, sizeof(*c));
+    struct ms_sched_config sc;
+    ms_sched_config_default(&sc);
+    c->budget = sc.budget;
+    c->slice_ns = sc.slice_ns;
+    c->slice_max_ns = sc.slice_max_ns;
+    c->switch_frac = sc.switch_frac_pct;
+    c->policy = (uint32_t)sc.policy;
+    c->evict = (uint32_t)sc.evict;
+    snprintf(c->cost, sizeof(c->cost), "%s", ms_cost_h200.name);
+    c->stop_timeout_ns = sc.stop_timeout_ns;
+    c->order_timeout_ns = sc.order_timeout_ns;
+    c->horizon = sc.horizon;
+    c->early_run = sc.early_run;
+    c->max_tasks = sc.max_tasks;
+    c->session_out_max = 4 * MS_MIB;
+    c->log_level = MS_LOG_WARN;
+}
+
+const struct ms_conf_opt *ms_conf_opts(size_t *out_n)
+{
+    *out_n = MS_ARRAY_LEN(opts);
+    return opts;
+}
+
+const struct ms_conf_opt *ms_conf_find(const char *name)
+{
+    for (size_t i = 0; i < MS_ARRAY_LEN(opts); i++)
+        if (strcmp(opts[i].name, name) == 0)
+            return &opts[i];
+    return NULL;
+}
+
+/* ---- value parsers -------------------------------------------------------------------------- */
+
+static int lower(int ch)
+{
+    return ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch;
+}
+
+static bool is_digit(char ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+static bool is_space(char ch)
+{
+    return ch == ' ' || ch == '\t';
+}
+
+/* number [unit]: integer part <= LIMIT, up to 9 fraction digits, unit letters (<= 7). */
+static int parse_num_unit(const char *s, uint64_t *ip, double *frac, char *unit, size_t ulen)
+{
+    const char *p = s;
+    while (is_space(*p))
+        p++;
+    if (!is_digit(*p) && !(*p == '.' && is_digit(p[1])))
+        return MS_E_PARSE;
+    uint64_t v = 0;
+    while (is_digit(*p)) {
+        v = v * 10 + (uint64_t)(*p - '0');
+        if (v > LIMIT)
+            return MS_E_INVAL;
+        p++;
+    }
+    double f = 0.0, scale = 0.1;
+    if (*p == '.') {
+        p++;
+        int nd = 0;
+        while (is_digit(*p)) {
+            if (++nd > 9)
+                return MS_E_PARSE;
+            f += (*p - '0') * scale;
+            scale /= 10.0;
+            p++;
+        }
+        if (nd == 0)
+            return MS_E_PARSE;
+    }
+    while (is_space(*p))
+        p++;
+    size_t n = 0;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) {
+        if (n + 1 >= ulen)
+            return MS_E_PARSE;
+        unit[n++] = (char)lower(*p);
+        p++;
+    }
+    unit[n] = '\0';
+    while (is_space(*p))
+        p++;
+    if (*p != '\0')
+        return MS_E_PARSE;
+    *ip = v;
+    *frac = f;
+    return MS_OK;
+}
+
+static int scale_value(uint64_t ip, double frac, uint64_t mult, uint64_t *out)
+{
+    if (ip > LIMIT / mult)
+        return MS_E_INVAL;
+    uint64_t v = ip * mult;
+    double extra = frac * (double)mult; /* < mult */
+    uint64_t e = (uint64_t)extra;
+    if (v > LIMIT - e)
+        return MS_E_INVAL;
+    *out = v + e;
+    return MS_OK;
+}
+
+int ms_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *u;
+        uint64_t m;
+    } units[] = {{"", 1},
+                 {"b", 1},
+                 {"kib", MS_KIB},
+                 {"mib", MS_MIB},
+                 {"gib", MS_GIB},
+                 {"tib", 1024ull * MS_GIB},
+                 {"kb", 1000ull},
+                 {"mb", 1000000ull},
+                 {"gb", 1000000000ull},
+                 {"tb", 1000000000000ull}};
+    if (!s || !out)
+        return MS_E_INVAL;
+    uint64_t ip;
+    double frac;
+    char unit[8];
+    int rc = parse_num_unit(s, &ip, &frac, unit, sizeof(unit));
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++)
+        if (strcmp(unit, units[i].u) == 0)
+            return scale_value(ip, frac, units[i].m, out);
+    return MS_E_PARSE;
+}
+
+int ms_parse_duration(const char *s, uint64_t *out_ns)
+{
+    static const struct {
+        const char *u;
+        uint64_t m;
+    } units[] = {{"ns", 1}, {"us", NS_US}, {"ms", NS_MS}, {"s", NS_S}};
+    if (!s || !out_ns)
+        return MS_E_INVAL;
+    uint64_t ip;
+    double frac;
+    char unit[8];
+    int rc = parse_num_unit(s, &ip, &frac, unit, sizeof(unit));
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++)
+        if (strcmp(unit, units[i].u) == 0)
+            return scale_value(ip, frac, units[i].m, out_ns);
+    return MS_E_PARSE;
+}
+
+void ms_format_size(uint64_t bytes, char *buf, size_t len)
+{
+    static const struct {
+        const char *u;
+        uint64_t m;
+    } units[] = {{"TiB", 1024ull * MS_GIB}, {"GiB", MS_GIB}, {"MiB", MS_MIB}, {"KiB", MS_KIB}};
+    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++) {
+        if (bytes && bytes % units[i].m == 0) {
+            snprintf(buf, len, "%llu%s", (unsigned long long)(bytes / units[i].m), units[i].u);
+            return;
+        }
+    }
+    snprintf(buf, len, "%lluB", (unsigned long long)bytes);
+}
+
+void ms_format_duration(uint64_t ns, char *buf, size_t len)
+{
+    static const struct {
+        const char *u;
+        uint64_t m;
+    } units[] = {{"s", NS_S}, {"ms", NS_MS}, {"us", NS_US}};
+    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++) {
+        if (ns && ns % units[i].m == 0) {
+            snprintf(buf, len, "%llu%s", (unsigned long long)(ns / units[i].m), units[i].u);
+            return;
+        }
+    }
+    snprintf(buf, len, "%lluns", (unsigned long long)ns);
+}
+
+static void human(double v, const char *unit, char *buf, size_t len)
+{
+    if (v < 10.0)
+        snprintf(buf, len, "%.2f %s", v, unit);
+    else if (v < 100.0)
+        snprintf(buf, len, "%.1f %s", v, unit);
+    else
+        snprintf(buf, len, "%.0f %s", v, unit);
+}
+
+void ms_format_size_h(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const u[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (bytes < 1024) {
+        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+        return;
+    }
+    double v = (double)bytes / 1024.0;
+    size_t i = 0;
+    while (v >= 1024.0 && i + 1 < MS_ARRAY_LEN(u)) {
+        v /= 1024.0;
+        i++;
+    }
+    human(v, u[i], buf, len);
+}
+
+void ms_format_duration_h(uint64_t ns, char *buf, size_t len)
+{
+    if (ns < NS_US)
+        snprintf(buf, len, "%llu ns", (unsigned long long)ns);
+    else if (ns < NS_MS)
+        human((double)ns / NS_US, "us", buf, len);
+    else if (ns < NS_S)
+        human((double)ns / NS_MS, "ms", buf, len);
+    else
+        human((double)ns / NS_S, "s", buf, len);
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < MS_ARRAY_LEN(yes); i++) {
+        if (strcmp(s, yes[i]) == 0) {
+            *out = true;
+            return MS_OK;
+        }
+        if (strcmp(s, no[i]) == 0) {
+            *out = false;
+            return MS_OK;
+        }
+    }
+    return MS_E_PARSE;
+}
+
+static int parse_uint(const char *s, uint64_t *out)
+{
+    if (!is_digit(*s))
+        return MS_E_PARSE;
+    uint64_t v = 0;
+    for (; is_digit(*s); s++) {
+        v = v * 10 + (uint64_t)(*s - '0');
+        if (v > LIMIT)
+            return MS_E_INVAL;
+    }
+    if (*s != '\0')
+        return MS_E_PARSE;
+    *out = v;
+    return MS_OK;
+}
+
+int ms_log_level_parse(const char *s, enum ms_log_level *out)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (size_t i = 0; i < MS_ARRAY_LEN(names); i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum ms_log_level)i;
+            return MS_OK;
+        }
+    }
+    return MS_E_PARSE;
+}
+
+const char *ms_log_level_name(enum ms_log_level l)
+{
+    switch (l) {
+    case MS_LOG_ERROR: return "error";
+    case MS_LOG_WARN: return "warn";
+    case MS_LOG_INFO: return "info";
+    case MS_LOG_DEBUG: return "debug";
+    }
+    return "unknown";
+}
+
+/* ---- set and get ---------------------------------------------------------------------------- */
+
+#define WHY(...)                                                                                   \
+    do {                                                                                           \
+        if (why && whylen)                                                                         \
+            snprintf(why, whylen, __VA_ARGS__);                                                    \
+    } while (0)
+
+static bool text_ok(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return false;
+    return true;
+}
+
+int ms_conf_set(struct ms_conf *c, const char *key, const char *value, bool runtime, char *why,
+                size_t whylen)
+{
+    if (why && whylen)
+        why[0] = '\0';
+    const struct ms_conf_opt *o = key ? ms_conf_find(key) : NULL;
+    if (!o) {
+        WHY("unknown option '%.64s'", key ? key : "");
+        return MS_E_NOTFOUND;
+    }
+    if (!value) {
+        WHY("%s: no value", o->name);
+        return MS_E_PARSE;
+    }
+    if (runtime && !o->runtime) {
+        WHY("%s cannot change while the daemon runs", o->name);
+        return MS_E_STATE;
+    }
+    char *field = (char *)c + o->offset;
+    uint64_t v = 0;
+    int rc = MS_OK;
+    switch (o->type) {
+    case MS_CT_SIZE:
+    case MS_CT_DURATION:
+    case MS_CT_UINT:
+        rc = o->type == MS_CT_SIZE       ? ms_parse_size(value, &v)
+             : o->type == MS_CT_DURATION ? ms_parse_duration(value, &v)
+                                         : parse_uint(value, &v);
+        if (rc == MS_E_PARSE) {
+            WHY("%s: '%.64s' is not a %s", o->name, value,
+                o->type == MS_CT_SIZE       ? "size (like 16GiB)"
+                : o->type == MS_CT_DURATION ? "duration (like 100ms)"
+                                            : "number");
+            return rc;
+        }
+        if (rc || v < o->min || v > o->max) {
+            char lo[32], hi[32];
+            if (o->type == MS_CT_SIZE) {
+                ms_format_size(o->min, lo, sizeof(lo));
+                ms_format_size(o->max, hi, sizeof(hi));
+            } else if (o->type == MS_CT_DURATION) {
+                ms_format_duration(o->min, lo, sizeof(lo));
+                ms_format_duration(o->max, hi, sizeof(hi));
+            } else {
+                snprintf(lo, sizeof(lo), "%llu", (unsigned long long)o->min);
+                snprintf(hi, sizeof(hi), "%llu", (unsigned long long)o->max);
+            }
+            WHY("%s: '%.64s' is outside %s..%s", o->name, value, lo, hi);
+            return MS_E_INVAL;
+        }
+        if (o->size == sizeof(uint32_t)) {
+            uint32_t v32 = (uint32_t)v;
+            memcpy(field, &v32, sizeof(v32));
+        } else {
+            memcpy(field, &v, sizeof(v));
+        }
+        return MS_OK;
+    case MS_CT_BOOL: {
+        bool b;
+        if (parse_bool(value, &b)) {
+            WHY("%s: '%.64s' is not a boolean (true/false)", o->name, value);
+            return MS_E_PARSE;
+        }
+        memcpy(field, &b, sizeof(b));
+        return MS_OK;
+    }
+    case MS_CT_POLICY:
+    case MS_CT_EVICT:
+    case MS_CT_LEVEL: {
+        uint32_t e;
+        if (o->type == MS_CT_POLICY) {
+            enum ms_sched_policy p;
+            rc = ms_sched_policy_parse(value, &p);
+            e = (uint32_t)p;
+        } else if (o->type == MS_CT_EVICT) {
+            enum ms_evict_policy p;
+            rc = ms_evict_policy_parse(value, &p);
+            e = (uint32_t)p;
+        } else {
+            enum ms_log_level l;
+            rc = ms_log_level_parse(value, &l);
+            e = (uint32_t)l;
+        }
+        if (rc) {
+            WHY("%s: unknown value '%.64s' (%s)", o->name, value, o->help);
+            return MS_E_PARSE;
+        }
+        memcpy(field, &e, sizeof(e));
+        return MS_OK;
+    }
+    case MS_CT_COST:
+        if (!ms_cost_find(value)) {
+            WHY("%s: unknown profile '%.64s'", o->name, value);
+            return MS_E_PARSE;
+        }
+        snprintf(field, o->size, "%s", value);
+        return MS_OK;
+    case MS_CT_STRING:
+        if (strlen(value) >= o->size || !text_ok(value)) {
+            WHY("%s: value too long (at most %zu bytes) or has control characters", o->name,
+                o->size - 1);
+            return MS_E_INVAL;
+        }
+        snprintf(field, o->size, "%s", value);
+        return MS_OK;
+    }
+    return MS_E_INVAL;
+}
+
+int ms_conf_get(const struct ms_conf *c, const char *key, char *buf, size_t len)
+{
+    const struct ms_conf_opt *o = key ? ms_conf_find(key) : NULL;
+    if (!o)
+        return MS_E_NOTFOUND;
+    const char *field = (const char *)c + o->offset;
+    char tmp[512];
+    uint64_t v = 0;
+    if (o->type == MS_CT_SIZE || o->type == MS_CT_DURATION || o->type == MS_CT_UINT) {
+        if (o->size == sizeof(uint32_t)) {
+            uint32_t v32;
+            memcpy(&v32, field, sizeof(v32));
+            v = v32;
+        } else {
+            memcpy(&v, field, sizeof(v));
+        }
+    }
+    uint32_t e = 0;
+    if (o->type == MS_CT_POLICY || o->type == MS_CT_EVICT || o->type == MS_CT_LEVEL)
+        memcpy(&e, field, sizeof(e));
+    switch (o->type) {
+    case MS_CT_SIZE: ms_format_size(v, tmp, sizeof(tmp)); break;
+    case MS_CT_DURATION: ms_format_duration(v, tmp, sizeof(tmp)); break;
+    case MS_CT_UINT: snprintf(tmp, sizeof(tmp), "%llu", (unsigned long long)v); break;
+    case MS_CT_BOOL: {
+        bool b;
+        memcpy(&b, field, sizeof(b));
+        snprintf(tmp, sizeof(tmp), "%s", b ? "true" : "false");
+        break;
+    }
+    case MS_CT_POLICY:
+        snprintf(tmp, sizeof(tmp), "%s", ms_sched_policy_name((enum ms_sched_policy)e));
+        break;
+    case MS_CT_EVICT:
+        snprintf(tmp, sizeof(tmp), "%s", ms_evict_policy_name((enum ms_evict_policy)e));
+        break;
+    case MS_CT_LEVEL:
+        snprintf(tmp, sizeof(tmp), "%s", ms_log_level_name((enum ms_log_level)e));
+        break;
+    case MS_CT_COST:
+    case MS_CT_STRING: snprintf(tmp, sizeof(tmp), "%.*s", (int)o->size, field); break;
+    }
+    if (strlen(tmp) >= len)
+        return MS_E_NOSPACE;
+    memcpy(buf, tmp, strlen(tmp) + 1);
+    return MS_OK;
+}
+
+int ms_conf_check(const struct ms_conf *c, char *why, size_t whylen)
+{
+    if (c->slice_max_ns < c->slice_ns) {
+        WHY("slice_max must be at least slice");
+        return MS_E_INVAL;
+    }
+    struct ms_sched_config sc;
+    ms_conf_to_sched(c, &sc);
+    return ms_sched_config_check(&sc, why, whylen);
+}
+
+void ms_conf_to_sched(const struct ms_conf *c, struct ms_sched_config *out)
+{
+    ms_sched_config_default(out);
+    out->policy = (enum ms_sched_policy)c->policy;
+    out->evict = (enum ms_evict_policy)c->evict;
+    out->budget = c->budget;
+    out->slice_ns = c->slice_ns;
+    out->slice_max_ns = MS_MAX(c->slice_max_ns, c->slice_ns);
+    out->switch_frac_pct = c->switch_frac;
+    out->cost = ms_cost_find(c->cost);
+    out->stop_timeout_ns = c->stop_timeout_ns;
+    out->order_timeout_ns = c->order_timeout_ns;
+    out->horizon = c->horizon;
+    out->early_run = c->early_run;
+    out->max_tasks = c->max_tasks;
+}
+
+/* ---- the file format ------------------------------------------------------------------------ */
+
+static bool key_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || is_digit(ch) || ch == '_' ||
+           ch == '-';
+}
+
+int ms_conf_parse(struct ms_conf *c, const char *text, size_t len, char *why, size_t whylen)
+{
+    if (why && whylen)
+        why[0] = '\0';
+    if (len > 0 && !text)
+        return MS_E_INVAL;
+    size_t pos = 0;
+    unsigned lineno = 0;
+    while (pos < len) {
+        lineno++;
+        const char *line = text + pos;
+        const char *nl = memchr(line, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - line) : len - pos;
+        pos += n + (nl ? 1 : 0);
+        if (n > MS_CONF_LINE_MAX) {
+            WHY("line %u: longer than %u bytes", lineno, MS_CONF_LINE_MAX);
+            return MS_E_PARSE;
+        }
+        if (memchr(line, '\0', n)) {
+            WHY("line %u: NUL byte", lineno);
+            return MS_E_PARSE;
+        }
+        char buf[MS_CONF_LINE_MAX + 1];
+        memcpy(buf, line, n);
+        buf[n] = '\0';
+        if (n > 0 && buf[n - 1] == '\r')
+            buf[--n] = '\0';
+        char *p = buf;
+        while (is_space(*p))
+            p++;
+        if (*p == '\0' || *p == '#')
+            continue;
+        char *eq = strchr(p, '=');
+        if (!eq) {
+            WHY("line %u: expected 'key = value'", lineno);
+            return MS_E_PARSE;
+        }
+        char *kend = eq;
+        while (kend > p && is_space(kend[-1]))
+            kend--;
+        *kend = '\0';
+        for (char *k = p; *k; k++) {
+            if (!key_char(*k)) {
+                WHY("line %u: bad character in key", lineno);
+                return MS_E_PARSE;
+            }
+            if (*k == '-')
+                *k = '_'; /* slice-max and slice_max are the same key */
+        }
+        if (*p == '\0') {
+            WHY("line %u: empty key", lineno);
+            return MS_E_PARSE;
+        }
+        char *v = eq + 1;
+        while (is_space(*v))
+            v++;
+        char *vend = v + strlen(v);
+        while (vend > v && is_space(vend[-1]))
+            vend--;
+        *vend = '\0';
+        size_t vlen = (size_t)(vend - v);
+        if (vlen > 0 && *v == '"') {
+            if (vlen < 2 || v[vlen - 1] != '"') {
+                WHY("line %u: unterminated quote", lineno);
+                return MS_E_PARSE;
+            }
+            v[vlen - 1] = '\0';
+            v++;
+        }
+        char inner[256];
+        int rc = ms_conf_set(c, p, v, false, inner, sizeof(inner));
+        if (rc) {
+            WHY("line %u: %s", lineno, inner);
+            return rc;
+        }
+    }
+    return MS_OK;
+}
+
+int ms_conf_load(struct ms_conf *c, const char *path, char *why, size_t whylen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        WHY("%s: %s", path, strerror(errno));
+        return MS_E_IO;
+    }
+    char *text = malloc(MS_CONF_FILE_MAX + 1);
+    if (!text) {
+        fclose(f);
+        return MS_E_NOMEM;
+    }
+    size_t n = fread(text, 1, MS_CONF_FILE_MAX + 1, f);
+    int err = ferror(f);
+    fclose(f);
+    int rc = MS_OK;
+    char inner[300];
+    if (err) {
+        WHY("%s: read error", path);
+        rc = MS_E_IO;
+    } else if (n > MS_CONF_FILE_MAX) {
+        WHY("%s: larger than %u bytes", path, MS_CONF_FILE_MAX);
+        rc = MS_E_NOSPACE;
+    } else if ((rc = ms_conf_parse(c, text, n, inner, sizeof(inner))) != MS_OK) {
+        WHY("%s: %s", path, inner);
+    }
+    free(text);
+    return rc;
+}

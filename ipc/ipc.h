@@ -1,0 +1,130 @@
+/*
+ * ipc.h - the socket side of the protocol, shared by the daemon, the CLI and the shim: where the
+ * daemon's socket lives, connecting with a timeout, and framed, nonblocking send and receive of
+ * ms_msg (core/proto.h) with partial reads and writes handled.
+ *
+ * Design
+ *   One Unix stream socket per GPU. Its path is $MSCHED_SOCKET when set, else
+ *   $XDG_RUNTIME_DIR/msched/gpu<N>.sock, else /tmp/msched-<uid>/gpu<N>.sock. The directory is
+ *   created 0700 by the daemon, which refuses one it does not own or that others can write.
+ *
+ *   A connection (struct ms_conn) owns a nonblocking fd and two buffers. Sending encodes the
+ *   frame onto the output buffer and writes as much as the socket takes; the rest waits for
+ *   ms_conn_flush (the owner polls for POLLOUT while ms_conn_out_pending). The output buffer is
+ *   bounded: a peer that stops reading makes ms_conn_send fail with MS_E_NOSPACE instead of
+ *   growing the sender's memory. Receiving reads at most one maximal frame ahead, so a peer can
+ *   never make the reader hold more than MS_PROTO_MAX_FRAME plus one read's worth of bytes.
+ *
+ *   Sequence numbers: ms_conn_send gives a message with seq 0 the connection's next number
+ *   (starting at 1); a reply keeps the seq of the request it answers. Each direction numbers
+ *   its own messages, so a reply is recognised by its seq and its type together (STATUS for
+ *   STATUS_REQ, ...), or is an ERROR with the request's seq (or seq 0: a frame the daemon could
+ *   not even decode).
+ *
+ *   Everything here is async-signal-unsafe but thread-compatible: one thread per connection at a
+ *   time. No global state; safe to compile with -fPIC into the shim.
+ *
+ * Errors: MS_E_IO (a system call failed; errno is kept), MS_E_NOTFOUND (no daemon listening),
+ * MS_E_NOSPACE (output bound exceeded, or a path too long for a socket), MS_E_PARSE and
+ * MS_E_VERSION from the decoder, MS_E_NOMEM.
+ */
+#ifndef MS_IPC_H
+#define MS_IPC_H
+
+#include "core/proto.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define MS_IPC_PATH_MAX 108 /* sizeof(sockaddr_un.sun_path) on Linux */
+#define MS_IPC_READ_CHUNK 65536
+
+/*
+ * The socket path for GPU `gpu` (rules above) into buf. Errors: MS_E_NOSPACE (too long for a
+ * Unix socket address).
+ */
+int ms_ipc_socket_path(unsigned gpu, char *buf, size_t len);
+
+/*
+ * Create the socket's parent directory (mode 0700) if missing, one level only, and check that
+ * it is a directory owned by us that nobody else may write. Errors: MS_E_IO (errno set),
+ * MS_E_STATE (exists with the wrong owner or mode: why says which).
+ */
+int ms_ipc_prepare_dir(const char *sock_path, char *why, size_t whylen);
+
+/*
+ * Listen on sock_path (nonblocking, close-on-exec, mode 0600). A stale socket at the path is
+ * removed first (the caller must hold the daemon lock); any other kind of file is left alone
+ * and refused (MS_E_IO, errno EEXIST). Errors: MS_E_IO, MS_E_NOSPACE.
+ */
+int ms_ipc_listen(const char *sock_path, int *out_fd);
+
+/*
+ * Connect to sock_path within timeout_ms (< 0: no limit). The fd is nonblocking and
+ * close-on-exec. Errors: MS_E_NOTFOUND (no such socket or nobody listening), MS_E_IO
+ * (including the timeout; errno ETIMEDOUT), MS_E_NOSPACE.
+ */
+int ms_ipc_connect(const char *sock_path, int timeout_ms, int *out_fd);
+
+struct ms_conn {
+    int fd;
+    struct ms_buf in;  /* received, not yet decoded */
+    struct ms_buf out; /* encoded, out[out_off..] not yet written */
+    size_t out_off;
+    size_t out_max; /* bound on unwritten bytes; 0 = unbounded */
+    uint32_t seq;   /* last sequence number given out */
+    bool eof;       /* the peer closed its side */
+    uint64_t bytes_in, bytes_out, msgs_in, msgs_out;
+};
+
+/* Take ownership of fd (nonblocking). out_max 0 = no bound. */
+void ms_conn_init(struct ms_conn *c, int fd, size_t out_max);
+/* Close the fd (if >= 0) and free the buffers. */
+void ms_conn_fini(struct ms_conn *c);
+
+/*
+ * Encode m (seq 0 gets the next number, written back into m->seq) and write what the socket
+ * takes. Errors: MS_E_NOSPACE (the unwritten bytes would exceed out_max: nothing queued),
+ * MS_E_INVAL (m is not a valid message), MS_E_IO (the socket failed), MS_E_NOMEM.
+ */
+int ms_conn_send(struct ms_conn *c, struct ms_msg *m);
+
+/* Write queued bytes. Returns 0 when nothing is left, 1 when bytes remain, or MS_E_IO. */
+int ms_conn_flush(struct ms_conn *c);
+bool ms_conn_out_pending(const struct ms_conn *c);
+
+/*
+ * Read what is available, without going beyond one maximal frame ahead. Returns the bytes
+ * read (0 when none were available or the buffer is full), or MS_E_IO; sets c->eof when the
+ * peer closed (then returns 0).
+ */
+int ms_conn_fill(struct ms_conn *c);
+
+/*
+ * Decode the next buffered frame: 1 (*out filled; free it with ms_msg_free), 0 (need more
+ * bytes), or the decoder's error (the stream is unusable: close it).
+ */
+int ms_conn_next(struct ms_conn *c, struct ms_msg *out);
+
+/* Wait until the fd is readable (or writable too when out bytes are pending), up to
+ * timeout_ms. Returns 1 ready, 0 timeout, MS_E_IO. */
+int ms_conn_wait(struct ms_conn *c, int timeout_ms);
+
+/*
+ * One request, one reply, on a fresh connection: connect to sock_path, send req, wait for its
+ * reply (HELLO, STATUS_REQ, METRICS_REQ, CONFIG_GET/SET; other frames are skipped), close. The
+ * reply may be an ERROR message: check reply->type. Errors: those of ms_ipc_connect; MS_E_IO
+ * (including the timeout and the daemon closing without answering); MS_E_PARSE / MS_E_VERSION (a
+ * bad reply).
+ */
+int ms_ipc_request(const char *sock_path, int timeout_ms, const struct ms_msg *req,
+                   struct ms_msg *reply);
+
+/* The same on an open connection (kept open afterwards). */
+int ms_conn_request(struct ms_conn *c, int timeout_ms, const struct ms_msg *req,
+                    struct ms_msg *reply);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t ms_ipc_now_ns(void);
+
+#endif /* MS_IPC_H */

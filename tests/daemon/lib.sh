@@ -1,0 +1,143 @@
+# tests/daemon/lib.sh - shared by the daemon's shell tests (tests/cli/daemon_*.sh); sourced.
+#
+# Each test gets a private directory with a private socket (MSCHED_SOCKET), so tests never see
+# a user's daemon or each other. Every process a test starts is recorded and killed by the EXIT
+# trap, whatever happens; every wait is bounded. The fake shim is built on first use into
+# $BUILD/tests/fake_shim from tests/daemon/fake_shim.c and the project's libraries, with the
+# same sanitizers as the build directory's name says (build-address-undefined -> ASan+UBSan).
+#
+# Environment: BUILD (build directory, default build), MSCHED (the msched binary, default
+# $BUILD/bin/msched), CC (default cc).
+set -u
+BUILD=${BUILD:-build}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+MSCHED=${MSCHED:-$BUILD/bin/msched}
+MSCHEDD=${MSCHEDD:-$BUILD/bin/mschedd}
+FAKE=$BUILD/tests/fake_shim
+T=$(mktemp -d /tmp/msched-test.XXXXXX)
+export MSCHED_SOCKET="$T/gpu0.sock"
+PIDS=()
+
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do
+        kill -9 "$p" 2>/dev/null
+    done
+    for p in "${PIDS[@]}"; do
+        wait "$p" 2>/dev/null
+    done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*"
+    if [ -f "$T/daemon.log" ]; then
+        echo "--- daemon log (last 40 lines)"
+        tail -n 40 "$T/daemon.log"
+    fi
+    for f in "$T"/*.out; do
+        [ -f "$f" ] || continue
+        echo "--- $(basename "$f")"
+        tail -n 5 "$f"
+    done
+    exit 1
+}
+
+pass() {
+    echo "ok: $*"
+}
+
+# Build the fake shim if it is missing or older than its source.
+build_fake() {
+    [ -x "$MSCHED" ] || fail "no msched at $MSCHED"
+    [ -x "$MSCHEDD" ] || fail "no mschedd at $MSCHEDD"
+    "$MSCHED" help status >/dev/null 2>&1 ||
+        fail "$MSCHED has no 'status' command (cli/cmd_status.c, cmd_top.c, cmd_config.c must be registered in cli/main.c)"
+    if [ -x "$FAKE" ] && [ "$FAKE" -nt "$ROOT/tests/daemon/fake_shim.c" ] &&
+        [ "$FAKE" -nt "$BUILD/lib/libmsipc.a" ] && [ "$FAKE" -nt "$BUILD/lib/libmscore.a" ]; then
+        return 0
+    fi
+    local san=""
+    case "$BUILD" in *address*) san="$san,address" ;; esac
+    case "$BUILD" in *undefined*) san="$san,undefined" ;; esac
+    case "$BUILD" in *thread*) san="$san,thread" ;; esac
+    local flags=""
+    [ -n "$san" ] && flags="-fsanitize=${san#,} -fno-omit-frame-pointer"
+    mkdir -p "$BUILD/tests"
+    # shellcheck disable=SC2086
+    ${CC:-cc} -std=c11 -D_GNU_SOURCE -O1 -g $flags -I"$ROOT" "$ROOT/tests/daemon/fake_shim.c" \
+        "$BUILD/lib/libmsipc.a" "$BUILD/lib/libmscore.a" -lm -o "$FAKE.tmp.$$" ||
+        fail "cannot build the fake shim"
+    mv -f "$FAKE.tmp.$$" "$FAKE"
+}
+
+# start_daemon [mschedd options...]: foreground, private socket, log in $T/daemon.log.
+start_daemon() {
+    "$MSCHEDD" --foreground --check --log-level info "$@" >>"$T/daemon.log" 2>&1 &
+    DAEMON=$!
+    PIDS+=("$DAEMON")
+    local i
+    for i in $(seq 1 100); do
+        if "$MSCHED" status >/dev/null 2>&1; then
+            return 0
+        fi
+        kill -0 "$DAEMON" 2>/dev/null || fail "the daemon exited at start"
+        sleep 0.05
+    done
+    fail "the daemon did not come up"
+}
+
+# shim NAME [fake_shim options...]: start one in the background; its output in $T/NAME.out.
+shim() {
+    local name=$1
+    shift
+    "$FAKE" --name "$name" --log "$T/shims.log" "$@" >"$T/$name.out" 2>&1 &
+    local p=$!
+    PIDS+=("$p")
+    eval "PID_$name=$p"
+}
+
+# wait_shim NAME EXPECTED_STATUS [seconds]: wait (bounded) and check its exit status.
+wait_shim() {
+    local name=$1 want=$2 secs=${3:-15}
+    local p
+    eval "p=\$PID_$name"
+    local i
+    for i in $(seq 1 $((secs * 20))); do
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.05
+    done
+    if kill -0 "$p" 2>/dev/null; then
+        fail "shim $name still running after ${secs}s"
+    fi
+    wait "$p"
+    local rc=$?
+    [ "$rc" -eq "$want" ] || fail "shim $name exited with $rc, expected $want: $(cat "$T/$name.out")"
+}
+
+# metric NAME: the value of an unlabelled-per-task metric from the Prometheus text.
+metric() {
+    "$MSCHED" status --prometheus | awk -v m="$1" '$1 ~ "^"m"[{]" { print $2; exit }'
+}
+
+# The daemon's log must not report a broken invariant, an error or a sanitizer finding; nor may
+# the shims' outputs.
+check_log_clean() {
+    if grep -E "invariant violated| error: |Sanitizer|runtime error" "$T/daemon.log" >/dev/null; then
+        fail "the daemon logged an error"
+    fi
+    if cat "$T"/*.out 2>/dev/null | grep -E "Sanitizer|runtime error" >/dev/null; then
+        fail "a shim reported a sanitizer finding"
+    fi
+}
+
+# Resident bytes never above the budget, from the daemon's own metrics.
+check_budget() {
+    local r b
+    r=$(metric msched_resident_bytes)
+    b=$(metric msched_budget_bytes)
+    [ -n "$r" ] && [ -n "$b" ] || fail "no metrics"
+    [ "$r" -le "$b" ] || fail "resident $r over budget $b"
+}
