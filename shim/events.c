@@ -34,6 +34,7 @@
 
 #include "core/trace.h"
 #include "shim/shim_events.h"
+#include "shim/engine.h"
 
 #include <stddef.h>
 
@@ -413,7 +414,7 @@ static void trace_launch(const struct ms_shim_launch *l)
     trace_put(&rec);
 }
 
-void ms_shim_on_launch(const struct ms_shim_launch *l)
+int ms_shim_on_launch(const struct ms_shim_launch *l)
 {
     pthread_mutex_lock(&ms__shim_lock);
     ctr.launches++;
@@ -424,9 +425,10 @@ void ms_shim_on_launch(const struct ms_shim_launch *l)
     if (trace_ready())
         trace_launch(l);
     pthread_mutex_unlock(&ms__shim_lock);
+    return ms_engine_gate_launch(l);
 }
 
-void ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
+int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                      struct ms_shim_stream s)
 {
     pthread_mutex_lock(&ms__shim_lock);
@@ -448,9 +450,20 @@ void ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_co
         trace_put(&rec);
     }
     pthread_mutex_unlock(&ms__shim_lock);
+    /* The launch gate for copies: the device side(s) must be resident (host addresses fall
+     * outside every region and are ignored). */
+    int rc = 0;
+    bool dev_dst = kind != MS_SHIM_COPY_H2H && kind != MS_SHIM_COPY_D2H;
+    bool dev_src = kind != MS_SHIM_COPY_H2H && kind != MS_SHIM_COPY_H2D;
+    if (dev_dst || dev_src)
+        rc = ms_engine_gate_ranges(dev_dst ? dst : 0, dev_dst ? bytes : 0, dev_src ? src : 0,
+                                   dev_src ? bytes : 0);
+    if (rc == 0 && kind == MS_SHIM_COPY_H2D)
+        ms_engine_note_h2d(dst, (const void *)(uintptr_t)src, bytes);
+    return rc;
 }
 
-void ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
+int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
 {
     pthread_mutex_lock(&ms__shim_lock);
     ctr.memsets++;
@@ -464,6 +477,7 @@ void ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
         trace_put(&rec);
     }
     pthread_mutex_unlock(&ms__shim_lock);
+    return ms_engine_gate_range(dst, bytes);
 }
 
 void ms_shim_on_sync(void)

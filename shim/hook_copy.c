@@ -43,8 +43,8 @@ static uint64_t extent(uint64_t width, uint64_t height, uint64_t pitch)
     CUresult CUDAAPI name(dst_t dst, src_t src, size_t ByteCount)                                  \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        ms_shim_on_copy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, ByteCount, kind,       \
-                        on(NULL, pt));                                                             \
+        MS_GATED(ms_shim_on_copy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, ByteCount, kind,       \
+                        on(NULL, pt)));                                                             \
         return real(dst, src, ByteCount);                                                          \
     }
 
@@ -52,8 +52,8 @@ static uint64_t extent(uint64_t width, uint64_t height, uint64_t pitch)
     CUresult CUDAAPI name(dst_t dst, src_t src, size_t ByteCount, CUstream hStream)                \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        ms_shim_on_copy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, ByteCount, kind,       \
-                        on(hStream, pt));                                                          \
+        MS_GATED(ms_shim_on_copy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, ByteCount, kind,       \
+                        on(hStream, pt)));                                                          \
         return real(dst, src, ByteCount, hStream);                                                 \
     }
 
@@ -82,7 +82,7 @@ COPY_ASYNC_PAIR(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, MS_SHIM_COPY_D2
                           CUcontext srcContext, size_t ByteCount)                                  \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        ms_shim_on_copy(dstDevice, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(NULL, pt));          \
+        MS_GATED(ms_shim_on_copy(dstDevice, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(NULL, pt)));          \
         return real(dstDevice, dstContext, srcDevice, srcContext, ByteCount);                      \
     }
 
@@ -91,7 +91,7 @@ COPY_ASYNC_PAIR(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, MS_SHIM_COPY_D2
                           CUcontext srcContext, size_t ByteCount, CUstream hStream)                \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        ms_shim_on_copy(dstDevice, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(hStream, pt));       \
+        MS_GATED(ms_shim_on_copy(dstDevice, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(hStream, pt)));       \
         return real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);             \
     }
 
@@ -126,10 +126,10 @@ static uint64_t side_addr(CUmemorytype t, const void *host, CUdeviceptr dev, siz
     return base + (uint64_t)y * pitch + x;
 }
 
-static void report_2d(const CUDA_MEMCPY2D *p, struct ms_shim_stream s)
+static int report_2d(const CUDA_MEMCPY2D *p, struct ms_shim_stream s)
 {
     if (!p)
-        return; /* the driver rejects it */
+        return 0; /* the driver rejects it */
     char a = side(p->srcMemoryType), b = side(p->dstMemoryType);
     enum ms_shim_copy_kind kind = MS_SHIM_COPY_UNIFIED;
     if (a != 'u' && b != 'u')
@@ -141,14 +141,14 @@ static void report_2d(const CUDA_MEMCPY2D *p, struct ms_shim_stream s)
         side_addr(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch);
     uint64_t bytes = MS_MAX(extent(p->WidthInBytes, p->Height, p->srcPitch),
                             extent(p->WidthInBytes, p->Height, p->dstPitch));
-    ms_shim_on_copy(dst, src, bytes, kind, s);
+    return ms_shim_on_copy(dst, src, bytes, kind, s);
 }
 
 #define COPY2D_HOOK(name, pt)                                                                      \
     CUresult CUDAAPI name(const CUDA_MEMCPY2D *pCopy)                                              \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        report_2d(pCopy, on(NULL, pt));                                                            \
+        MS_GATED(report_2d(pCopy, on(NULL, pt)));                                                            \
         return real(pCopy);                                                                        \
     }
 
@@ -156,7 +156,7 @@ static void report_2d(const CUDA_MEMCPY2D *p, struct ms_shim_stream s)
     CUresult CUDAAPI name(const CUDA_MEMCPY2D *pCopy, CUstream hStream)                            \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        report_2d(pCopy, on(hStream, pt));                                                         \
+        MS_GATED(report_2d(pCopy, on(hStream, pt)));                                                         \
         return real(pCopy, hStream);                                                               \
     }
 
@@ -174,7 +174,7 @@ COPY2D_ASYNC_HOOK(cuMemcpy2DAsync_v2_ptsz, true)
     CUresult CUDAAPI name(CUdeviceptr dstDevice, val_t value, size_t N)                            \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        ms_shim_on_memset(dstDevice, extent((uint64_t)N *(elem), 1, 0), on(NULL, pt));             \
+        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)N *(elem), 1, 0), on(NULL, pt)));             \
         return real(dstDevice, value, N);                                                          \
     }
 
@@ -182,7 +182,7 @@ COPY2D_ASYNC_HOOK(cuMemcpy2DAsync_v2_ptsz, true)
     CUresult CUDAAPI name(CUdeviceptr dstDevice, val_t value, size_t N, CUstream hStream)          \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        ms_shim_on_memset(dstDevice, extent((uint64_t)N *(elem), 1, 0), on(hStream, pt));          \
+        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)N *(elem), 1, 0), on(hStream, pt)));          \
         return real(dstDevice, value, N, hStream);                                                 \
     }
 
@@ -191,8 +191,8 @@ COPY2D_ASYNC_HOOK(cuMemcpy2DAsync_v2_ptsz, true)
                           size_t Height)                                                           \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        ms_shim_on_memset(dstDevice, extent((uint64_t)Width *(elem), Height, dstPitch),            \
-                          on(NULL, pt));                                                           \
+        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)Width *(elem), Height, dstPitch),            \
+                          on(NULL, pt)));                                                           \
         return real(dstDevice, dstPitch, value, Width, Height);                                    \
     }
 
@@ -201,8 +201,8 @@ COPY2D_ASYNC_HOOK(cuMemcpy2DAsync_v2_ptsz, true)
                           size_t Height, CUstream hStream)                                         \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        ms_shim_on_memset(dstDevice, extent((uint64_t)Width *(elem), Height, dstPitch),            \
-                          on(hStream, pt));                                                        \
+        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)Width *(elem), Height, dstPitch),            \
+                          on(hStream, pt)));                                                        \
         return real(dstDevice, dstPitch, value, Width, Height, hStream);                           \
     }
 

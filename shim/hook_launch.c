@@ -35,7 +35,7 @@ struct dims {
     unsigned int grid[3], block[3], smem;
 };
 
-static void report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims *d,
+static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims *d,
                    struct ms_shim_stream s, void **kernelParams, void **extra)
 {
     const struct ms_funcinfo *fi = ms__shim_funcinfo(f);
@@ -100,8 +100,9 @@ static void report(enum ms_shim_launch_kind kind, CUfunction f, const struct dim
     } else {
         l.params_known = fi->known && fi->nparams == 0;
     }
-    ms_shim_on_launch(&l);
+    int gate = ms_shim_on_launch(&l);
     free(heap);
+    return gate;
 }
 
 #define LAUNCH_HOOK(name, pt)                                                                      \
@@ -113,8 +114,8 @@ static void report(enum ms_shim_launch_kind kind, CUfunction f, const struct dim
         __typeof__(&name) real = MS_REAL(name);                                                    \
         struct dims d = {                                                                          \
             {gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}, sharedMemBytes};    \
-        report(MS_SHIM_LAUNCH_KERNEL, f, &d, (struct ms_shim_stream){hStream, pt}, kernelParams,   \
-               extra);                                                                             \
+        MS_GATED(report(MS_SHIM_LAUNCH_KERNEL, f, &d, (struct ms_shim_stream){hStream, pt}, kernelParams,   \
+               extra));                                                                             \
         return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,              \
                     sharedMemBytes, hStream, kernelParams, extra);                                 \
     }
@@ -128,8 +129,8 @@ static void report(enum ms_shim_launch_kind kind, CUfunction f, const struct dim
         __typeof__(&name) real = MS_REAL(name);                                                    \
         struct dims d = {                                                                          \
             {gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}, sharedMemBytes};    \
-        report(MS_SHIM_LAUNCH_COOP, f, &d, (struct ms_shim_stream){hStream, pt}, kernelParams,     \
-               NULL);                                                                              \
+        MS_GATED(report(MS_SHIM_LAUNCH_COOP, f, &d, (struct ms_shim_stream){hStream, pt}, kernelParams,     \
+               NULL));                                                                              \
         return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,              \
                     sharedMemBytes, hStream, kernelParams);                                        \
     }
@@ -143,8 +144,8 @@ static void report(enum ms_shim_launch_kind kind, CUfunction f, const struct dim
             struct dims d = {{config->gridDimX, config->gridDimY, config->gridDimZ},               \
                              {config->blockDimX, config->blockDimY, config->blockDimZ},            \
                              config->sharedMemBytes};                                              \
-            report(MS_SHIM_LAUNCH_EX, f, &d, (struct ms_shim_stream){config->hStream, pt},         \
-                   kernelParams, extra);                                                           \
+            MS_GATED(report(MS_SHIM_LAUNCH_EX, f, &d, (struct ms_shim_stream){config->hStream, pt},         \
+                   kernelParams, extra));                                                           \
         }                                                                                          \
         return real(config, f, kernelParams, extra);                                               \
     }

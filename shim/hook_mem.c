@@ -12,6 +12,7 @@
 #include "shim/shim_int.h"
 
 #include "shim/shim_events.h"
+#include "shim/engine.h"
 
 static void report_alloc(CUresult rc, const CUdeviceptr *dptr, uint64_t bytes,
                          enum ms_region_kind kind)
@@ -22,6 +23,17 @@ static void report_alloc(CUresult rc, const CUdeviceptr *dptr, uint64_t bytes,
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
+    if (dptr && ms_engine_active()) {
+        bool handled = false;
+        uint64_t p = 0;
+        CUresult rc = (CUresult)ms_engine_alloc(&p, bytesize, &handled);
+        if (handled) {
+            if (rc == CUDA_SUCCESS)
+                *dptr = (CUdeviceptr)p;
+            report_alloc(rc, dptr, bytesize, MS_RK_DEVICE);
+            return rc;
+        }
+    }
     CUresult rc = MS_REAL(cuMemAlloc_v2)(dptr, bytesize);
     report_alloc(rc, dptr, bytesize, MS_RK_DEVICE);
     return rc;
@@ -78,7 +90,10 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     __typeof__(&cuMemFree_v2) real = MS_REAL(cuMemFree_v2);
     struct ms_shim_alloc was;
     bool known = ms_shim_on_free_begin(dptr, &was);
-    CUresult rc = real(dptr);
+    bool handled = false;
+    CUresult rc = (CUresult)ms_engine_free(dptr, &handled);
+    if (!handled)
+        rc = real(dptr);
     ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
     return rc;
 }

@@ -37,11 +37,13 @@
  *     the child, so the child never inherits a lock held by a thread that does not exist there.
  */
 #include "shim/shim_int.h"
+#include "shim/engine.h"
 
 #include "shim/procaddr.h"
 #include "shim/shim_events.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -116,6 +118,33 @@ void ms__shim_log(const char *fmt, ...)
     buf[len++] = '\n';
     ssize_t w = write(2, buf, len);
     (void)w;
+}
+
+/* "123", "16GiB", "512MiB", "2G": bytes; 0 on success, -1 on a malformed or huge value. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    uint64_t mul = 1;
+    if (*end) {
+        switch (*end) {
+        case 'k': case 'K': mul = 1ull << 10; break;
+        case 'm': case 'M': mul = 1ull << 20; break;
+        case 'g': case 'G': mul = 1ull << 30; break;
+        case 't': case 'T': mul = 1ull << 40; break;
+        default: return -1;
+        }
+        end++;
+        if (strcmp(end, "") != 0 && strcmp(end, "B") != 0 && strcmp(end, "iB") != 0)
+            return -1;
+    }
+    if (v > UINT64_MAX / mul)
+        return -1;
+    *out = (uint64_t)v * mul;
+    return 0;
 }
 
 static const char *env(const char *name)
@@ -297,6 +326,13 @@ static void init_once_fn(void)
                      missing, MS_SYM_COUNT);
 
     ms__shim_events_init(env("MSCHED_TRACE"));
+    uint64_t budget = 0;
+    const char *b = env("MSCHED_BUDGET");
+    if (b && parse_size(b, &budget) != 0) {
+        ms__shim_log("MSCHED_BUDGET=%s is not a size (e.g. 17179869184 or 16GiB); ignored", b);
+        budget = 0;
+    }
+    ms_engine_configure(budget, env("MSCHED_ENGINE"));
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0)
         ms__shim_log("pthread_atfork failed; a forked child may inherit a held lock");
     in_init = false;
@@ -343,8 +379,10 @@ void *ms__shim_hook_for(int idx)
 
 __attribute__((destructor)) static void shim_fini(void)
 {
-    if (__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&initialized, __ATOMIC_ACQUIRE)) {
+        ms_engine_exit(verbose);
         ms__shim_events_exit(verbose);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -32,7 +32,18 @@ SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 
 SHIM_SRC := shim/shim.c shim/events.c shim/funcinfo.c shim/procaddr.c shim/hook_init.c \
             shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/gen/syms.c \
-            shim/gen/tramp.c core/trace.c core/alloc.c
+            shim/gen/tramp.c shim/engine.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c \
+            core/region.c core/predict.c core/plan.c core/exec.c core/timeline.c \
+            $(BUILD)/gen/hash_ptx.c
+
+# The GPU hash kernel's PTX, embedded as a string (no nvcc: no GPU hash, see engine.h).
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+$(BUILD)/gen/hash_ptx.c: gpu/cuda/hash.cu scripts/embed.py
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  GEN   $@")
+	$(Q)if [ -x "$(NVCC)" ] && $(NVCC) -ptx -arch=compute_80 $< -o $@.ptx 2>/dev/null; then \
+	    python3 scripts/embed.py ms_hash_ptx $@.ptx >$@; \
+	else python3 scripts/embed.py ms_hash_ptx - >$@; fi
 FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c \
             shim/procaddr.c shim/gen/syms.c
 
@@ -67,7 +78,13 @@ $(FAKE_LIB): $(call shim_pic,$(FAKE_SRC)) gpu/fakecuda/exports.map
 # LD_PRELOAD); cuda_test_dl only dlopens libcuda.so.1. api_link.c is compiled twice, the second
 # time with CUDA_API_PER_THREAD_DEFAULT_STREAM so that it names the _ptds/_ptsz exports.
 SHIM_TEST_COMMON := tests/shim/cuda_test.c tests/shim/workload.c tests/shim/api_load.c
-SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check
+SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check \
+              $(SHIM_TDIR)/engine_stress
+
+$(SHIM_TDIR)/engine_stress: tests/shim/engine_stress.c gpu/fakecuda/fakecuda.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
 
 $(SHIM_TDIR)/api_link_legacy.o: tests/shim/api_link.c tests/shim/api.h
 	@mkdir -p $(dir $@)

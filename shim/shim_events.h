@@ -117,10 +117,12 @@ bool ms_shim_on_free_begin(uint64_t ptr, struct ms_shim_alloc *out);
 /* After: `was` is what begin returned (NULL when it returned false); `freed`: the driver
  * succeeded. */
 void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool freed);
-void ms_shim_on_launch(const struct ms_shim_launch *l);
-void ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
+/* Launch, copy and memset return 0 to let the call go ahead, or a CUresult the hook returns
+ * instead of forwarding (the memory engine could not make the memory resident). */
+int ms_shim_on_launch(const struct ms_shim_launch *l);
+int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                      struct ms_shim_stream s);
-void ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s);
+int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s);
 void ms_shim_on_sync(void);
 void ms_shim_on_meminfo(uint64_t free_bytes, uint64_t total_bytes);
 /* Entry-point resolution: `hooked` when the shim handed out its own function. */

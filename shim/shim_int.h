@@ -48,6 +48,14 @@ MS_HIDDEN void ms__shim_init(void);
 MS_HIDDEN void *ms__shim_real(unsigned idx);
 
 /* The real driver's function for `name`, typed with name's cuda.h prototype. */
+/* Run an event that may hold the call (the launch gate); a non-zero result is the CUresult the
+ * hook returns instead of forwarding. */
+#define MS_GATED(call)                                                                             \
+    do {                                                                                           \
+        int g_ = (call);                                                                           \
+        if (g_ != 0)                                                                               \
+            return (CUresult)g_;                                                                   \
+    } while (0)
 #define MS_REAL(name) ((__typeof__(&name))ms__shim_real(MS_SYM_##name))
 
 /* Called by the trampolines' slow path (symbol index in, function out; never NULL). */

@@ -349,15 +349,18 @@ int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_
             e = fail(g, "cuStreamCreate", r);
     }
     if (e == MS_OK && hash_ptx) {
+        /* Without the hash kernel the seam still works: it reports no hash (ops->hash NULL)
+         * and every dirty eviction is copied. The reason stays in last_err. */
         r = api->cuStreamCreate(&g->hstream, CU_STREAM_NON_BLOCKING);
         if (r == CUDA_SUCCESS)
             r = api->cuModuleLoadData(&g->hmod, hash_ptx);
         if (r == CUDA_SUCCESS)
             r = api->cuModuleGetFunction(&g->hfn, g->hmod, "ms_hash64");
-        if (r != CUDA_SUCCESS)
-            e = fail(g, "hash kernel setup", r);
-        else
-            e = hash_reserve(g, 256);
+        if (r != CUDA_SUCCESS || hash_reserve(g, 256) != MS_OK) {
+            if (r != CUDA_SUCCESS)
+                fail(g, "hash kernel setup", r);
+            g->hfn = NULL;
+        }
     }
     g->ops = (struct ms_gpu_ops){
         .name = "cuda", .impl = g, .map = c_map, .unmap = c_unmap, .copy = c_copy,

@@ -17,7 +17,8 @@
  *   hash: a GPU kernel (gpu/cuda/hash.ptx, loaded when ms_gpu_cuda_new gets its text) reduces
  *   each chunk to a 64-bit value; a batch of chunks is one zeroing, one launch per chunk, one
  *   copy of the results to pinned memory and one synchronization, all on a third private
- *   stream. Without PTX the seam reports no hash (ops->hash == NULL).
+ *   stream. Without PTX, or when the PTX cannot be loaded, the seam reports no hash
+ *   (ops->hash == NULL).
  *
  * Errors: driver failures become MS_E_GPU (MS_E_NOSPACE for CUDA_ERROR_OUT_OF_MEMORY); the last
  * driver error code and the call that failed are kept for messages (ms_gpu_cuda_last_error).

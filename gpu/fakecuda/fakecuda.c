@@ -821,3 +821,29 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
 {
     return procaddr(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Modules: the fake runs no device code; kernels are registered host functions.              */
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
+{
+    (void)module;
+    (void)image;
+    CUresult rc = ms__fk_ready();
+    return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
+{
+    (void)hmod;
+    return ms__fk_ready();
+}
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    (void)hfunc;
+    (void)hmod;
+    (void)name;
+    CUresult rc = ms__fk_ready();
+    return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_NOT_FOUND;
+}

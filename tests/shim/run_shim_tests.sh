@@ -278,6 +278,30 @@ else
     echo "SKIP shim/no-driver (a real driver is installed here)"
 fi
 
+# ---- the memory engine under a budget ---------------------------------------------------------
+# The same random program (allocations, frees, kernels, copies, memsets, a pointer table in
+# device memory) directly on the fake driver, then through libmsched with a 40 MiB budget for a
+# footprint of up to 96 MiB (a launch may need 8 buffers: its own, their pointer tables' targets): no mismatch either way, no fault (the fake's PROT_NONE oracle),
+# and the engine must really have evicted.
+seed=${MS_SEED:-7}
+out=$("$T/engine_stress" 600 "$seed" 2>&1)
+if [ $? -eq 0 ] && grep -q "mismatches=0" <<<"$out"; then
+    pass engine/direct-stress
+else
+    fail engine/direct-stress "$(tail -n 2 <<<"$out" | tr '\n' ' ')"
+fi
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 600 "$seed" 2>&1)
+rc=$?
+evicted=$(grep -o "out [0-9]* MiB" <<<"$out" | grep -o "[0-9]*")
+faults=$(grep -o "[0-9]* faults" <<<"$out" | grep -o "[0-9]*")
+if [ $rc -eq 0 ] && grep -q "mismatches=0" <<<"$out" && [ "${evicted:-0}" -gt 0 ] &&
+    [ "${faults:-0}" -gt 100 ]; then
+    pass "engine/budget-stress (seed $seed, $faults faults, $evicted MiB evicted)"
+else
+    fail engine/budget-stress "rc=$rc seed=$seed $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+
 if [ $failures -ne 0 ]; then
     echo "$failures shim check(s) failed"
     exit 1

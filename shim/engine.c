@@ -1,0 +1,518 @@
+/*
+ * engine.c - virtual device memory under a budget, inside the application (contract: engine.h).
+ *
+ * State: one region table (task 0 = this process), the CUDA seam (gpu/cuda), a history ring of
+ * the chunks recent launches used, and statistics, all under E.lock.
+ *
+ * History and the predicted future. Every gated command appends the chunks it uses to a ring
+ * (consecutive repeats skipped). At a fault the future is predicted by assuming the process
+ * repeats itself: find the most recent earlier use of the faulting command's first chunk; what
+ * followed it then is what comes next now, then the older history. The planner gets the
+ * faulting command's chunks plus the next `prefetch` bytes of that future as ws[0] (populated in
+ * that order) and the rest, in groups, as ws[1..] for OPT's next-use distances.
+ *
+ * Pointer tables. A small host-to-device copy into a region is scanned for addresses of other
+ * regions (cuBLAS-style pointer arrays are built on the host and copied over); those regions
+ * become the destination region's references and are made resident with it whenever a launch
+ * names it. A copy to the region's first byte starts a new table (the old references go). Pointers that kernels write into device memory cannot be seen (docs/engine.md).
+ */
+#include "shim/engine.h"
+
+#include "shim/shim_int.h"
+
+#include "core/exec.h"
+#include "core/plan.h"
+#include "core/predict.h"
+#include "core/region.h"
+#include "gpu/cuda/gpu_cuda.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+extern const char *const ms_hash_ptx; /* generated from gpu/cuda/hash.cu; NULL without nvcc */
+
+#define HIST_CAP 65536u      /* chunk ids remembered */
+#define GROUP 64u            /* ids per future working set handed to OPT */
+#define MAX_REFS 64u         /* regions one pointer table may reference */
+#define SCAN_LIMIT (64 * 1024) /* largest host-to-device copy scanned for pointers */
+
+struct refs {
+    uint32_t n;
+    uint32_t region[MAX_REFS];
+};
+
+static struct {
+    pthread_mutex_t lock;
+    bool want, active, broken;
+    uint64_t budget, prefetch;
+    CUcontext ctx;
+    struct ms_rtable rt;
+    struct ms_cuda_api api;
+    struct ms_gpu_cuda *gpu;
+    const struct ms_gpu_ops *ops;
+    ms_chunk_id hist[HIST_CAP];
+    uint64_t hist_seq; /* ids ever appended; the ring holds the last min(seq, CAP) */
+    struct refs *refs; /* indexed by region slot */
+    size_t nrefs;
+    struct ms_chunk_set need, scratch;
+    struct ms_chunk_set *ws;
+    size_t nws, capws;
+    struct ms_plan plan;
+    struct ms_engine_stats st;
+} E = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Errors the user must see even without MSCHED_VERBOSE (a refused call). */
+static void say(const char *fmt, ...) MS_PRINTF_LIKE(1, 2);
+static void say(const char *fmt, ...)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "msched[%d]: ", (int)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : MS_MIN((size_t)m, sizeof buf - (size_t)n - 2));
+    buf[len++] = '\n';
+    ssize_t w = write(2, buf, len);
+    (void)w;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void ms_engine_configure(uint64_t budget, const char *mode)
+{
+    pthread_mutex_lock(&E.lock);
+    E.budget = budget;
+    E.want = budget > 0 && !(mode && strcmp(mode, "off") == 0);
+    if (E.want && mode && strcmp(mode, "vmm") != 0) {
+        say("MSCHED_ENGINE=%s is not available in this build; using vmm", mode);
+    }
+    E.prefetch = budget / 4;
+    ms_rtable_init(&E.rt);
+    ms_chunk_set_init(&E.need);
+    ms_chunk_set_init(&E.scratch);
+    ms_plan_init(&E.plan);
+    E.st.budget = budget;
+    pthread_mutex_unlock(&E.lock);
+}
+
+bool ms_engine_active(void) { return E.want && !E.broken; }
+
+/* Start on the first allocation, in the caller's (current) context. Lock held. */
+static bool start(void)
+{
+    if (E.active)
+        return true;
+    if (E.broken)
+        return false;
+    CUcontext ctx = NULL;
+    if (MS_REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || !ctx)
+        return false; /* no context: let the driver report it */
+    const char *missing = NULL;
+    void *h = ms__shim_real_handle();
+    int e = h ? ms_cuda_api_load(&E.api, h, &missing) : MS_E_NOTFOUND;
+    if (e == MS_OK)
+        e = ms_gpu_cuda_new(&E.api, ms_hash_ptx, 0, &E.gpu);
+    if (e != MS_OK) {
+        say("memory engine disabled: %s%s%s", missing ? "driver lacks " : "",
+            missing ? missing : ms_strerror(e),
+            E.gpu ? "" : "");
+        E.broken = true;
+        return false;
+    }
+    E.ops = ms_gpu_cuda_ops(E.gpu);
+    E.ctx = ctx;
+    E.active = true;
+    ms__shim_log("memory engine on: budget %llu MiB, GPU hash %s",
+                 (unsigned long long)(E.budget / MS_MIB), E.ops->hash ? "on" : "off");
+    return true;
+}
+
+static bool mine_ctx(void)
+{
+    CUcontext ctx = NULL;
+    return MS_REAL(cuCtxGetCurrent)(&ctx) == CUDA_SUCCESS && ctx == E.ctx;
+}
+
+int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
+{
+    *handled = false;
+    if (!ms_engine_active() || bytes == 0)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&E.lock);
+    if (!start() || !mine_ctx()) {
+        pthread_mutex_unlock(&E.lock);
+        return CUDA_SUCCESS;
+    }
+    uint64_t span = MS_ROUND_UP(bytes, MS_GRAN);
+    CUdeviceptr va = 0;
+    void *host = NULL;
+    CUresult r = MS_REAL(cuMemAddressReserve)(&va, span, 0, 0, 0);
+    if (r == CUDA_SUCCESS)
+        r = MS_REAL(cuMemHostAlloc)(&host, span, 0);
+    uint32_t id = 0;
+    int e = MS_OK;
+    if (r == CUDA_SUCCESS) {
+        e = ms_region_add(&E.rt, 0, va, bytes, MS_RK_DEVICE, 0, &id);
+        if (e == MS_OK && id >= E.nrefs) {
+            size_t n = E.nrefs ? E.nrefs * 2 : 64;
+            while (n <= id)
+                n *= 2;
+            struct refs *p = realloc(E.refs, n * sizeof(*p));
+            if (!p) {
+                ms_region_remove(&E.rt, id);
+                e = MS_E_NOMEM;
+            } else {
+                memset(p + E.nrefs, 0, (n - E.nrefs) * sizeof(*p));
+                E.refs = p;
+                E.nrefs = n;
+            }
+        }
+    }
+    if (r != CUDA_SUCCESS || e != MS_OK) {
+        if (host)
+            MS_REAL(cuMemFreeHost)(host);
+        if (va)
+            MS_REAL(cuMemAddressFree)(va, span);
+        pthread_mutex_unlock(&E.lock);
+        *handled = true;
+        return r != CUDA_SUCCESS ? (int)r : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    ms_region_get(&E.rt, id)->host = host;
+    E.refs[id].n = 0;
+    E.st.regions++;
+    E.st.footprint += span;
+    *dptr = va;
+    *handled = true;
+    pthread_mutex_unlock(&E.lock);
+    return CUDA_SUCCESS;
+}
+
+int ms_engine_free(uint64_t dptr, bool *handled)
+{
+    *handled = false;
+    if (!E.active)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&E.lock);
+    uint32_t id;
+    struct ms_region *r = NULL;
+    if (ms_rtable_lookup(&E.rt, 0, dptr, &id, NULL) == MS_OK)
+        r = ms_region_get(&E.rt, id);
+    if (!r || r->base != dptr) {
+        pthread_mutex_unlock(&E.lock);
+        return CUDA_SUCCESS;
+    }
+    *handled = true;
+    /* cuMemFree waits for the device; so does this: nothing in flight may use it. */
+    MS_REAL(cuCtxSynchronize)();
+    uint64_t span = MS_ROUND_UP(r->size, MS_GRAN);
+    void *host = r->host;
+    int e = ms_exec_free_region(&E.rt, E.ops, id);
+    if (e != MS_OK) {
+        pthread_mutex_unlock(&E.lock);
+        say("cannot release an allocation: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+        return CUDA_ERROR_UNKNOWN;
+    }
+    E.refs[id].n = 0;
+    /* Drop references to the freed region from every pointer table. */
+    for (size_t i = 0; i < E.nrefs; i++)
+        for (uint32_t k = 0; k < E.refs[i].n;)
+            if (E.refs[i].region[k] == id)
+                E.refs[i].region[k] = E.refs[i].region[--E.refs[i].n];
+            else
+                k++;
+    MS_REAL(cuMemAddressFree)(dptr, span);
+    MS_REAL(cuMemFreeHost)(host);
+    E.st.regions--;
+    E.st.footprint -= span;
+    pthread_mutex_unlock(&E.lock);
+    return CUDA_SUCCESS;
+}
+
+static void hist_append(const struct ms_chunk_set *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        bool recent = false;
+        for (uint64_t k = 1; k <= 8 && k <= E.hist_seq && !recent; k++)
+            recent = E.hist[(E.hist_seq - k) % HIST_CAP] == s->ids[i];
+        if (!recent)
+            E.hist[E.hist_seq++ % HIST_CAP] = s->ids[i];
+    }
+}
+
+static int add_region_chunks(struct ms_chunk_set *s, uint32_t region)
+{
+    struct ms_region *r = ms_region_get(&E.rt, region);
+    for (uint32_t k = 0; r && k < r->nchunks; k++) {
+        int e = ms_chunk_set_add(s, MS_CHUNK_ID(region, k));
+        if (e)
+            return e;
+    }
+    return MS_OK;
+}
+
+/* Add the chunks of the regions that the pointer tables in `s` reference (one level). */
+static int add_refs(struct ms_chunk_set *s)
+{
+    size_t n = s->n;
+    uint32_t last = UINT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
+        if (reg == last || reg >= E.nrefs)
+            continue;
+        last = reg;
+        for (uint32_t k = 0; k < E.refs[reg].n; k++) {
+            int e = add_region_chunks(s, E.refs[reg].region[k]);
+            if (e)
+                return e;
+        }
+    }
+    ms_chunk_set_normalize(s);
+    return MS_OK;
+}
+
+static bool all_ready(const struct ms_chunk_set *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, s->ids[i]);
+        if (!c || !ms_chunk_state_ready(c->state))
+            return false;
+    }
+    return true;
+}
+
+static int ws_reserve(size_t n)
+{
+    if (n <= E.capws)
+        return MS_OK;
+    size_t cap = E.capws ? E.capws : 16;
+    while (cap < n)
+        cap *= 2;
+    struct ms_chunk_set *p = realloc(E.ws, cap * sizeof(*p));
+    if (!p)
+        return MS_E_NOMEM;
+    for (size_t i = E.capws; i < cap; i++)
+        ms_chunk_set_init(&p[i]);
+    E.ws = p;
+    E.capws = cap;
+    return MS_OK;
+}
+
+/* Build ws[0] = need + prefetch and ws[1..] = the predicted future. Lock held. */
+static int build_future(const struct ms_chunk_set *need, bool prefetch)
+{
+    uint64_t have = MS_MIN(E.hist_seq, (uint64_t)HIST_CAP);
+    uint64_t first = E.hist_seq - have; /* oldest sequence number retained */
+    /* Where did the first needed chunk last appear? The future starts after it. */
+    uint64_t start = first;
+    if (need->n) {
+        for (uint64_t s = E.hist_seq; s-- > first;) {
+            if (ms_chunk_set_has(need, E.hist[s % HIST_CAP])) {
+                start = s + 1;
+                break;
+            }
+        }
+    }
+    size_t groups = (size_t)(have / GROUP) + 2;
+    int e = ws_reserve(groups + 1);
+    if (e)
+        return e;
+    for (size_t i = 0; i <= groups; i++)
+        ms_chunk_set_clear(&E.ws[i]);
+    struct ms_chunk_set *w0 = &E.ws[0];
+    for (size_t i = 0; i < need->n; i++)
+        if ((e = ms_chunk_set_add(w0, need->ids[i])))
+            return e;
+    uint64_t room = prefetch ? E.prefetch : 0, taken = 0;
+    size_t g = 1;
+    for (uint64_t k = 0; k < have; k++) {
+        uint64_t s = start + k;
+        if (s >= E.hist_seq)
+            s = first + (s - E.hist_seq); /* wrap to the oldest history */
+        ms_chunk_id id = E.hist[s % HIST_CAP];
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, id);
+        if (!c)
+            continue; /* freed since */
+        if (g == 1 && taken < room && !ms_chunk_state_resident(c->state)) {
+            taken += c->bytes;
+            if ((e = ms_chunk_set_add(w0, id)))
+                return e;
+            continue;
+        }
+        if (E.ws[g].n >= GROUP && g < groups)
+            g++;
+        if ((e = ms_chunk_set_add(&E.ws[g], id)))
+            return e;
+    }
+    E.nws = g + 1;
+    return MS_OK;
+}
+
+/* Make `need` resident (lock held). Returns a CUresult. */
+static int fault(struct ms_chunk_set *need, bool unbounded)
+{
+    uint64_t t0 = now_ns();
+    MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
+    int e = MS_E_NOSPACE;
+    for (int attempt = 0; attempt < 2 && e == MS_E_NOSPACE; attempt++) {
+        e = build_future(need, attempt == 0);
+        if (e)
+            break;
+        struct ms_plan_input in = {.rt = &E.rt, .budget = E.budget, .ws = E.ws, .nws = E.nws,
+                                   .policy = MS_EVICT_OPT};
+        e = ms_plan_build(&in, &E.plan);
+    }
+    if (e == MS_E_NOSPACE) {
+        say("%s needs %llu MiB resident, more than the budget of %llu MiB: refused",
+            unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
+            (unsigned long long)(ms_chunk_set_bytes(need, &E.rt) / MS_MIB),
+            (unsigned long long)(E.budget / MS_MIB));
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
+    struct ms_exec_stats st;
+    memset(&st, 0, sizeof(st));
+    e = ms_exec_plan(&E.rt, E.ops, E.budget, &E.plan, &o, &st);
+    E.st.faults++;
+    E.st.bytes_in += st.bytes_in;
+    E.st.bytes_out += st.bytes_out;
+    E.st.bytes_dropped += st.bytes_dropped;
+    E.st.migrate_ns += now_ns() - t0;
+    if (e != MS_OK) {
+        say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+        return e == MS_E_NOSPACE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+    }
+    if (!all_ready(need)) {
+        say("migration left memory a command needs non-resident: refused");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* need is filled (normalized); gate it. Lock held. */
+static int gate(struct ms_chunk_set *need, bool unbounded)
+{
+    if (!need->n)
+        return CUDA_SUCCESS;
+    int rc = CUDA_SUCCESS;
+    if (!all_ready(need))
+        rc = fault(need, unbounded);
+    if (rc == CUDA_SUCCESS) {
+        for (size_t i = 0; i < need->n; i++)
+            ms_chunk_apply(&E.rt, need->ids[i], MS_CE_TOUCH);
+        hist_append(need);
+    }
+    return rc;
+}
+
+int ms_engine_gate_launch(const struct ms_shim_launch *l)
+{
+    if (!E.active)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&E.lock);
+    ms_chunk_set_clear(&E.need);
+    bool unbounded = !l->params_known || !l->layout || l->kind == MS_SHIM_LAUNCH_COOP;
+    int e = MS_OK;
+    if (unbounded) {
+        E.st.unbounded++;
+        for (size_t i = 0; i < E.rt.nslots && e == MS_OK; i++)
+            if (E.rt.regions[i].live)
+                e = add_region_chunks(&E.need, (uint32_t)i);
+        ms_chunk_set_normalize(&E.need);
+    } else {
+        struct ms_launch ml = {.task = 0, .params = l->params, .params_len = l->params_len,
+                               .layout = l->layout, .nlayout = l->nlayout};
+        int n = ms_predict_launch(&E.rt, &ml, &E.need);
+        e = n < 0 ? n : add_refs(&E.need);
+    }
+    int rc = e == MS_OK ? gate(&E.need, unbounded) : CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&E.lock);
+    return rc;
+}
+
+int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes)
+{
+    if (!E.active || (abytes == 0 && bbytes == 0))
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&E.lock);
+    ms_chunk_set_clear(&E.need);
+    /* Both sides in one set: faulting one side in must not evict the other. */
+    int64_t in = ms_predict_range(&E.rt, 0, (struct ms_range){a, abytes}, &E.need);
+    if (in >= 0)
+        in = ms_predict_range(&E.rt, 0, (struct ms_range){b, bbytes}, &E.need);
+    int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false);
+    pthread_mutex_unlock(&E.lock);
+    return rc;
+}
+
+int ms_engine_gate_range(uint64_t addr, uint64_t bytes)
+{
+    return ms_engine_gate_ranges(addr, bytes, 0, 0);
+}
+
+/* A host-to-device copy of a small buffer: remember which regions it points into. */
+void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes)
+{
+    if (!E.active || !src || bytes < 8 || bytes > SCAN_LIMIT)
+        return;
+    pthread_mutex_lock(&E.lock);
+    uint32_t to;
+    if (ms_rtable_lookup(&E.rt, 0, dst, &to, NULL) == MS_OK && to < E.nrefs) {
+        /* A copy to the start of the region writes a new table: forget the old one's. */
+        if (ms_region_get(&E.rt, to)->base == dst)
+            E.refs[to].n = 0;
+        const unsigned char *p = src;
+        for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
+            uint64_t v;
+            memcpy(&v, p + off, 8);
+            uint32_t reg;
+            if (v == 0 || ms_rtable_lookup(&E.rt, 0, v, &reg, NULL) != MS_OK || reg == to)
+                continue;
+            struct refs *rf = &E.refs[to];
+            bool seen = false;
+            for (uint32_t k = 0; k < rf->n && !seen; k++)
+                seen = rf->region[k] == reg;
+            if (!seen && rf->n < MAX_REFS)
+                rf->region[rf->n++] = reg;
+        }
+    }
+    pthread_mutex_unlock(&E.lock);
+}
+
+void ms_engine_stats_get(struct ms_engine_stats *out)
+{
+    pthread_mutex_lock(&E.lock);
+    *out = E.st;
+    out->resident = E.rt.resident_bytes;
+    pthread_mutex_unlock(&E.lock);
+}
+
+void ms_engine_exit(bool verbose)
+{
+    if (!E.active || !verbose)
+        return;
+    struct ms_engine_stats s;
+    ms_engine_stats_get(&s);
+    fprintf(stderr,
+            "msched[%d]: engine: budget %llu MiB, %llu regions (%llu MiB), %llu MiB resident, "
+            "%llu faults, %llu unbounded launches, in %llu MiB, out %llu MiB, dropped %llu MiB, "
+            "%.3f s migrating\n",
+            (int)getpid(), (unsigned long long)(s.budget / MS_MIB),
+            (unsigned long long)s.regions, (unsigned long long)(s.footprint / MS_MIB),
+            (unsigned long long)(s.resident / MS_MIB), (unsigned long long)s.faults,
+            (unsigned long long)s.unbounded, (unsigned long long)(s.bytes_in / MS_MIB),
+            (unsigned long long)(s.bytes_out / MS_MIB),
+            (unsigned long long)(s.bytes_dropped / MS_MIB), (double)s.migrate_ns / 1e9);
+}

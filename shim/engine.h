@@ -1,0 +1,66 @@
+/*
+ * engine.h - the memory engine inside libmsched: virtual device memory under a budget.
+ *
+ * Design
+ *   Active only when a budget is configured (MSCHED_BUDGET, bytes; `msched run --budget`) and
+ *   MSCHED_ENGINE is not "off". Then every cuMemAlloc_v2 of the process's first context becomes
+ *   a region (core/region.h): a reserved virtual range whose chunks are mapped to physical
+ *   memory only while resident (gpu/cuda/gpu_cuda.h), at the same addresses for the
+ *   allocation's life, with a pinned host backing store allocated with the region. Nothing is
+ *   mapped at allocation: the first command that touches a chunk maps it.
+ *
+ *   The launch gate (the correctness rule, docs/architecture.md): before a kernel launch, copy
+ *   or memset is forwarded, the chunks it references (core/predict.h: launch parameters scanned
+ *   for addresses; exact ranges for copies) must be resident. If they are, the call goes ahead
+ *   at once. If not (a "launch fault"), the engine waits for the context's work in flight (so
+ *   nothing in use is evicted), plans with OPT (core/plan.h) where the future is predicted from
+ *   recent history (the process repeats itself: decode steps, training iterations), populating
+ *   the missing chunks plus the chunks history says come next (prefetch), and executes the plan
+ *   pipelined (core/exec.h). Launches whose reach cannot be bounded (unknown parameter layout,
+ *   cooperative launches) need the whole footprint resident; if it does not fit, the launch is
+ *   refused with CUDA_ERROR_OUT_OF_MEMORY rather than run on non-resident memory.
+ *
+ *   Allocations the engine does not take (async/pool, pitched, managed, a second context) go to
+ *   the real driver and are neither evicted nor counted against the budget.
+ *
+ * Locking: one engine mutex, held across a fault's migration (faults are serialized); the fast
+ * path holds it for the prediction only. Never taken inside the events lock.
+ *
+ * Errors: functions return a CUresult value as int (0 = CUDA_SUCCESS); an engine that could not
+ * start (no hash kernel, seam failure) logs once and stays inactive: calls pass through.
+ */
+#ifndef MS_SHIM_ENGINE_H
+#define MS_SHIM_ENGINE_H
+
+#include "shim/shim_events.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Read the configuration (called once from the shim's initialisation). */
+void ms_engine_configure(uint64_t budget, const char *mode);
+bool ms_engine_active(void);
+
+/* cuMemAlloc_v2 in engine mode: reserve and register; *handled false means "not mine, forward". */
+int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled);
+/* cuMemFree_v2: *handled false when the address is not an engine region. */
+int ms_engine_free(uint64_t dptr, bool *handled);
+
+int ms_engine_gate_launch(const struct ms_shim_launch *l);
+int ms_engine_gate_range(uint64_t addr, uint64_t bytes);
+/* Two ranges resident at once (a device-to-device copy's both sides). */
+int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes);
+/* A host-to-device copy: scan small buffers for pointers to regions (pointer tables). */
+void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes);
+
+struct ms_engine_stats {
+    uint64_t regions, footprint, resident, budget;
+    uint64_t faults, unbounded, bytes_in, bytes_out, bytes_dropped, migrate_ns;
+};
+void ms_engine_stats_get(struct ms_engine_stats *out);
+
+/* At exit: summary line when verbose. */
+void ms_engine_exit(bool verbose);
+
+#endif /* MS_SHIM_ENGINE_H */

@@ -1,0 +1,277 @@
+/*
+ * engine_stress.c - random allocations, frees, kernels, copies and memsets under a memory
+ * budget far below the footprint, checked against a host shadow of every buffer.
+ *
+ * Runs against whatever libcuda.so.1 the loader finds: on the fake driver behind libmsched
+ * (CI), every chunk the engine did not make resident is PROT_NONE, so a kernel that touches one
+ * crashes the program (the oracle); data mismatches are counted against the shadow. Kernels
+ * are host functions registered with the fake (MS_FAKECUDA names it). One kernel follows a
+ * pointer table stored in device memory (built on the host, copied over), the case the launch
+ * arguments alone cannot show.
+ *
+ * Usage: engine_stress [ops] [seed]   (MSCHED_BUDGET sets the engine's budget)
+ * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/fakecuda/fakecuda.h"
+
+#define NBUF 24
+#define MIB (1024u * 1024u)
+
+typedef CUresult (*reg_fn)(const char *, ms_fake_kernel_fn, const size_t *, size_t, void *,
+                           CUfunction *);
+
+static CUresult (*p_init)(unsigned);
+static CUresult (*p_devget)(CUdevice *, int);
+static CUresult (*p_retain)(CUcontext *, CUdevice);
+static CUresult (*p_setcur)(CUcontext);
+static CUresult (*p_alloc)(CUdeviceptr *, size_t);
+static CUresult (*p_free)(CUdeviceptr);
+static CUresult (*p_h2d)(CUdeviceptr, const void *, size_t);
+static CUresult (*p_d2h)(void *, CUdeviceptr, size_t);
+static CUresult (*p_d2d)(CUdeviceptr, CUdeviceptr, size_t);
+static CUresult (*p_memset)(CUdeviceptr, unsigned char, size_t);
+static CUresult (*p_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, unsigned, CUstream, void **, void **);
+static CUresult (*p_sync)(void);
+
+static uint64_t rng;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static uint32_t pattern(uint64_t i, uint32_t seed)
+{
+    uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
+    x ^= x >> 29;
+    return (uint32_t)(x * 0xbf58476d1ce4e5b9ull >> 32);
+}
+
+#define ARG(l, i, T) (*(const T *)(l)->args[i])
+
+static void k_fill(const struct ms_fake_launch *l)
+{
+    uint32_t *p = (uint32_t *)(uintptr_t)ARG(l, 0, CUdeviceptr);
+    uint64_t n = ARG(l, 1, uint64_t);
+    uint32_t seed = ARG(l, 2, uint32_t);
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = pattern(i, seed);
+}
+
+static void k_add(const struct ms_fake_launch *l)
+{
+    uint32_t *d = (uint32_t *)(uintptr_t)ARG(l, 0, CUdeviceptr);
+    const uint32_t *s = (const uint32_t *)(uintptr_t)ARG(l, 1, CUdeviceptr);
+    uint64_t n = ARG(l, 2, uint64_t);
+    for (uint64_t i = 0; i < n; i++)
+        d[i] += s[i];
+}
+
+/* tab: device array of ntab pointers; each pointed-to buffer gets its first n words bumped. */
+static void k_ptrtab(const struct ms_fake_launch *l)
+{
+    const CUdeviceptr *tab = (const CUdeviceptr *)(uintptr_t)ARG(l, 0, CUdeviceptr);
+    uint64_t ntab = ARG(l, 1, uint64_t), n = ARG(l, 2, uint64_t);
+    for (uint64_t t = 0; t < ntab; t++) {
+        uint32_t *p = (uint32_t *)(uintptr_t)tab[t];
+        for (uint64_t i = 0; i < n; i++)
+            p[i] += 7;
+    }
+}
+
+struct buf {
+    CUdeviceptr d;
+    uint64_t words;
+    uint32_t *shadow;
+};
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            printf("FAIL: %s = %d (op %d)\n", #x, (int)r_, op);                                   \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+#define LOAD(v, name)                                                                              \
+    do {                                                                                           \
+        *(void **)&v = dlsym(h, name);                                                             \
+        if (!v) {                                                                                  \
+            printf("FAIL: no %s\n", name);                                                         \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    int ops = argc > 1 ? atoi(argv[1]) : 2000;
+    rng = argc > 2 ? strtoull(argv[2], NULL, 10) : 42;
+    rng = rng ? rng : 1;
+    int op = -1;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *fpath = getenv("MS_FAKECUDA");
+    void *fh = fpath ? dlopen(fpath, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!h || !fh) {
+        printf("FAIL: cannot open libcuda.so.1 or MS_FAKECUDA\n");
+        return 1;
+    }
+    LOAD(p_init, "cuInit");
+    LOAD(p_devget, "cuDeviceGet");
+    LOAD(p_retain, "cuDevicePrimaryCtxRetain");
+    LOAD(p_setcur, "cuCtxSetCurrent");
+    LOAD(p_alloc, "cuMemAlloc_v2");
+    LOAD(p_free, "cuMemFree_v2");
+    LOAD(p_h2d, "cuMemcpyHtoD_v2");
+    LOAD(p_d2h, "cuMemcpyDtoH_v2");
+    LOAD(p_d2d, "cuMemcpyDtoD_v2");
+    LOAD(p_memset, "cuMemsetD8_v2");
+    LOAD(p_launch, "cuLaunchKernel");
+    LOAD(p_sync, "cuCtxSynchronize");
+    reg_fn reg;
+    *(void **)&reg = dlsym(fh, "ms_fake_register_kernel");
+    if (!reg) {
+        printf("FAIL: the fake lacks ms_fake_register_kernel\n");
+        return 1;
+    }
+    CUdevice dev;
+    CUcontext ctx;
+    CK(p_init(0));
+    CK(p_devget(&dev, 0));
+    CK(p_retain(&ctx, dev));
+    CK(p_setcur(ctx));
+    CUfunction f_fill, f_add, f_tab;
+    const size_t fill_p[] = {8, 8, 4}, add_p[] = {8, 8, 8}, tab_p[] = {8, 8, 8};
+    CK(reg("fill", k_fill, fill_p, 3, NULL, &f_fill));
+    CK(reg("add", k_add, add_p, 3, NULL, &f_add));
+    CK(reg("ptrtab", k_ptrtab, tab_p, 3, NULL, &f_tab));
+
+    struct buf b[NBUF];
+    memset(b, 0, sizeof(b));
+    uint64_t mismatches = 0, launches = 0;
+    uint32_t *tmp = malloc(16u * MIB);
+    for (op = 0; op < ops; op++) {
+        int i = (int)(rnd() % NBUF), j = (int)(rnd() % NBUF);
+        int kind = (int)(rnd() % 10);
+        if (!b[i].d || kind == 0) {
+            /* (re)allocate i: free it first if it exists */
+            if (b[i].d) {
+                CK(p_free(b[i].d));
+                free(b[i].shadow);
+            }
+            b[i].words = 1 + rnd() % (4u * MIB / 4);
+            CK(p_alloc(&b[i].d, b[i].words * 4));
+            b[i].shadow = malloc(b[i].words * 4);
+            uint32_t seed = (uint32_t)rnd();
+            void *args[] = {&b[i].d, &b[i].words, &seed};
+            CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+            launches++;
+            for (uint64_t k = 0; k < b[i].words; k++)
+                b[i].shadow[k] = pattern(k, seed);
+            continue;
+        }
+        switch (kind) {
+        case 1:
+        case 2: { /* add j into i */
+            if (!b[j].d || j == i)
+                break;
+            uint64_t n = b[i].words < b[j].words ? b[i].words : b[j].words;
+            void *args[] = {&b[i].d, &b[j].d, &n};
+            CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+            launches++;
+            for (uint64_t k = 0; k < n; k++)
+                b[i].shadow[k] += b[j].shadow[k];
+            break;
+        }
+        case 3: { /* host writes a slice */
+            uint64_t off = rnd() % b[i].words, n = 1 + rnd() % (b[i].words - off);
+            for (uint64_t k = 0; k < n; k++)
+                tmp[k] = (uint32_t)rnd();
+            CK(p_h2d(b[i].d + off * 4, tmp, n * 4));
+            memcpy(b[i].shadow + off, tmp, n * 4);
+            break;
+        }
+        case 4: { /* read a slice back and compare */
+            uint64_t off = rnd() % b[i].words, n = 1 + rnd() % (b[i].words - off);
+            CK(p_d2h(tmp, b[i].d + off * 4, n * 4));
+            for (uint64_t k = 0; k < n; k++)
+                mismatches += tmp[k] != b[i].shadow[off + k];
+            break;
+        }
+        case 5: { /* memset a slice */
+            uint64_t off = rnd() % b[i].words, n = 1 + rnd() % (b[i].words - off);
+            unsigned char v = (unsigned char)rnd();
+            CK(p_memset(b[i].d + off * 4, v, n * 4));
+            memset(b[i].shadow + off, v, n * 4);
+            break;
+        }
+        case 6: { /* device-to-device copy */
+            if (!b[j].d || j == i)
+                break;
+            uint64_t n = b[i].words < b[j].words ? b[i].words : b[j].words;
+            CK(p_d2d(b[i].d, b[j].d, n * 4));
+            memcpy(b[i].shadow, b[j].shadow, n * 4);
+            break;
+        }
+        case 7: { /* a pointer table in i naming up to 3 other buffers */
+            CUdeviceptr tab[3];
+            uint64_t ntab = 0, n = UINT64_MAX;
+            for (int t = 0; t < 3; t++) {
+                int k = (int)(rnd() % NBUF);
+                bool dup = false;
+                for (uint64_t u = 0; u < ntab; u++)
+                    dup |= tab[u] == b[k].d;
+                if (!b[k].d || k == i || dup)
+                    continue;
+                tab[ntab++] = b[k].d;
+                n = b[k].words < n ? b[k].words : n;
+            }
+            if (!ntab || b[i].words < ntab * 2)
+                break;
+            CK(p_h2d(b[i].d, tab, ntab * 8));
+            memcpy(b[i].shadow, tab, ntab * 8);
+            n = n < 1024 ? n : 1024;
+            void *args[] = {&b[i].d, &ntab, &n};
+            CK(p_launch(f_tab, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+            launches++;
+            for (uint64_t t = 0; t < ntab; t++)
+                for (int k = 0; k < NBUF; k++)
+                    if (b[k].d == tab[t])
+                        for (uint64_t w = 0; w < n; w++)
+                            b[k].shadow[w] += 7;
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    CK(p_sync());
+    int nbuf = 0;
+    for (int i = 0; i < NBUF; i++) {
+        if (!b[i].d)
+            continue;
+        nbuf++;
+        uint32_t *all = malloc(b[i].words * 4);
+        CK(p_d2h(all, b[i].d, b[i].words * 4));
+        for (uint64_t k = 0; k < b[i].words; k++)
+            mismatches += all[k] != b[i].shadow[k];
+        free(all);
+        CK(p_free(b[i].d));
+        free(b[i].shadow);
+    }
+    free(tmp);
+    printf("ENGINE_STRESS ops=%d buffers=%d launches=%llu mismatches=%llu\n", ops, nbuf,
+           (unsigned long long)launches, (unsigned long long)mismatches);
+    return mismatches == 0 ? 0 : 1;
+}
