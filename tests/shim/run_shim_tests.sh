@@ -284,7 +284,7 @@ fi
 # footprint of up to 96 MiB (a launch may need 8 buffers: its own, their pointer tables' targets): no mismatch either way, no fault (the fake's PROT_NONE oracle),
 # and the engine must really have evicted.
 seed=${MS_SEED:-7}
-out=$("$T/engine_stress" 600 "$seed" 2>&1)
+out=$(env LD_LIBRARY_PATH="$FAKEDIR" "$T/engine_stress" 600 "$seed" 2>&1)
 if [ $? -eq 0 ] && grep -q "mismatches=0" <<<"$out"; then
     pass engine/direct-stress
 else
