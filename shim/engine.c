@@ -37,7 +37,7 @@
 extern const char *const ms_hash_ptx; /* generated from gpu/cuda/hash.cu; NULL without nvcc */
 
 #define HIST_CAP 65536u      /* chunk ids remembered */
-#define GROUP 64u            /* ids per future working set handed to OPT */
+#define GROUP 4u             /* ids per future working set handed to OPT */
 #define MAX_REFS 64u         /* regions one pointer table may reference */
 #define SCAN_LIMIT (64 * 1024) /* largest host-to-device copy scanned for pointers */
 
@@ -308,21 +308,29 @@ static int ws_reserve(size_t n)
     return MS_OK;
 }
 
-/* Build ws[0] = need + prefetch and ws[1..] = the predicted future. Lock held. */
-static int build_future(const struct ms_chunk_set *need, bool prefetch)
+/*
+ * Build ws[0] = need + prefetch and ws[1..] = the predicted future (lock held). `missing` are
+ * the needed chunks that are not resident: where one of them last appeared, what followed it
+ * then is the prediction. Chunks resident now (activations used by every command) say nothing
+ * about where the program is. Never seen before: no prefetch, and the future is the history
+ * from its oldest end (a loop reuses first what it used first).
+ */
+static int build_future(const struct ms_chunk_set *need, const struct ms_chunk_set *missing,
+                        bool prefetch)
 {
     uint64_t have = MS_MIN(E.hist_seq, (uint64_t)HIST_CAP);
     uint64_t first = E.hist_seq - have; /* oldest sequence number retained */
-    /* Where did the first needed chunk last appear? The future starts after it. */
     uint64_t start = first;
-    if (need->n) {
-        for (uint64_t s = E.hist_seq; s-- > first;) {
-            if (ms_chunk_set_has(need, E.hist[s % HIST_CAP])) {
-                start = s + 1;
-                break;
-            }
+    bool found = false;
+    for (uint64_t s = E.hist_seq; missing->n && s-- > first;) {
+        if (ms_chunk_set_has(missing, E.hist[s % HIST_CAP])) {
+            start = s + 1;
+            found = true;
+            break;
         }
     }
+    if (!found)
+        prefetch = false;
     size_t groups = (size_t)(have / GROUP) + 2;
     int e = ws_reserve(groups + 1);
     if (e)
@@ -363,9 +371,15 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
 {
     uint64_t t0 = now_ns();
     MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
+    ms_chunk_set_clear(&E.scratch);
+    for (size_t i = 0; i < need->n; i++) {
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        if (c && !ms_chunk_state_ready(c->state) && ms_chunk_set_add(&E.scratch, need->ids[i]))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     int e = MS_E_NOSPACE;
     for (int attempt = 0; attempt < 2 && e == MS_E_NOSPACE; attempt++) {
-        e = build_future(need, attempt == 0);
+        e = build_future(need, &E.scratch, attempt == 0);
         if (e)
             break;
         struct ms_plan_input in = {.rt = &E.rt, .budget = E.budget, .ws = E.ws, .nws = E.nws,

@@ -9,7 +9,8 @@
  * pointer table stored in device memory (built on the host, copied over), the case the launch
  * arguments alone cannot show.
  *
- * Usage: engine_stress [ops] [seed]   (MSCHED_BUDGET sets the engine's budget)
+ * Usage: engine_stress [ops] [seed] [cycle]   (MSCHED_BUDGET sets the engine's budget)
+ *   cycle: instead, fill all buffers in the same order, ops rounds (a looping program)
  * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
  */
 #include <cuda.h>
@@ -159,6 +160,25 @@ int main(int argc, char **argv)
 
     struct buf b[NBUF];
     memset(b, 0, sizeof(b));
+    if (argc > 3 && strcmp(argv[3], "cycle") == 0) {
+        /* A loop over every buffer in the same order, ops times: the access pattern of decode
+         * steps and training iterations, where OPT keeps a fixed part resident. */
+        for (int i = 0; i < NBUF; i++) {
+            b[i].words = MIB; /* 4 MiB */
+            CK(p_alloc(&b[i].d, b[i].words * 4));
+        }
+        for (op = 0; op < ops; op++)
+            for (int i = 0; i < NBUF; i++) {
+                uint32_t seed = (uint32_t)op;
+                void *args[] = {&b[i].d, &b[i].words, &seed};
+                CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+            }
+        CK(p_sync());
+        for (int i = 0; i < NBUF; i++)
+            CK(p_free(b[i].d));
+        printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
+        return 0;
+    }
     uint64_t mismatches = 0, launches = 0;
     uint32_t *tmp = malloc(16u * MIB);
     for (op = 0; op < ops; op++) {
