@@ -62,7 +62,6 @@ struct Buf {
     std::vector<uint32_t> shadow;
 };
 
-static int fails = 0;
 #define CK(x)                                                                                      \
     do {                                                                                           \
         cudaError_t e_ = (x);                                                                      \
