@@ -15,16 +15,17 @@
 
 const struct ms_cost ms_cost_h200 = {
     .name = "h200",
-    .source = "docs/h200-measurements.md (H200, PCIe Gen5 x16, driver 580.159, CUDA 13.0)",
+    .source = "docs/h200-measurements.md and bench/results/gpu (H200, PCIe Gen5 x16, driver "
+              "580.159, CUDA 13.0)",
     .hbm_bytes = (uint64_t)(139.8 * (double)MS_GIB),
     .h2d_gbps = 55.0,
     .d2h_gbps = 55.2,
-    .duplex_gbps = 90.7,
+    .duplex_gbps = 96.4,
     .copy_call_us = 4.2,
-    .map_us = 47.0,
-    .map_us_per_mib = 3.4,
-    .unmap_us = 29.0,
-    .unmap_us_per_mib = 2.1,
+    .map_us = 45.0,
+    .map_us_per_mib = 0.3,
+    .unmap_us = 33.0,
+    .unmap_us_per_mib = 1.5,
     .fault_us = 11.9,
     .fault_bytes = 64 * MS_KIB,
     .um_fault_gbps = 5.5,
