@@ -1235,7 +1235,33 @@ static bool needs_population(struct ms_sched *s, struct ms_stask *t)
     return false;
 }
 
-/* The running task demanded chunks it does not have: populate them without a switch. */
+/* Bytes of t's settled resident chunks outside its `next` set (a full switch could evict them). */
+static uint64_t own_spare(struct ms_sched *s, struct ms_stask *t)
+{
+    clear_marks(s, t);
+    for (size_t i = 0; i < t->next_ws.n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&s->rt, t->next_ws.ids[i]);
+        if (c)
+            c->mark = 1;
+    }
+    uint64_t spare = 0;
+    for (size_t i = 0; i < t->nrmap; i++) {
+        struct ms_region *r = &s->rt.regions[t->rmap[i].slot];
+        for (uint32_t k = 0; k < r->nchunks; k++) {
+            struct ms_chunk *c = &r->chunks[k];
+            if (!c->mark && ms_chunk_state_ready((enum ms_chunk_state)c->state))
+                spare += c->bytes;
+        }
+    }
+    return spare;
+}
+
+/*
+ * The running task demanded chunks it does not have: populate them without a switch. When its
+ * own resident chunks (pinned here: work in flight may use them) leave no room for even one
+ * of them but a full switch could evict some, MS_E_BUSY asks the caller to stop the task
+ * instead (a task alone would otherwise wait forever).
+ */
 static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t)
 {
     int rc = make_timeline(s, t->id, s->cfg.horizon);
@@ -1263,6 +1289,8 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
         for (uint32_t k = 0; k < r->nchunks; k++)
             r->chunks[k].pins = 0;
     }
+    if (rc == MS_E_NOSPACE && own_spare(s, t) > 0)
+        return MS_E_BUSY;
     if (rc)
         return rc;
     /* Respect the limit: populate only what fits beside what the task holds. */
@@ -1281,6 +1309,11 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
         }
         s->plan.n = w;
     }
+    size_t pops = 0;
+    for (size_t i = 0; i < s->plan.n; i++)
+        pops += s->plan.steps[i].op == MS_STEP_POPULATE;
+    if (pops == 0 && own_spare(s, t) > 0)
+        return MS_E_BUSY;
     return dispatch(s, now, t, true, 0);
 }
 
@@ -1382,7 +1415,10 @@ static void settle(struct ms_sched *s, uint64_t now)
             struct ms_stask *t = find_task(s, s->cur);
             if (t->dirty_demand && !any_order_active(s)) {
                 t->dirty_demand = false;
-                if (needs_population(s, t) && plan_incremental(s, now, t)) {
+                int rc = needs_population(s, t) ? plan_incremental(s, now, t) : MS_OK;
+                if (rc == MS_E_BUSY) {
+                    send_stop(s, now, t); /* its own chunks must make room: a full switch */
+                } else if (rc) {
                     t->dirty_demand = true;
                     s->retry = true;
                     s->retry_at = now + RETRY_NS;

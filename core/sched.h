@@ -32,8 +32,10 @@
  *   With early_run, RUN goes out with the POPULATE and the shim's launch gate waits for the
  *   chunks each launch needs. A running task that DEMANDs chunks it does not have gets an
  *   incremental migration (its own resident chunks are pinned so they are not victims) without
- *   losing the GPU. A new plan is made only when no order is outstanding, so every task has at
- *   most one EVICT and one POPULATE order in flight.
+ *   losing the GPU; when those pinned chunks leave no room for any of them, the task is stopped
+ *   instead, so the next (full) switch can evict its own other chunks. A new plan is made only
+ *   when no order is outstanding, so every task has at most one EVICT and one POPULATE order in
+ *   flight.
  *
  *   Policies: RR and PRIO come from core/timeline.h; ADAPTIVE is round-robin whose slice grows
  *   so that the predicted cost of the switch that starts it (core/cost.h: the bytes its plan

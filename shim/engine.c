@@ -14,10 +14,19 @@
  * Pointer tables. A small host-to-device copy into a region is scanned for addresses of other
  * regions (cuBLAS-style pointer arrays are built on the host and copied over); those regions
  * become the destination region's references and are made resident with it whenever a launch
- * names it. A copy to the region's first byte starts a new table (the old references go). Pointers that kernels write into device memory cannot be seen (docs/engine.md).
+ * names it. A copy to the region's first byte starts a new table (the old references go).
+ * Pointers that kernels write into device memory cannot be seen (docs/engine.md).
+ *
+ * Modes. ALONE: the engine faults chunks in itself under its own budget (MSCHED_BUDGET).
+ * DAEMON: connected to mschedd (client.h): the daemon's budget, its orders move memory, the
+ * gate waits for RUN and asks the daemon (DEMAND) instead of faulting. FAILED: the daemon went
+ * away and the footprint cannot be held alone: every gated command fails (said once). A daemon
+ * that goes away turns DAEMON into ALONE (under MSCHED_BUDGET when set, else with everything
+ * resident when it fits the GPU's free memory) or FAILED; nothing goes back to DAEMON.
  */
 #include "shim/engine.h"
 
+#include "shim/client.h"
 #include "shim/shim_int.h"
 
 #include "core/exec.h"
@@ -36,9 +45,9 @@
 
 extern const char *const ms_hash_ptx; /* generated from gpu/cuda/hash.cu; NULL without nvcc */
 
-#define HIST_CAP 65536u      /* chunk ids remembered */
-#define GROUP 4u             /* ids per future working set handed to OPT */
-#define MAX_REFS 64u         /* regions one pointer table may reference */
+#define HIST_CAP 65536u        /* chunk ids remembered */
+#define GROUP 4u               /* ids per future working set handed to OPT */
+#define MAX_REFS 64u           /* regions one pointer table may reference */
 #define SCAN_LIMIT (64 * 1024) /* largest host-to-device copy scanned for pointers */
 
 struct refs {
@@ -46,10 +55,14 @@ struct refs {
     uint32_t region[MAX_REFS];
 };
 
+enum mode { MODE_ALONE = 0, MODE_DAEMON, MODE_FAILED };
+
 static struct {
     pthread_mutex_t lock;
     bool want, active, broken;
+    enum mode mode;
     uint64_t budget, prefetch;
+    uint64_t alone_budget; /* MSCHED_BUDGET (0: none) */
     CUcontext ctx;
     struct ms_rtable rt;
     struct ms_cuda_api api;
@@ -67,8 +80,8 @@ static struct {
 } E = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Errors the user must see even without MSCHED_VERBOSE (a refused call). */
-static void say(const char *fmt, ...) MS_PRINTF_LIKE(1, 2);
-static void say(const char *fmt, ...)
+#define say ms__engine_say
+void ms__engine_say(const char *fmt, ...)
 {
     char buf[512];
     int n = snprintf(buf, sizeof buf, "msched[%d]: ", (int)getpid());
@@ -93,7 +106,8 @@ void ms_engine_configure(uint64_t budget, const char *mode)
 {
     pthread_mutex_lock(&E.lock);
     E.budget = budget;
-    E.want = budget > 0 && !(mode && strcmp(mode, "off") == 0);
+    E.alone_budget = budget;
+    E.want = (budget > 0 || ms_client_allowed()) && !(mode && strcmp(mode, "off") == 0);
     if (E.want && mode && strcmp(mode, "vmm") != 0) {
         say("MSCHED_ENGINE=%s is not available in this build; using vmm", mode);
     }
@@ -106,35 +120,104 @@ void ms_engine_configure(uint64_t budget, const char *mode)
     pthread_mutex_unlock(&E.lock);
 }
 
-bool ms_engine_active(void) { return E.want && !E.broken; }
+/* active and broken are read without the lock (the hooks' fast paths): atomic accesses. */
+static bool is_active(void)
+{
+    return __atomic_load_n(&E.active, __ATOMIC_ACQUIRE);
+}
+static void set_flag(bool *f, bool v)
+{
+    __atomic_store_n(f, v, __ATOMIC_RELEASE);
+}
 
-/* Start on the first allocation, in the caller's (current) context. Lock held. */
+bool ms_engine_active(void)
+{
+    return E.want && !__atomic_load_n(&E.broken, __ATOMIC_ACQUIRE);
+}
+
+pthread_mutex_t *ms__engine_mutex(void)
+{
+    return &E.lock;
+}
+
+struct ms_rtable *ms__engine_rt(void)
+{
+    return &E.rt;
+}
+
+/*
+ * Start on the first allocation, in the caller's (current) context. Lock held. With a daemon
+ * (its socket exists) the engine connects first; without one, it runs alone under
+ * MSCHED_BUDGET, or not at all (no driver call is made then: the shim only observes).
+ */
 static bool start(void)
 {
-    if (E.active)
+    if (is_active())
         return true;
     if (E.broken)
         return false;
+    bool daemon = ms_client_available();
+    if (!daemon && E.alone_budget == 0) {
+        set_flag(&E.broken, true);
+        return false;
+    }
     CUcontext ctx = NULL;
     if (MS_REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || !ctx)
         return false; /* no context: let the driver report it */
+    struct ms_client_welcome w = {0};
+    if (daemon) {
+        CUdevice dev = 0;
+        if (MS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS || dev < 0)
+            dev = 0;
+        int c = ms_client_connect((unsigned)dev, E.alone_budget, &w);
+        if (c != MS_OK) {
+            ms__shim_log("no daemon (%s); %s", ms_strerror(c),
+                         E.alone_budget ? "running alone" : "memory engine off");
+            daemon = false;
+            if (!E.alone_budget) {
+                set_flag(&E.broken, true);
+                return false;
+            }
+        }
+    }
     const char *missing = NULL;
     void *h = ms__shim_real_handle();
     int e = h ? ms_cuda_api_load(&E.api, h, &missing) : MS_E_NOTFOUND;
     if (e == MS_OK)
         e = ms_gpu_cuda_new(&E.api, ms_hash_ptx, 0, &E.gpu);
     if (e != MS_OK) {
-        say("memory engine disabled: %s%s%s", missing ? "driver lacks " : "",
-            missing ? missing : ms_strerror(e),
-            E.gpu ? "" : "");
-        E.broken = true;
+        say("memory engine disabled: %s", missing ? missing : ms_strerror(e));
+        set_flag(&E.broken, true);
+        if (daemon)
+            ms_client_close();
         return false;
     }
     E.ops = ms_gpu_cuda_ops(E.gpu);
     E.ctx = ctx;
-    E.active = true;
-    ms__shim_log("memory engine on: budget %llu MiB, GPU hash %s",
+    E.mode = MODE_ALONE;
+    if (daemon) {
+        E.mode = MODE_DAEMON;
+        E.budget = w.budget;
+        E.st.budget = w.budget;
+        if (ms_client_start(ctx) != MS_OK) {
+            /* No service thread: run alone (or observe only) from the start. */
+            E.mode = MODE_ALONE;
+            E.budget = E.alone_budget;
+            E.st.budget = E.budget;
+            if (!E.alone_budget) {
+                ms_gpu_cuda_free(E.gpu);
+                E.gpu = NULL;
+                E.ops = NULL;
+                set_flag(&E.broken, true);
+                return false;
+            }
+        }
+    }
+    E.prefetch = E.budget / 4;
+    ms__shim_log("memory engine on: %s, budget %llu MiB, GPU hash %s",
+                 E.mode == MODE_DAEMON ? "with the daemon" : "alone",
                  (unsigned long long)(E.budget / MS_MIB), E.ops->hash ? "on" : "off");
+    set_flag(&E.active, true);
     return true;
 }
 
@@ -186,12 +269,17 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
             MS_REAL(cuMemAddressFree)(va, span);
         pthread_mutex_unlock(&E.lock);
         *handled = true;
-        return r != CUDA_SUCCESS ? (int)r : CUDA_ERROR_OUT_OF_MEMORY;
+        /* No room for the range or its backing store: what cuMemAlloc says when memory is
+         * short (the reservation of an absurd size is refused as an invalid value). */
+        return r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_OUT_OF_MEMORY
+                                                                  : (int)r;
     }
     ms_region_get(&E.rt, id)->host = host;
     E.refs[id].n = 0;
     E.st.regions++;
     E.st.footprint += span;
+    if (E.mode == MODE_DAEMON)
+        ms_client_region_add(id, va, bytes, ms_chunk_bytes_for(bytes));
     *dptr = va;
     *handled = true;
     pthread_mutex_unlock(&E.lock);
@@ -201,7 +289,7 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
 int ms_engine_free(uint64_t dptr, bool *handled)
 {
     *handled = false;
-    if (!E.active)
+    if (!is_active())
         return CUDA_SUCCESS;
     pthread_mutex_lock(&E.lock);
     uint32_t id;
@@ -231,6 +319,8 @@ int ms_engine_free(uint64_t dptr, bool *handled)
                 E.refs[i].region[k] = E.refs[i].region[--E.refs[i].n];
             else
                 k++;
+    if (E.mode == MODE_DAEMON)
+        ms_client_region_free(id); /* its device memory is released: the daemon may reuse it */
     MS_REAL(cuMemAddressFree)(dptr, span);
     MS_REAL(cuMemFreeHost)(host);
     E.st.regions--;
@@ -281,7 +371,7 @@ static int add_refs(struct ms_chunk_set *s)
     return MS_OK;
 }
 
-static bool all_ready(const struct ms_chunk_set *s)
+bool ms__engine_all_ready(const struct ms_chunk_set *s)
 {
     for (size_t i = 0; i < s->n; i++) {
         const struct ms_chunk *c = ms_chunk_get(&E.rt, s->ids[i]);
@@ -382,8 +472,8 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
         e = build_future(need, &E.scratch, attempt == 0);
         if (e)
             break;
-        struct ms_plan_input in = {.rt = &E.rt, .budget = E.budget, .ws = E.ws, .nws = E.nws,
-                                   .policy = MS_EVICT_OPT};
+        struct ms_plan_input in = {
+            .rt = &E.rt, .budget = E.budget, .ws = E.ws, .nws = E.nws, .policy = MS_EVICT_OPT};
         e = ms_plan_build(&in, &E.plan);
     }
     if (e == MS_E_NOSPACE) {
@@ -408,32 +498,247 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
         say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
         return e == MS_E_NOSPACE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
     }
-    if (!all_ready(need)) {
+    if (!ms__engine_all_ready(need)) {
         say("migration left memory a command needs non-resident: refused");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     return CUDA_SUCCESS;
 }
 
-/* need is filled (normalized); gate it. Lock held. */
-static int gate(struct ms_chunk_set *need, bool unbounded)
+void ms__engine_admitted(const struct ms_chunk_set *need)
 {
+    for (size_t i = 0; i < need->n; i++)
+        ms_chunk_apply(&E.rt, need->ids[i], MS_CE_TOUCH);
+    hist_append(need);
+}
+
+/*
+ * need is filled (normalized); gate it. Lock held (released while a daemon-mode gate waits, so
+ * `need` may be E.need only until the client copies it). With the daemon every command waits
+ * for RUN, even one that touches no region (time slicing); alone only memory matters.
+ */
+static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s)
+{
+    int rc = CUDA_SUCCESS;
+    if (E.mode == MODE_DAEMON) {
+        struct ms_chunk_set own;
+        ms_chunk_set_init(&own);
+        bool alone = false;
+        rc = ms_client_gate(&need, &own, unbounded, s, &alone);
+        if (!alone) {
+            ms_chunk_set_fini(&own);
+            return rc;
+        }
+        /* The daemon went away while the command waited: gate it alone. */
+        if (need == &own) {
+            ms_chunk_set_clear(&E.need);
+            for (size_t i = 0; i < own.n && rc == CUDA_SUCCESS; i++)
+                if (ms_chunk_set_add(&E.need, own.ids[i]))
+                    rc = CUDA_ERROR_OUT_OF_MEMORY;
+            need = &E.need;
+        }
+        ms_chunk_set_fini(&own);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    if (E.mode == MODE_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
     if (!need->n)
         return CUDA_SUCCESS;
-    int rc = CUDA_SUCCESS;
-    if (!all_ready(need))
+    if (!ms__engine_all_ready(need))
         rc = fault(need, unbounded);
-    if (rc == CUDA_SUCCESS) {
-        for (size_t i = 0; i < need->n; i++)
-            ms_chunk_apply(&E.rt, need->ids[i], MS_CE_TOUCH);
-        hist_append(need);
-    }
+    if (rc == CUDA_SUCCESS)
+        ms__engine_admitted(need);
     return rc;
+}
+
+/* ---- for the daemon client (client.h; lock held) ------------------------------------------- */
+
+/* Chunk marks are the planner's scratch, meaningless between calls: zero them before use. */
+static void clear_marks(void)
+{
+    for (size_t i = 0; i < E.rt.nslots; i++)
+        if (E.rt.regions[i].live)
+            for (uint32_t k = 0; k < E.rt.regions[i].nchunks; k++)
+                E.rt.regions[i].chunks[k].mark = 0;
+}
+
+static int plan_step(enum ms_step_op op, ms_chunk_id id)
+{
+    int e = ms_grow((void **)&E.plan.steps, &E.plan.cap, E.plan.n + 1, sizeof(E.plan.steps[0]));
+    if (e)
+        return e;
+    E.plan.steps[E.plan.n++] = (struct ms_plan_step){.op = (uint8_t)op, .chunk = id};
+    return MS_OK;
+}
+
+int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
+                    struct ms_exec_stats *st)
+{
+    uint64_t t0 = now_ns();
+    E.plan.n = 0;
+    E.plan.evict_bytes = E.plan.populate_bytes = 0;
+    clear_marks();
+    int e = MS_OK;
+    for (size_t i = 0; evict && i < evict->n && e == MS_OK; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, evict->ids[i]);
+        if (c && ms_chunk_state_ready((enum ms_chunk_state)c->state) && !c->pins && !c->mark) {
+            c->mark = 1;
+            E.plan.evict_bytes += c->bytes;
+            e = plan_step(MS_STEP_EVICT, evict->ids[i]);
+        }
+    }
+    for (size_t i = 0; pop && i < pop->n && e == MS_OK; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, pop->ids[i]);
+        if (c && !ms_chunk_state_resident((enum ms_chunk_state)c->state) && !c->mark) {
+            c->mark = 1;
+            E.plan.populate_bytes += c->bytes;
+            e = plan_step(MS_STEP_POPULATE, pop->ids[i]);
+        }
+    }
+    if (e != MS_OK || E.plan.n == 0)
+        return e;
+    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
+    struct ms_exec_stats x;
+    memset(&x, 0, sizeof(x));
+    e = ms_exec_plan(&E.rt, E.ops, UINT64_MAX, &E.plan, &o, &x);
+    E.st.bytes_in += x.bytes_in;
+    E.st.bytes_out += x.bytes_out;
+    E.st.bytes_dropped += x.bytes_dropped;
+    E.st.migrate_ns += now_ns() - t0;
+    if (st) {
+        st->bytes_in += x.bytes_in;
+        st->bytes_out += x.bytes_out;
+        st->bytes_dropped += x.bytes_dropped;
+        st->bytes_fresh += x.bytes_fresh;
+    }
+    if (e != MS_OK)
+        say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+    return e;
+}
+
+/* Append id to out when its mark lacks `bit` and it fits in cap; marks it. */
+static int take(struct ms_chunk_set *out, ms_chunk_id id, uint64_t bit, uint64_t cap,
+                uint64_t *bytes, bool *full)
+{
+    struct ms_chunk *c = ms_chunk_get(&E.rt, id);
+    if (!c || (c->mark & bit))
+        return MS_OK;
+    if (c->bytes > cap - MS_MIN(cap, *bytes)) {
+        *full = true;
+        return MS_OK;
+    }
+    c->mark |= bit;
+    *bytes += c->bytes;
+    return ms_chunk_set_add(out, id);
+}
+
+int ms__engine_predict(const struct ms_chunk_set *need, uint64_t next_cap,
+                       struct ms_chunk_set *out_next, uint64_t recent_cap,
+                       struct ms_chunk_set *out_recent)
+{
+    ms_chunk_set_clear(out_next);
+    ms_chunk_set_clear(out_recent);
+    clear_marks();
+    uint64_t have = MS_MIN(E.hist_seq, (uint64_t)HIST_CAP);
+    uint64_t first = E.hist_seq - have;
+    int e = MS_OK;
+    /* recent: distinct chunks walking back from the newest use, then oldest first. */
+    uint64_t bytes = 0;
+    bool full = false;
+    for (uint64_t q = E.hist_seq; q-- > first && !full && e == MS_OK;)
+        e = take(out_recent, E.hist[q % HIST_CAP], 2, recent_cap, &bytes, &full);
+    for (size_t i = 0, j = out_recent->n; i < j / 2; i++) {
+        ms_chunk_id t = out_recent->ids[i];
+        out_recent->ids[i] = out_recent->ids[j - 1 - i];
+        out_recent->ids[j - 1 - i] = t;
+    }
+    /* next: the need (all of it), then what followed the last use of a missing chunk (of any
+     * needed chunk when none is missing); never seen: history from its oldest end. */
+    bytes = 0;
+    full = false;
+    for (size_t i = 0; i < need->n && e == MS_OK; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        if (c && !(c->mark & 1)) {
+            c->mark |= 1;
+            bytes += c->bytes;
+            e = ms_chunk_set_add(out_next, need->ids[i]);
+        }
+    }
+    if (need->n == 0) {
+        for (size_t i = 0; i < out_recent->n && e == MS_OK && !full; i++)
+            e = take(out_next, out_recent->ids[i], 1, next_cap, &bytes, &full);
+    } else {
+        uint64_t start = first;
+        bool found = false;
+        for (int pass = 0; pass < 2 && !found; pass++)
+            for (uint64_t q = E.hist_seq; q-- > first && !found;) {
+                ms_chunk_id id = E.hist[q % HIST_CAP];
+                const struct ms_chunk *c = ms_chunk_get(&E.rt, id);
+                if (c && ms_chunk_set_has(need, id) &&
+                    (pass == 1 || !ms_chunk_state_ready((enum ms_chunk_state)c->state))) {
+                    start = q + 1;
+                    found = true;
+                }
+            }
+        for (uint64_t k = 0; k < have && e == MS_OK && !full; k++) {
+            uint64_t q = start + k;
+            if (q >= E.hist_seq)
+                q = first + (q - E.hist_seq);
+            e = take(out_next, E.hist[q % HIST_CAP], 1, next_cap, &bytes, &full);
+        }
+    }
+    return e;
+}
+
+void ms__engine_daemon_gone(const char *why)
+{
+    if (E.mode != MODE_DAEMON)
+        return;
+    uint64_t fp = E.st.footprint;
+    if (E.alone_budget) {
+        E.mode = MODE_ALONE;
+        E.budget = E.alone_budget;
+        E.prefetch = E.budget / 4;
+        E.st.budget = E.budget;
+        say("the daemon is gone (%s); running alone under MSCHED_BUDGET (%llu MiB)", why,
+            (unsigned long long)(E.budget / MS_MIB));
+        return;
+    }
+    size_t fr = 0, tot = 0;
+    if (MS_REAL(cuMemGetInfo_v2)(&fr, &tot) != CUDA_SUCCESS)
+        fr = 0;
+    uint64_t room = (uint64_t)fr + E.rt.resident_bytes;
+    int e = MS_E_NOSPACE;
+    if (fp <= room) {
+        ms_chunk_set_clear(&E.scratch);
+        e = MS_OK;
+        for (size_t i = 0; i < E.rt.nslots && e == MS_OK; i++)
+            if (E.rt.regions[i].live)
+                e = add_region_chunks(&E.scratch, (uint32_t)i);
+        if (e == MS_OK) {
+            MS_REAL(cuCtxSynchronize)();
+            e = ms__engine_exec(NULL, &E.scratch, NULL);
+        }
+    }
+    if (e == MS_OK) {
+        E.mode = MODE_ALONE;
+        E.budget = room;
+        E.prefetch = room / 4;
+        E.st.budget = room;
+        say("the daemon is gone (%s); running alone with all %llu MiB resident", why,
+            (unsigned long long)(fp / MS_MIB));
+        return;
+    }
+    E.mode = MODE_FAILED;
+    say("the daemon is gone (%s) and this process's %llu MiB do not fit the %llu MiB the GPU "
+        "has free: its GPU work now fails (set MSCHED_BUDGET to run alone under a budget)",
+        why, (unsigned long long)(fp / MS_MIB), (unsigned long long)(room / MS_MIB));
 }
 
 int ms_engine_gate_launch(const struct ms_shim_launch *l)
 {
-    if (!E.active)
+    if (!is_active())
         return CUDA_SUCCESS;
     pthread_mutex_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
@@ -446,19 +751,23 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
                 e = add_region_chunks(&E.need, (uint32_t)i);
         ms_chunk_set_normalize(&E.need);
     } else {
-        struct ms_launch ml = {.task = 0, .params = l->params, .params_len = l->params_len,
-                               .layout = l->layout, .nlayout = l->nlayout};
+        struct ms_launch ml = {.task = 0,
+                               .params = l->params,
+                               .params_len = l->params_len,
+                               .layout = l->layout,
+                               .nlayout = l->nlayout};
         int n = ms_predict_launch(&E.rt, &ml, &E.need);
         e = n < 0 ? n : add_refs(&E.need);
     }
-    int rc = e == MS_OK ? gate(&E.need, unbounded) : CUDA_ERROR_OUT_OF_MEMORY;
+    int rc = e == MS_OK ? gate(&E.need, unbounded, l->stream) : CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_unlock(&E.lock);
     return rc;
 }
 
-int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes)
+int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,
+                          struct ms_shim_stream s)
 {
-    if (!E.active || (abytes == 0 && bbytes == 0))
+    if (!is_active() || (abytes == 0 && bbytes == 0))
         return CUDA_SUCCESS;
     pthread_mutex_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
@@ -466,20 +775,25 @@ int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbyt
     int64_t in = ms_predict_range(&E.rt, 0, (struct ms_range){a, abytes}, &E.need);
     if (in >= 0)
         in = ms_predict_range(&E.rt, 0, (struct ms_range){b, bbytes}, &E.need);
-    int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false);
+    int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false, s);
     pthread_mutex_unlock(&E.lock);
     return rc;
 }
 
-int ms_engine_gate_range(uint64_t addr, uint64_t bytes)
+int ms_engine_gate_range(uint64_t addr, uint64_t bytes, struct ms_shim_stream s)
 {
-    return ms_engine_gate_ranges(addr, bytes, 0, 0);
+    return ms_engine_gate_ranges(addr, bytes, 0, 0, s);
+}
+
+void ms_engine_gate_end(void)
+{
+    ms_client_gate_end();
 }
 
 /* A host-to-device copy of a small buffer: remember which regions it points into. */
 void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes)
 {
-    if (!E.active || !src || bytes < 8 || bytes > SCAN_LIMIT)
+    if (!is_active() || !src || bytes < 8 || bytes > SCAN_LIMIT)
         return;
     pthread_mutex_lock(&E.lock);
     uint32_t to;
@@ -510,12 +824,27 @@ void ms_engine_stats_get(struct ms_engine_stats *out)
     pthread_mutex_lock(&E.lock);
     *out = E.st;
     out->resident = E.rt.resident_bytes;
+    out->daemon = E.mode == MODE_DAEMON;
+    out->failed = E.mode == MODE_FAILED;
     pthread_mutex_unlock(&E.lock);
+}
+
+void ms_engine_atfork_child(void)
+{
+    pthread_mutex_init(&E.lock, NULL);
+    ms_client_atfork_child();
+    if (E.mode == MODE_DAEMON) {
+        /* The parent's connection is not the child's: run alone (CUDA in a child of a process
+         * that used it is not supported by the driver anyway). */
+        E.mode = E.alone_budget ? MODE_ALONE : MODE_FAILED;
+        E.budget = E.alone_budget;
+    }
 }
 
 void ms_engine_exit(bool verbose)
 {
-    if (!E.active || !verbose)
+    ms_client_shutdown();
+    if (!is_active() || !verbose)
         return;
     struct ms_engine_stats s;
     ms_engine_stats_get(&s);
@@ -523,10 +852,23 @@ void ms_engine_exit(bool verbose)
             "msched[%d]: engine: budget %llu MiB, %llu regions (%llu MiB), %llu MiB resident, "
             "%llu faults, %llu unbounded launches, in %llu MiB, out %llu MiB, dropped %llu MiB, "
             "%.3f s migrating\n",
-            (int)getpid(), (unsigned long long)(s.budget / MS_MIB),
-            (unsigned long long)s.regions, (unsigned long long)(s.footprint / MS_MIB),
-            (unsigned long long)(s.resident / MS_MIB), (unsigned long long)s.faults,
-            (unsigned long long)s.unbounded, (unsigned long long)(s.bytes_in / MS_MIB),
-            (unsigned long long)(s.bytes_out / MS_MIB),
+            (int)getpid(), (unsigned long long)(s.budget / MS_MIB), (unsigned long long)s.regions,
+            (unsigned long long)(s.footprint / MS_MIB), (unsigned long long)(s.resident / MS_MIB),
+            (unsigned long long)s.faults, (unsigned long long)s.unbounded,
+            (unsigned long long)(s.bytes_in / MS_MIB), (unsigned long long)(s.bytes_out / MS_MIB),
             (unsigned long long)(s.bytes_dropped / MS_MIB), (double)s.migrate_ns / 1e9);
+    struct ms_client_stats c;
+    ms_client_stats_get(&c);
+    if (c.slices || c.demands)
+        fprintf(stderr,
+                "msched[%d]: daemon: %s, %llu slices, %llu stops, %llu demands, %llu idles, "
+                "%llu evict orders, %llu populate orders, %llu waits (%.3f s)\n",
+                (int)getpid(),
+                s.daemon   ? "connected"
+                : s.failed ? "gone, failed"
+                           : "gone, alone",
+                (unsigned long long)c.slices, (unsigned long long)c.stops,
+                (unsigned long long)c.demands, (unsigned long long)c.idles,
+                (unsigned long long)c.evict_orders, (unsigned long long)c.pop_orders,
+                (unsigned long long)c.waits, (double)c.wait_ns / 1e9);
 }

@@ -23,8 +23,19 @@
  *   Allocations the engine does not take (async/pool, pitched, managed, a second context) go to
  *   the real driver and are neither evicted nor counted against the budget.
  *
- * Locking: one engine mutex, held across a fault's migration (faults are serialized); the fast
- * path holds it for the prediction only. Never taken inside the events lock.
+ *   With a daemon (client.h: its socket exists and MSCHED_DAEMON is not "off") the engine is
+ *   active even without MSCHED_BUDGET and runs in daemon mode: the budget is the daemon's, the
+ *   daemon's orders evict and populate (on the client's service thread), and the gate admits a
+ *   command only while the daemon lets this process run and its chunks are resident, asking
+ *   the daemon (DEMAND) for what is missing instead of faulting. When the daemon goes away the
+ *   engine runs alone: under MSCHED_BUDGET when set; else with every chunk made resident when
+ *   the footprint fits the GPU's free memory (the budget becomes that memory); else every gated
+ *   command fails with CUDA_ERROR_OUT_OF_MEMORY. One line on stderr says which.
+ *   Without a daemon and without a budget the engine is off and makes no driver call.
+ *
+ * Locking: one engine mutex, held across a fault's migration (faults are serialized) and across
+ * the execution of the daemon's orders; the fast path holds it for the prediction only. Never
+ * taken inside the events lock. A daemon-mode gate waits on a condition of that mutex.
  *
  * Errors: functions return a CUresult value as int (0 = CUDA_SUCCESS); an engine that could not
  * start (no hash kernel, seam failure) logs once and stays inactive: calls pass through.
@@ -47,20 +58,34 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled);
 /* cuMemFree_v2: *handled false when the address is not an engine region. */
 int ms_engine_free(uint64_t dptr, bool *handled);
 
+/*
+ * The launch gate: 0 lets the hook forward the command, anything else is the CUresult the hook
+ * returns instead. A forwarded command stays in flight until the hook calls ms_engine_gate_end
+ * (after the real call returned): the daemon client waits for that before it answers STOP.
+ * `s` is the command's stream (a stream being captured is never held).
+ */
 int ms_engine_gate_launch(const struct ms_shim_launch *l);
-int ms_engine_gate_range(uint64_t addr, uint64_t bytes);
+int ms_engine_gate_range(uint64_t addr, uint64_t bytes, struct ms_shim_stream s);
 /* Two ranges resident at once (a device-to-device copy's both sides). */
-int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes);
+int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,
+                          struct ms_shim_stream s);
+/* The hook's forwarded call returned (no lock held; cheap when nothing was admitted). */
+void ms_engine_gate_end(void);
 /* A host-to-device copy: scan small buffers for pointers to regions (pointer tables). */
 void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes);
 
 struct ms_engine_stats {
     uint64_t regions, footprint, resident, budget;
     uint64_t faults, unbounded, bytes_in, bytes_out, bytes_dropped, migrate_ns;
+    bool daemon; /* connected to the daemon now */
+    bool failed; /* the daemon went away and the footprint could not be held alone */
 };
 void ms_engine_stats_get(struct ms_engine_stats *out);
 
-/* At exit: summary line when verbose. */
+/* In a forked child (from the shim's pthread_atfork child handler). */
+void ms_engine_atfork_child(void);
+
+/* At exit: stops the daemon client; summary lines when verbose. */
 void ms_engine_exit(bool verbose);
 
 #endif /* MS_SHIM_ENGINE_H */

@@ -429,7 +429,7 @@ int ms_shim_on_launch(const struct ms_shim_launch *l)
 }
 
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
-                     struct ms_shim_stream s)
+                    struct ms_shim_stream s)
 {
     pthread_mutex_lock(&ms__shim_lock);
     ctr.copies++;
@@ -457,7 +457,7 @@ int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_cop
     bool dev_src = kind != MS_SHIM_COPY_H2H && kind != MS_SHIM_COPY_H2D;
     if (dev_dst || dev_src)
         rc = ms_engine_gate_ranges(dev_dst ? dst : 0, dev_dst ? bytes : 0, dev_src ? src : 0,
-                                   dev_src ? bytes : 0);
+                                   dev_src ? bytes : 0, s);
     if (rc == 0 && kind == MS_SHIM_COPY_H2D)
         ms_engine_note_h2d(dst, (const void *)(uintptr_t)src, bytes);
     return rc;
@@ -477,7 +477,14 @@ int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
         trace_put(&rec);
     }
     pthread_mutex_unlock(&ms__shim_lock);
-    return ms_engine_gate_range(dst, bytes);
+    return ms_engine_gate_range(dst, bytes, s);
+}
+
+/* MS_GATED's cleanup: the hook's forwarded call (if any) has returned. */
+void ms__shim_gate_end(int *gate)
+{
+    (void)gate;
+    ms_engine_gate_end();
 }
 
 void ms_shim_on_sync(void)

@@ -135,18 +135,26 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
                     sharedMemBytes, hStream, kernelParams);                                        \
     }
 
+/* cuLaunchKernelEx: the gate sits at function scope (MS_GATED), so the dimensions are read
+ * here; a NULL config is the driver's to reject. */
+static int report_ex(const CUlaunchConfig *config, CUfunction f, bool pt, void **kernelParams,
+                     void **extra)
+{
+    if (!config)
+        return 0;
+    struct dims d = {{config->gridDimX, config->gridDimY, config->gridDimZ},
+                     {config->blockDimX, config->blockDimY, config->blockDimZ},
+                     config->sharedMemBytes};
+    return report(MS_SHIM_LAUNCH_EX, f, &d, (struct ms_shim_stream){config->hStream, pt},
+                  kernelParams, extra);
+}
+
 #define LAUNCH_EX_HOOK(name, pt)                                                                   \
     CUresult CUDAAPI name(const CUlaunchConfig *config, CUfunction f, void **kernelParams,         \
                           void **extra)                                                            \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        if (config) {                                                                              \
-            struct dims d = {{config->gridDimX, config->gridDimY, config->gridDimZ},               \
-                             {config->blockDimX, config->blockDimY, config->blockDimZ},            \
-                             config->sharedMemBytes};                                              \
-            MS_GATED(report(MS_SHIM_LAUNCH_EX, f, &d, (struct ms_shim_stream){config->hStream, pt},         \
-                   kernelParams, extra));                                                           \
-        }                                                                                          \
+        MS_GATED(report_ex(config, f, pt, kernelParams, extra));                                   \
         return real(config, f, kernelParams, extra);                                               \
     }
 

@@ -37,6 +37,7 @@
  *     the child, so the child never inherits a lock held by a thread that does not exist there.
  */
 #include "shim/shim_int.h"
+#include "shim/client.h"
 #include "shim/engine.h"
 
 #include "shim/procaddr.h"
@@ -296,6 +297,7 @@ static void atfork_child(void)
 {
     pthread_mutex_init(&ms__shim_lock, NULL);
     ms__shim_events_atfork_child();
+    ms_engine_atfork_child();
 }
 
 static void init_once_fn(void)
@@ -332,6 +334,7 @@ static void init_once_fn(void)
         ms__shim_log("MSCHED_BUDGET=%s is not a size (e.g. 17179869184 or 16GiB); ignored", b);
         budget = 0;
     }
+    ms_client_configure(env("MSCHED_DAEMON"), env("MSCHED_PRIORITY"), env("MSCHED_WEIGHT"));
     ms_engine_configure(budget, env("MSCHED_ENGINE"));
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0)
         ms__shim_log("pthread_atfork failed; a forked child may inherit a held lock");

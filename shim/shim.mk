@@ -7,8 +7,9 @@
 #   $(BUILD)/lib/fakecuda/libcuda.so.1 the CPU-only fake driver the tests run on
 #   $(BUILD)/tests/shim/               test programs (tests/shim/run_shim_tests.sh runs them)
 #
-# Shared objects need position-independent code, so the sources they use (core/ ones included)
-# are compiled again with -fPIC into $(BUILD)/pic/. Nothing here is built when the CUDA
+# Shared objects need position-independent code, so the sources they use (core/ and ipc/ ones
+# included: the daemon client speaks the protocol through ipc/sock.c and ipc/conn.c) are
+# compiled again with -fPIC into $(BUILD)/pic/. Nothing here is built when the CUDA
 # headers are missing (CUDA_HOME, default /usr/local/cuda); the test script then skips.
 #
 # Targets: gen-shim (regenerate shim/gen/ from the toolkit), check-gen-shim (fail when
@@ -32,9 +33,9 @@ SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 
 SHIM_SRC := shim/shim.c shim/events.c shim/funcinfo.c shim/procaddr.c shim/hook_init.c \
             shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/gen/syms.c \
-            shim/gen/tramp.c shim/engine.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c \
-            core/region.c core/predict.c core/plan.c core/exec.c core/timeline.c \
-            $(BUILD)/gen/hash_ptx.c
+            shim/gen/tramp.c shim/engine.c shim/client.c gpu/cuda/gpu_cuda.c core/trace.c \
+            core/alloc.c core/region.c core/predict.c core/plan.c core/exec.c core/timeline.c \
+            core/proto.c ipc/sock.c ipc/conn.c $(BUILD)/gen/hash_ptx.c
 
 # The GPU hash kernel's PTX, embedded as a string (no nvcc: no GPU hash, see engine.h).
 NVCC ?= $(CUDA_HOME)/bin/nvcc

@@ -47,15 +47,20 @@ MS_HIDDEN void ms__shim_init(void);
 /* Slot idx after initialisation; never NULL. */
 MS_HIDDEN void *ms__shim_real(unsigned idx);
 
-/* The real driver's function for `name`, typed with name's cuda.h prototype. */
-/* Run an event that may hold the call (the launch gate); a non-zero result is the CUresult the
- * hook returns instead of forwarding. */
+/*
+ * Run an event that may hold the call (the launch gate); a non-zero result is the CUresult the
+ * hook returns instead of forwarding. A command the gate admitted stays "in flight" until the
+ * hook returns: the cleanup (ms__shim_gate_end) runs after the forwarded call, so the daemon
+ * client can wait for admitted commands to reach the driver before it answers STOP. MS_GATED
+ * must therefore be used once, at function scope, before the real call.
+ */
+MS_HIDDEN void ms__shim_gate_end(int *gate);
 #define MS_GATED(call)                                                                             \
-    do {                                                                                           \
-        int g_ = (call);                                                                           \
-        if (g_ != 0)                                                                               \
-            return (CUresult)g_;                                                                   \
-    } while (0)
+    int ms_gate_ __attribute__((cleanup(ms__shim_gate_end))) = (call);                             \
+    if (ms_gate_ != 0)                                                                             \
+    return (CUresult)ms_gate_
+
+/* The real driver's function for `name`, typed with name's cuda.h prototype. */
 #define MS_REAL(name) ((__typeof__(&name))ms__shim_real(MS_SYM_##name))
 
 /* Called by the trampolines' slow path (symbol index in, function out; never NULL). */

@@ -37,7 +37,9 @@ FAKEDIR=$BUILD/lib/fakecuda
 FAKE=$FAKEDIR/libcuda.so.1
 T=$BUILD/tests/shim
 export MS_FAKECUDA=$FAKE
-unset MSCHED_VERBOSE MSCHED_TRACE MSCHED_REAL_LIBCUDA LD_PRELOAD
+unset MSCHED_VERBOSE MSCHED_TRACE MSCHED_REAL_LIBCUDA LD_PRELOAD MSCHED_BUDGET
+# A daemon the user runs must not join these checks (tests/cli/shim_daemon.sh tests the client).
+export MSCHED_DAEMON=off
 
 if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
     echo "SKIP shim: no CUDA toolkit headers in $CUDA_HOME (libmsched is not built)"

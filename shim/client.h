@@ -1,0 +1,140 @@
+/*
+ * client.h - libmsched's side of the daemon protocol (docs/protocol.md): the connection to
+ * mschedd, the service thread that obeys its orders, and the launch gate's time slicing.
+ *
+ * Design
+ *   When the daemon's socket exists (ipc/ipc.h path rules: $MSCHED_SOCKET, else the default
+ *   path) and MSCHED_DAEMON is not "off", the engine (engine.h) connects at its start (first
+ *   allocation in a context): HELLO (priority MSCHED_PRIORITY rt|be|0..10, weight MSCHED_WEIGHT
+ *   0..1000, memory limit MSCHED_BUDGET: what this process may keep resident, the program's
+ *   name), WELCOME. The engine then runs in daemon mode:
+ *     - every engine region is mirrored with REGION add/free; the wire ids only increase (the
+ *       engine's table reuses slots, so the client keeps its own id map, and remembers the
+ *       geometry of freed regions so that orders crossing a free still count their bytes);
+ *     - the budget is the daemon's: the shim maps only what a POPULATE credited and unmaps on
+ *       EVICT; it never faults locally;
+ *     - a command (kernel, copy, memset) is admitted only between RUN and STOP. A thread that
+ *       may not submit waits on a condition variable, having sent DEMAND (next = the chunks its
+ *       command needs, then what history predicts comes next, up to half of what the task may
+ *       hold (the budget, or its limit); recent = the chunks used most recently, up to all of
+ *       it). A command needing more than that fails with CUDA_ERROR_OUT_OF_MEMORY. While
+ *       running, a command whose chunks are not resident sends DEMAND too and waits for the
+ *       daemon's incremental POPULATE (or its STOP, when the task's own chunks leave no
+ *       room). Commands on a stream being captured (cuStreamIsCapturing) are never held:
+ *       nothing runs until the graph is launched (graph launches are not gated: engine.md).
+ *     - a private service thread owns the socket's reading side: it makes the engine's CUDA
+ *       context current (the real cuCtxSetCurrent) and executes orders with the core executor:
+ *       EVICT (one EVICTED per batch of runs, so credit flows to the populating task while it
+ *       works), POPULATE and CREDIT (runs mapped while their cumulative bytes stay within the
+ *       credit; one POPULATED per batch), STOP (admissions stop, admitted commands reach the
+ *       driver, the real cuCtxSynchronize, then STOPPED; IDLE too when no thread waits).
+ *   When the daemon goes away (the socket closes, BYE, ERROR, a malformed frame, a failed
+ *   send) the service thread tells the engine, which runs alone (engine.h, "daemon gone"):
+ *   nothing waits for the daemon again, and one line on stderr says so.
+ *
+ * In flight. The gate counts a command it admits; the hook's cleanup (ms__shim_gate_end, after
+ * the forwarded call) uncounts it. STOP waits for the count to reach zero before it synchronizes,
+ * so no admitted command can reach the driver after STOPPED.
+ *
+ * Locking: the client has no lock of its own. Every function here except ms_client_configure,
+ * ms_client_gate_end, ms_client_shutdown and ms_client_atfork_child is called with the engine's
+ * lock held (ms__engine_mutex()); the service thread takes that lock for everything but its
+ * poll(). Waits (RUN, populations, admitted commands) are condition waits on that lock.
+ *
+ * Errors: functions that can fail return MS_OK or an MS_E_* code; the gate returns a CUresult.
+ * Nothing aborts; a client that cannot go on closes its connection and the engine runs alone.
+ */
+#ifndef MS_SHIM_CLIENT_H
+#define MS_SHIM_CLIENT_H
+
+#include "shim/shim_events.h"
+#include "shim/shim_int.h"
+
+#include "core/exec.h"
+#include "core/predict.h"
+#include "core/region.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- the client, called by the engine ----------------------------------------------------- */
+
+/* Read the configuration once, at the shim's initialisation (no lock; values may be NULL). */
+void ms_client_configure(const char *daemon, const char *priority, const char *weight);
+/* MSCHED_DAEMON allows a daemon (it is not "off"). */
+bool ms_client_allowed(void);
+/* Allowed and the socket exists now (a stat, no connection). */
+bool ms_client_available(void);
+
+struct ms_client_welcome {
+    uint32_t task;
+    uint64_t budget;
+    uint64_t slice_ns;
+};
+
+/* Connect, HELLO, wait for WELCOME (bounded: about 3 s). gpu: names the default socket;
+ * limit: the HELLO's memory limit (MSCHED_BUDGET; 0 = none).
+ * Errors: MS_E_NOTFOUND (no daemon), MS_E_IO, MS_E_STATE (refused: said once on stderr). */
+int ms_client_connect(unsigned gpu, uint64_t limit, struct ms_client_welcome *out);
+/* Start the service thread, which will make ctx current. On failure the connection is closed
+ * and MS_E_IO returned: the engine runs alone. */
+int ms_client_start(void *ctx);
+/* Close the connection (before ms_client_start, or when the engine cannot start after all). */
+void ms_client_close(void);
+
+/* Mirror an engine region (slot = the engine table's region id). A failure breaks the
+ * connection (the engine then runs alone). */
+void ms_client_region_add(uint32_t slot, uint64_t base, uint64_t size, uint64_t chunk_bytes);
+void ms_client_region_free(uint32_t slot);
+
+/*
+ * The daemon-mode launch gate. *need (normalized; the whole footprint when unbounded) is what
+ * the command touches. Returns CUDA_SUCCESS when the command may be submitted (admitted: the
+ * hook's cleanup calls ms_client_gate_end), or a CUresult to fail it with. While waiting the
+ * engine's lock is released, so a need living in shared scratch is first copied into `own`
+ * (caller-initialised, caller-freed) and *need pointed at it. *alone is set when the daemon is
+ * gone: the engine must gate the command itself (standalone), with *need.
+ */
+int ms_client_gate(struct ms_chunk_set **need, struct ms_chunk_set *own, bool unbounded,
+                   struct ms_shim_stream stream, bool *alone);
+/* The hook that the gate admitted returned (no lock held; cheap when nothing was admitted). */
+void ms_client_gate_end(void);
+
+/* At exit (no lock held): stop the service thread (bounded wait) and close the connection. */
+void ms_client_shutdown(void);
+/* In a forked child (one thread, fresh locks): forget the parent's connection, silently. */
+void ms_client_atfork_child(void);
+
+struct ms_client_stats {
+    uint64_t slices, stops, demands, idles, evict_orders, pop_orders, waits, wait_ns;
+};
+void ms_client_stats_get(struct ms_client_stats *out);
+
+/* ---- the engine, for the client (engine.c; the engine's lock held unless said) ------------ */
+
+/* The engine's lock (not held when called). */
+pthread_mutex_t *ms__engine_mutex(void);
+struct ms_rtable *ms__engine_rt(void);
+/* Chunks of `need` that are not ready (CLEAN or DIRTY) count; 0 means the command can run. */
+bool ms__engine_all_ready(const struct ms_chunk_set *need);
+/*
+ * Evict every settled resident chunk of `evict`, then populate every non-resident chunk of
+ * `pop` (in order), through the executor, with no budget of its own (the daemon's credit is
+ * the limit). Bytes moved are added to *st. Errors: the executor's (the table stays consistent).
+ */
+int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
+                    struct ms_exec_stats *st);
+/* The daemon's wanted sets: out_next = need, then the predicted future, up to next_cap bytes;
+ * out_recent = the chunks used most recently, up to recent_cap bytes. */
+int ms__engine_predict(const struct ms_chunk_set *need, uint64_t next_cap,
+                       struct ms_chunk_set *out_next, uint64_t recent_cap,
+                       struct ms_chunk_set *out_recent);
+/* A command was admitted: mark its chunks used (TOUCH) and remember them in the history. */
+void ms__engine_admitted(const struct ms_chunk_set *need);
+/* The daemon is gone (why: one phrase). Called once, from the service thread (context current). */
+void ms__engine_daemon_gone(const char *why);
+/* One line to stderr, whatever MSCHED_VERBOSE says ("msched[pid]: ..."). */
+void ms__engine_say(const char *fmt, ...) MS_PRINTF_LIKE(1, 2);
+
+#endif /* MS_SHIM_CLIENT_H */

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# shim_daemon.sh - real processes under libmsched time-sliced by mschedd, on the fake CUDA driver.
+#
+# Each client is tests/shim/engine_stress (random allocations, kernels, copies, memsets and a
+# pointer table, checked against a host shadow; or "cycle": a loop over 24 buffers) with
+# libmsched first on the library path. The daemon's budget is below every client's footprint,
+# so memory must move at every switch, and the fake driver's oracle (non-resident memory is
+# PROT_NONE) turns any command that runs on memory the daemon did not populate into a crash.
+#
+#   alone        one client alone, footprint twice the budget: it finishes (a lone task whose
+#                own chunks fill the budget is stopped and switched, not left waiting)
+#   three        two random clients (one limited to 32 MiB by MSCHED_BUDGET) and a cycle: all
+#                finish with zero mismatches, `msched status` lists them while they run,
+#                resident stays within the budget, the daemon switched and evicted, and all
+#                memory returns at the end
+#   threads      tests/shim/workload.c (four threads, every hooked family) beside a cycle:
+#                the same result as directly on the fake driver
+#   kill client  a client killed (-9) while its working set is loading: the others finish
+#   kill daemon  the daemon killed (-9) mid-run: a client with MSCHED_BUDGET runs on under it,
+#                one without makes everything resident, one whose footprint does not fit the
+#                (fake) GPU fails with one line; none hangs
+#   stop daemon  SIGTERM: the daemon says goodbye and the clients finish alone
+# Every wait is bounded; lib.sh's trap kills whatever a failed run leaves behind.
+. "$(dirname "$0")/../daemon/lib.sh"
+
+SHIMDIR=$BUILD/lib/msched
+FAKELIB=$BUILD/lib/fakecuda/libcuda.so.1
+STRESS=$BUILD/tests/shim/engine_stress
+if [ ! -e "$SHIMDIR/libcuda.so.1" ] || [ ! -e "$FAKELIB" ] || [ ! -x "$STRESS" ] ||
+    [ ! -x "$BUILD/tests/shim/cuda_test_dl" ]; then
+    echo "SKIP: libmsched, the fake driver or its test programs are not built (no CUDA headers?)"
+    exit 0
+fi
+[ -x "$MSCHEDD" ] || fail "no mschedd at $MSCHEDD"
+
+# Sanitizer builds run several times slower: less work, more time.
+# OPS/ROUNDS: work under the daemon; ALONE: random ops after it is gone; LONG: rounds of a cycle
+# that must outlast the daemon.
+OPS=240 ROUNDS=8 ALONE=300 LONG=1000 LIMIT=90
+case "$BUILD" in
+*thread*) OPS=40 ROUNDS=2 ALONE=60 LONG=40 LIMIT=240 ;;
+*address*) OPS=120 ROUNDS=4 ALONE=150 LONG=200 LIMIT=180 ;;
+esac
+
+# client NAME [VAR=VALUE...] -- ARGS...: one engine_stress under libmsched, in the background.
+client() {
+    local name=$1
+    shift
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        envs+=("$1")
+        shift
+    done
+    shift
+    env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKELIB" MS_FAKECUDA="$FAKELIB" \
+        MSCHED_VERBOSE=1 "${envs[@]}" "$STRESS" "$@" >"$T/$name.out" 2>&1 &
+    local p=$!
+    PIDS+=("$p")
+    eval "PID_$name=$p"
+}
+
+# ok NAME: finished with status 0, no mismatch, under the daemon the whole time.
+ok() {
+    local name=$1
+    grep -q "mismatches=0\|ENGINE_CYCLE" "$T/$name.out" || fail "$name: $(tail -n 3 "$T/$name.out")"
+    grep -q "daemon: connected, [1-9][0-9]* slices" "$T/$name.out" ||
+        fail "$name did not run under the daemon: $(grep msched "$T/$name.out" | tail -n 3)"
+}
+
+# status_row PID: the task's line in `msched status`.
+status_row() {
+    "$MSCHED" status 2>/dev/null | awk -v p="$1" '$2 == p'
+}
+
+# ---- alone -----------------------------------------------------------------------------------
+start_daemon --budget 48MiB --slice 20ms
+client lone -- 4 1 cycle
+wait_shim lone 0 "$LIMIT"
+ok lone
+pass "a lone client with twice the budget finishes"
+
+# ---- three -----------------------------------------------------------------------------------
+client a -- "$OPS" 7
+client b MSCHED_BUDGET=32MiB -- "$OPS" 11
+client c -- "$ROUNDS" 3 cycle
+seen=0
+for i in $(seq 1 200); do
+    n=0
+    for p in "$PID_a" "$PID_b" "$PID_c"; do
+        row=$(status_row "$p")
+        [ -n "$row" ] && n=$((n + 1))
+    done
+    [ "$n" -ge 2 ] && seen=1
+    check_budget
+    running=$("$MSCHED" status | grep -c " running ")
+    [ "$running" -le 1 ] || fail "more than one task running: $("$MSCHED" status)"
+    [ "$seen" -eq 1 ] && [ "$i" -ge 20 ] && break
+    sleep 0.05
+done
+[ "$seen" -eq 1 ] || fail "msched status never listed the clients: $("$MSCHED" status)"
+pass "msched status lists the clients while they run; resident within the budget"
+wait_shim a 0 "$LIMIT"
+wait_shim b 0 "$LIMIT"
+wait_shim c 0 "$LIMIT"
+for n in a b c; do ok "$n"; done
+[ "$(metric msched_switches_total)" -gt 0 ] || fail "no switch"
+[ "$(metric msched_evicted_bytes_total)" -gt 0 ] || fail "over-subscribed but nothing evicted"
+for i in $(seq 1 40); do
+    [ "$(metric msched_resident_bytes)" -eq 0 ] && break
+    sleep 0.05
+done
+[ "$(metric msched_resident_bytes)" -eq 0 ] || fail "memory left resident after the clients exited"
+"$MSCHED" status | grep -q "no tasks" || fail "tasks left: $("$MSCHED" status)"
+sw=$(metric msched_switches_total)
+pass "three clients over-subscribing the budget: zero mismatches, $sw switches"
+
+# ---- threads ----------------------------------------------------------------------------------
+# The shim's own workload (four threads, every hooked family, rejected calls, launches whose
+# reach is unknown) beside a cycling client: the same result as directly on the fake driver.
+WL=$BUILD/tests/shim/cuda_test_dl
+ref=$(env LD_LIBRARY_PATH="$BUILD/lib/fakecuda" MS_FAKECUDA="$FAKELIB" "$WL" dlsym | grep '^RESULT')
+[ -n "$ref" ] || fail "the workload does not run directly on the fake driver"
+client h -- "$ROUNDS" 8 cycle
+for m in dlsym gpa-pt; do
+    env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKELIB" MS_FAKECUDA="$FAKELIB" \
+        MSCHED_VERBOSE=1 "$WL" "$m" >"$T/wl-$m.out" 2>&1 &
+    p=$!
+    PIDS+=("$p")
+    eval "PID_wl_${m//-/_}=$p"
+done
+wait_shim wl_dlsym 0 "$LIMIT"
+wait_shim wl_gpa_pt 0 "$LIMIT"
+wait_shim h 0 "$LIMIT"
+ok h
+for m in dlsym gpa-pt; do
+    grep -q "^OK $m$" "$T/wl-$m.out" ||
+        fail "workload $m: $(grep -v EXPECT "$T/wl-$m.out" | tail -n 5)"
+    [ "$(grep '^RESULT' "$T/wl-$m.out")" = "$ref" ] || fail "workload $m: another result than $ref"
+    grep -q "daemon: connected, [1-9][0-9]* slices" "$T/wl-$m.out" ||
+        fail "workload $m did not run under the daemon"
+done
+pass "a multi-threaded workload under the daemon gives the direct result"
+
+# ---- kill a client ---------------------------------------------------------------------------
+client d -- "$OPS" 5
+client e -- "$ROUNDS" 9 cycle
+client victim -- "$LONG" 4 cycle
+loading=0
+for i in $(seq 1 400); do
+    if status_row "$PID_victim" | grep -q " loading "; then
+        loading=1
+        break
+    fi
+    sleep 0.01
+done
+kill -9 "$PID_victim"
+wait "$PID_victim" 2>/dev/null
+wait_shim d 0 "$LIMIT"
+wait_shim e 0 "$LIMIT"
+ok d
+ok e
+for i in $(seq 1 40); do
+    "$MSCHED" status | grep -q "no tasks" && break
+    sleep 0.05
+done
+"$MSCHED" status | grep -q "no tasks" || fail "the killed client is still listed"
+[ "$(metric msched_resident_bytes)" -eq 0 ] || fail "the killed client's memory was not returned"
+when=mid-run
+[ $loading = 1 ] && when="while loading"
+pass "a client killed $when: the others finish"
+kill -0 "$DAEMON" || fail "the daemon died"
+check_log_clean
+
+# ---- kill the daemon -------------------------------------------------------------------------
+client budget MSCHED_BUDGET=40MiB -- "$ALONE" 7
+client resident -- "$ALONE" 11
+client nofit MSCHED_FAKE_MEM_BYTES=64M -- "$LONG" 3 cycle
+for i in $(seq 1 200); do
+    [ -n "$(status_row "$PID_budget")" ] && [ -n "$(status_row "$PID_resident")" ] &&
+        [ -n "$(status_row "$PID_nofit")" ] && [ "$(metric msched_switches_total)" -gt 10 ] && break
+    sleep 0.05
+done
+kill -9 "$DAEMON"
+wait "$DAEMON" 2>/dev/null
+wait_shim budget 0 "$LIMIT"
+wait_shim resident 0 "$LIMIT"
+wait_shim nofit 1 30
+grep -q "mismatches=0" "$T/budget.out" || fail "budget: $(tail -n 3 "$T/budget.out")"
+grep -q "mismatches=0" "$T/resident.out" || fail "resident: $(tail -n 3 "$T/resident.out")"
+grep -q "the daemon is gone (.*); running alone under MSCHED_BUDGET (40 MiB)" "$T/budget.out" ||
+    fail "budget did not say it runs alone: $(grep msched "$T/budget.out" | tail -n 3)"
+grep -q "the daemon is gone (.*); running alone with all [0-9]* MiB resident" \
+    "$T/resident.out" || fail "resident: $(grep msched "$T/resident.out" | tail -n 3)"
+grep -q "the daemon is gone (.*) and this process's 96 MiB do not fit" "$T/nofit.out" ||
+    fail "nofit: $(grep msched "$T/nofit.out" | tail -n 3)"
+[ "$(grep -c "the daemon is gone" "$T/nofit.out")" -eq 1 ] || fail "nofit said it more than once"
+pass "daemon killed: clients run alone (under MSCHED_BUDGET, all resident) or fail in one line"
+
+# ---- stop the daemon -------------------------------------------------------------------------
+start_daemon --budget 48MiB --slice 20ms
+client f -- "$ALONE" 13
+client g -- "$LONG" 6 cycle
+for i in $(seq 1 200); do
+    [ -n "$(status_row "$PID_f")" ] && [ -n "$(status_row "$PID_g")" ] &&
+        [ "$(metric msched_switches_total)" -gt 4 ] && break
+    sleep 0.05
+done
+kill -TERM "$DAEMON"
+for i in $(seq 1 100); do
+    kill -0 "$DAEMON" 2>/dev/null || break
+    sleep 0.05
+done
+kill -0 "$DAEMON" 2>/dev/null && fail "the daemon ignored SIGTERM"
+wait "$DAEMON"
+[ $? -eq 0 ] || fail "the daemon did not stop cleanly"
+wait_shim f 0 "$LIMIT"
+wait_shim g 0 "$LIMIT"
+grep -q "mismatches=0" "$T/f.out" || fail "f: $(tail -n 3 "$T/f.out")"
+for n in f g; do
+    grep -q "the daemon is gone (.*); running alone" "$T/$n.out" ||
+        fail "$n did not say it runs alone: $(grep msched "$T/$n.out" | tail -n 3)"
+done
+pass "daemon stopped: clients told goodbye, finish alone"
+check_log_clean
