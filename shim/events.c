@@ -8,8 +8,8 @@
  *
  *   Allocations are kept in an array sorted by base address: frees find their size, and
  *   cuMemcpy (unified addressing: no direction given) classifies each side as device memory
- *   when it falls inside a known allocation. The core's region table will take this over when
- *   the lead wires the shim to it.
+ *   when it falls inside a known allocation. (Allocations the memory engine takes are also
+ *   regions of its own table, shim/engine.c.)
  *
  *   Streams get small trace ids in order of first use: 0 is the legacy default stream (NULL
  *   from a legacy entry point, or CU_STREAM_LEGACY); each thread's per-thread default stream
