@@ -92,7 +92,7 @@ static int ask(const char *sock, int timeout_ms, const struct ms_msg *req, struc
 {
     int rc = ms_ipc_request(sock, timeout_ms, req, reply);
     if (rc == MS_E_NOTFOUND) {
-        ms_cli_error("no daemon is running on %s (start one with 'mschedd' or 'msched run')", sock);
+        ms_cli_error("no daemon is running on %s (start one with 'mschedd')", sock);
         return MS_EXIT_RUNTIME;
     }
     if (rc) {
