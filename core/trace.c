@@ -988,3 +988,47 @@ int ms_trace_format(const struct ms_trace_rec *rec, char *buf, size_t cap)
     }
     return (int)w.n;
 }
+
+static const char *nonnull(const char *s)
+{
+    return s ? s : "";
+}
+
+bool ms_trace_rec_equal(const struct ms_trace_rec *a, const struct ms_trace_rec *b)
+{
+    if (a->kind != b->kind)
+        return false;
+    switch (a->kind) {
+    case MS_TR_HEADER: return a->version == b->version;
+    case MS_TR_TASK:
+        return a->task == b->task && a->prio == b->prio && strcmp(nonnull(a->name), nonnull(b->name)) == 0;
+    case MS_TR_ALLOC:
+        return a->task == b->task && a->addr == b->addr && a->size == b->size &&
+               a->rkind == b->rkind;
+    case MS_TR_FREE: return a->task == b->task && a->addr == b->addr;
+    case MS_TR_KERNEL:
+        if (a->task != b->task || a->stream != b->stream || a->dur_ns != b->dur_ns)
+            return false;
+        if (memcmp(a->grid, b->grid, sizeof a->grid) || memcmp(a->block, b->block, sizeof a->block))
+            return false;
+        if (strcmp(nonnull(a->name), nonnull(b->name)) != 0 || a->params_len != b->params_len)
+            return false;
+        if (a->params_len && memcmp(a->params, b->params, a->params_len))
+            return false;
+        if (a->nlayout != b->nlayout) /* no entries: unknown layout, whatever the pointer */
+            return false;
+        for (size_t i = 0; i < a->nlayout; i++)
+            if (a->layout[i].offset != b->layout[i].offset ||
+                a->layout[i].size != b->layout[i].size)
+                return false;
+        return true;
+    case MS_TR_COPY:
+        return a->task == b->task && a->stream == b->stream && a->dur_ns == b->dur_ns &&
+               a->dir == b->dir && a->dst == b->dst && a->src == b->src && a->size == b->size;
+    case MS_TR_MEMSET:
+        return a->task == b->task && a->stream == b->stream && a->dur_ns == b->dur_ns &&
+               a->addr == b->addr && a->size == b->size;
+    case MS_TR_SYNC: return a->task == b->task;
+    }
+    return false;
+}

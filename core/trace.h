@@ -102,6 +102,10 @@ int ms_trace_parse_line(struct ms_trace_reader *r, const char *line, size_t len,
  */
 int ms_trace_format(const struct ms_trace_rec *rec, char *buf, size_t cap);
 
+/* Equal in every field the record's kind uses (names by content; a kernel's layout by entries:
+ * none means "unknown layout" whatever the pointer). */
+bool ms_trace_rec_equal(const struct ms_trace_rec *a, const struct ms_trace_rec *b);
+
 const char *ms_region_kind_name(enum ms_region_kind k);
 const char *ms_copy_dir_name(enum ms_copy_dir d);
 

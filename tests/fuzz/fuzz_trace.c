@@ -24,49 +24,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char fmt1[FMT_CAP], fmt2[FMT_CAP];
 
-static const char *nn(const char *s)
-{
-    return s ? s : "";
-}
-
-static int rec_equal(const struct ms_trace_rec *a, const struct ms_trace_rec *b)
-{
-    if (a->kind != b->kind)
-        return 0;
-    switch (a->kind) {
-    case MS_TR_HEADER: return a->version == b->version;
-    case MS_TR_TASK:
-        return a->task == b->task && a->prio == b->prio && strcmp(nn(a->name), nn(b->name)) == 0;
-    case MS_TR_ALLOC:
-        return a->task == b->task && a->addr == b->addr && a->size == b->size &&
-               a->rkind == b->rkind;
-    case MS_TR_FREE: return a->task == b->task && a->addr == b->addr;
-    case MS_TR_KERNEL:
-        if (a->task != b->task || a->stream != b->stream || a->dur_ns != b->dur_ns)
-            return 0;
-        if (memcmp(a->grid, b->grid, sizeof a->grid) || memcmp(a->block, b->block, sizeof a->block))
-            return 0;
-        if (strcmp(nn(a->name), nn(b->name)) != 0 || a->params_len != b->params_len)
-            return 0;
-        if (a->params_len && memcmp(a->params, b->params, a->params_len))
-            return 0;
-        if (a->nlayout != b->nlayout) /* no entries: unknown layout, whatever the pointer */
-            return 0;
-        for (size_t i = 0; i < a->nlayout; i++)
-            if (a->layout[i].offset != b->layout[i].offset ||
-                a->layout[i].size != b->layout[i].size)
-                return 0;
-        return 1;
-    case MS_TR_COPY:
-        return a->task == b->task && a->stream == b->stream && a->dur_ns == b->dur_ns &&
-               a->dir == b->dir && a->dst == b->dst && a->src == b->src && a->size == b->size;
-    case MS_TR_MEMSET:
-        return a->task == b->task && a->stream == b->stream && a->dur_ns == b->dur_ns &&
-               a->addr == b->addr && a->size == b->size;
-    case MS_TR_SYNC: return a->task == b->task;
-    }
-    return 0;
-}
 
 static void check_err(const struct ms_trace_reader *r, int rc)
 {
@@ -94,7 +51,7 @@ static void round_trip(struct ms_trace_reader *r2, const struct ms_trace_rec *re
     int rc = ms_trace_parse_line(r2, fmt1, (size_t)n - 1, &back);
     if (rc == MS_E_NOMEM)
         return;
-    if (rc != 1 || !rec_equal(rec, &back))
+    if (rc != 1 || !ms_trace_rec_equal(rec, &back))
         abort();
     int n2 = ms_trace_format(&back, fmt2, sizeof fmt2);
     if (n2 != n || memcmp(fmt1, fmt2, (size_t)n) != 0)

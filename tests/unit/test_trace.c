@@ -59,50 +59,6 @@ static uint64_t rnd_range(uint64_t lo, uint64_t hi)
     return lo + rnd_upto(hi - lo);
 }
 
-static const char *nn(const char *s)
-{
-    return s ? s : "";
-}
-
-/* Field-by-field equality over the fields that the kind uses. */
-static int rec_equal(const struct ms_trace_rec *a, const struct ms_trace_rec *b)
-{
-    if (a->kind != b->kind)
-        return 0;
-    switch (a->kind) {
-    case MS_TR_HEADER: return a->version == b->version;
-    case MS_TR_TASK:
-        return a->task == b->task && a->prio == b->prio && strcmp(nn(a->name), nn(b->name)) == 0;
-    case MS_TR_ALLOC:
-        return a->task == b->task && a->addr == b->addr && a->size == b->size &&
-               a->rkind == b->rkind;
-    case MS_TR_FREE: return a->task == b->task && a->addr == b->addr;
-    case MS_TR_KERNEL:
-        if (a->task != b->task || a->stream != b->stream || a->dur_ns != b->dur_ns)
-            return 0;
-        if (memcmp(a->grid, b->grid, sizeof a->grid) || memcmp(a->block, b->block, sizeof a->block))
-            return 0;
-        if (strcmp(nn(a->name), nn(b->name)) != 0 || a->params_len != b->params_len)
-            return 0;
-        if (a->params_len && memcmp(a->params, b->params, a->params_len))
-            return 0;
-        if (a->nlayout != b->nlayout) /* no entries: unknown layout, whatever the pointer */
-            return 0;
-        for (size_t i = 0; i < a->nlayout; i++)
-            if (a->layout[i].offset != b->layout[i].offset ||
-                a->layout[i].size != b->layout[i].size)
-                return 0;
-        return 1;
-    case MS_TR_COPY:
-        return a->task == b->task && a->stream == b->stream && a->dur_ns == b->dur_ns &&
-               a->dir == b->dir && a->dst == b->dst && a->src == b->src && a->size == b->size;
-    case MS_TR_MEMSET:
-        return a->task == b->task && a->stream == b->stream && a->dur_ns == b->dur_ns &&
-               a->addr == b->addr && a->size == b->size;
-    case MS_TR_SYNC: return a->task == b->task;
-    }
-    return 0;
-}
 
 static int parse_str(struct ms_trace_reader *r, const char *s, struct ms_trace_rec *out)
 {
@@ -406,7 +362,7 @@ static void test_roundtrip_random(void **state)
         int rc = ms_trace_parse_line(&r, line, (size_t)n - 1, &got);
         if (rc != 1)
             fail_msg("seed=%llu iter %d: %s -> %s", (unsigned long long)seed, iter, line, r.err);
-        if (!rec_equal(&rec, &got))
+        if (!ms_trace_rec_equal(&rec, &got))
             fail_msg("seed=%llu iter %d: mismatch after round trip: %s", (unsigned long long)seed,
                      iter, line);
 
@@ -418,7 +374,7 @@ static void test_roundtrip_random(void **state)
         /* Separators are any runs of spaces and tabs; a CR before the newline is dropped. */
         size_t ns = respace(line, (size_t)n - 1, spaced);
         rc = ms_trace_parse_line(&r2, spaced, ns, &again);
-        if (rc != 1 || !rec_equal(&rec, &again))
+        if (rc != 1 || !ms_trace_rec_equal(&rec, &again))
             fail_msg("seed=%llu iter %d: respaced line failed: %s", (unsigned long long)seed, iter,
                      r2.err);
     }
