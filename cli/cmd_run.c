@@ -33,9 +33,10 @@ static void run_help(FILE *f)
             "  --weight N          share of GPU time relative to other tasks (default 1)\n"
             "  --budget SIZE       device memory this process may keep resident (e.g. 16GiB);\n"
             "                      beyond it the shim evicts and repopulates its own memory\n"
-            "  --engine vmm|unified|off\n"
-            "                      vmm: explicit migration (default with a budget); unified:\n"
-            "                      managed memory with prefetching; off: observe only\n"
+            "  --engine vmm|unified|demand|off\n"
+            "                      vmm: explicit migration (default); unified: managed memory,\n"
+            "                      prefetched in and out; demand: managed memory prefetched\n"
+            "                      out, faulted in (the demand-paging baseline); off: observe\n"
             "  --trace FILE        record the program's command stream (msched sim --trace)\n"
             "  --verbose           the shim reports what it does on stderr\n"
             "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
@@ -131,8 +132,8 @@ static int run_main(int argc, char **argv)
         snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)n);
     }
     if (engine && strcmp(engine, "vmm") != 0 && strcmp(engine, "unified") != 0 &&
-        strcmp(engine, "off") != 0) {
-        ms_cli_error("bad --engine '%s': use vmm, unified or off", engine);
+        strcmp(engine, "demand") != 0 && strcmp(engine, "off") != 0) {
+        ms_cli_error("bad --engine '%s': use vmm, unified, demand or off", engine);
         return MS_EXIT_USAGE;
     }
 

@@ -203,7 +203,8 @@ static int evict(struct ctx *x, ms_chunk_id id)
     if (c->pins)
         return MS_E_BUSY;
 
-    bool clean = c->state == MS_CS_CLEAN || c->mark == 1; /* mark: find_unchanged */
+    /* mark: find_unchanged. A backend whose eviction is the move itself never drops. */
+    bool clean = !x->gpu->copy_to_evict && (c->state == MS_CS_CLEAN || c->mark == 1);
     if (clean) {
         if (x->opts->pipelined) {
             /* Dropped when a population needs the room (or at the end): the unmaps then
@@ -215,6 +216,13 @@ static int evict(struct ctx *x, ms_chunk_id id)
         return drop(x, id);
     }
 
+    /* Moving a clean chunk: from the state machine's side it is a dirty one (TOUCH is legal
+     * from CLEAN and the only way to OUT is from DIRTY). */
+    if (c->state == MS_CS_CLEAN) {
+        int e = ms_chunk_apply(x->rt, id, MS_CE_TOUCH);
+        if (e)
+            return e;
+    }
     struct ms_gpu_chunk g = describe(x->rt, id);
     int e = x->gpu->copy(x->gpu->impl, MS_STREAM_OUT, &g, 1);
     if (e)

@@ -25,6 +25,9 @@
  *            same bytes give the same hash). Optional: NULL when the backend has none.
  *   info     total and free device memory.
  *   now_ns   a monotonic clock (the sim's virtual clock).
+ *   copy_to_evict  (a flag, not a function) the backend keeps one copy of the data and moves
+ *            it (unified memory: prefetching a range to the host is what frees the device's
+ *            pages), so there is no drop: every eviction copies, clean or not.
  *
  * Ownership: the ops table and its impl pointer belong to whoever created them; the seam never
  * frees what it is given. Thread safety: one caller at a time per impl.
@@ -62,6 +65,7 @@ struct ms_gpu_ops {
     int (*hash)(void *impl, const struct ms_gpu_chunk *c, size_t n, uint64_t *out);
     int (*info)(void *impl, struct ms_gpu_info *out);
     uint64_t (*now_ns)(void *impl);
+    bool copy_to_evict;
 };
 
 #endif /* MS_GPU_H */

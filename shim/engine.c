@@ -56,11 +56,16 @@ struct refs {
 };
 
 enum mode { MODE_ALONE = 0, MODE_DAEMON, MODE_FAILED };
+/* How regions are backed (MSCHED_ENGINE): VMM chunks, or managed memory moved by prefetches
+ * (UNIFIED) or brought in by the GPU's page faults (DEMAND, the demand-paging baseline). */
+enum backing { BACK_VMM = 0, BACK_UNIFIED, BACK_DEMAND };
+static const char *const backing_name[] = {"vmm", "unified", "demand"};
 
 static struct {
     pthread_mutex_t lock;
     bool want, active, broken;
     enum mode mode;
+    enum backing backing;
     uint64_t budget, prefetch;
     uint64_t alone_budget; /* MSCHED_BUDGET (0: none) */
     CUcontext ctx;
@@ -108,9 +113,13 @@ void ms_engine_configure(uint64_t budget, const char *mode)
     E.budget = budget;
     E.alone_budget = budget;
     E.want = (budget > 0 || ms_client_allowed()) && !(mode && strcmp(mode, "off") == 0);
-    if (E.want && mode && strcmp(mode, "vmm") != 0) {
-        say("MSCHED_ENGINE=%s is not available in this build; using vmm", mode);
-    }
+    E.backing = BACK_VMM;
+    if (mode && strcmp(mode, "unified") == 0)
+        E.backing = BACK_UNIFIED;
+    else if (mode && strcmp(mode, "demand") == 0)
+        E.backing = BACK_DEMAND;
+    else if (E.want && mode && *mode && strcmp(mode, "vmm") != 0)
+        say("MSCHED_ENGINE=%s is not one of vmm, unified, demand, off; using vmm", mode);
     E.prefetch = budget / 4;
     ms_rtable_init(&E.rt);
     ms_chunk_set_init(&E.need);
@@ -183,8 +192,13 @@ static bool start(void)
     const char *missing = NULL;
     void *h = ms__shim_real_handle();
     int e = h ? ms_cuda_api_load(&E.api, h, &missing) : MS_E_NOTFOUND;
-    if (e == MS_OK)
+    if (e == MS_OK && E.backing != BACK_VMM) {
+        e = ms_gpu_cuda_new_unified(&E.api, E.backing == BACK_DEMAND, &E.gpu);
+        if (e == MS_E_NOTFOUND)
+            missing = "cuMemPrefetchAsync_v2 or cuMemAllocManaged in the driver";
+    } else if (e == MS_OK) {
         e = ms_gpu_cuda_new(&E.api, ms_hash_ptx, 0, &E.gpu);
+    }
     if (e != MS_OK) {
         say("memory engine disabled: %s", missing ? missing : ms_strerror(e));
         set_flag(&E.broken, true);
@@ -214,11 +228,40 @@ static bool start(void)
         }
     }
     E.prefetch = E.budget / 4;
-    ms__shim_log("memory engine on: %s, budget %llu MiB, GPU hash %s",
-                 E.mode == MODE_DAEMON ? "with the daemon" : "alone",
+    ms__shim_log("memory engine on (%s): %s, budget %llu MiB, GPU hash %s",
+                 backing_name[E.backing], E.mode == MODE_DAEMON ? "with the daemon" : "alone",
                  (unsigned long long)(E.budget / MS_MIB), E.ops->hash ? "on" : "off");
     set_flag(&E.active, true);
     return true;
+}
+
+/* The address range of a region: a reservation, or the managed allocation itself. */
+static void release_va(CUdeviceptr va, uint64_t span)
+{
+    if (E.backing != BACK_VMM)
+        E.api.cuMemFree(va);
+    else
+        MS_REAL(cuMemAddressFree)(va, span);
+}
+
+/*
+ * Managed memory is never allocated beyond what the GPU could hold: the process's whole managed
+ * footprint must fit the device memory free now plus what the engine holds resident, so the
+ * driver never has to oversubscribe the card (the budget, not the card, is what is exceeded).
+ */
+static bool managed_room(uint64_t span)
+{
+    size_t fr = 0, tot = 0;
+    if (MS_REAL(cuMemGetInfo_v2)(&fr, &tot) != CUDA_SUCCESS)
+        return false;
+    uint64_t room = (uint64_t)fr + E.rt.resident_bytes;
+    if (E.st.footprint + span <= room)
+        return true;
+    say("%s engine: refusing %llu MiB more managed memory: %llu MiB would exceed the %llu MiB "
+        "the GPU can hold now", backing_name[E.backing], (unsigned long long)(span / MS_MIB),
+        (unsigned long long)((E.st.footprint + span) / MS_MIB),
+        (unsigned long long)(room / MS_MIB));
+    return false;
 }
 
 static bool mine_ctx(void)
@@ -240,9 +283,15 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     uint64_t span = MS_ROUND_UP(bytes, MS_GRAN);
     CUdeviceptr va = 0;
     void *host = NULL;
-    CUresult r = MS_REAL(cuMemAddressReserve)(&va, span, 0, 0, 0);
-    if (r == CUDA_SUCCESS)
-        r = MS_REAL(cuMemHostAlloc)(&host, span, 0);
+    CUresult r;
+    if (E.backing != BACK_VMM) {
+        r = managed_room(span) ? E.api.cuMemAllocManaged(&va, span, CU_MEM_ATTACH_GLOBAL)
+                               : CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        r = MS_REAL(cuMemAddressReserve)(&va, span, 0, 0, 0);
+        if (r == CUDA_SUCCESS)
+            r = MS_REAL(cuMemHostAlloc)(&host, span, 0);
+    }
     uint32_t id = 0;
     int e = MS_OK;
     if (r == CUDA_SUCCESS) {
@@ -266,7 +315,7 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
         if (host)
             MS_REAL(cuMemFreeHost)(host);
         if (va)
-            MS_REAL(cuMemAddressFree)(va, span);
+            release_va(va, span);
         pthread_mutex_unlock(&E.lock);
         *handled = true;
         /* No room for the range or its backing store: what cuMemAlloc says when memory is
@@ -321,8 +370,9 @@ int ms_engine_free(uint64_t dptr, bool *handled)
                 k++;
     if (E.mode == MODE_DAEMON)
         ms_client_region_free(id); /* its device memory is released: the daemon may reuse it */
-    MS_REAL(cuMemAddressFree)(dptr, span);
-    MS_REAL(cuMemFreeHost)(host);
+    release_va(dptr, span);
+    if (host)
+        MS_REAL(cuMemFreeHost)(host);
     E.st.regions--;
     E.st.footprint -= span;
     pthread_mutex_unlock(&E.lock);
@@ -849,10 +899,11 @@ void ms_engine_exit(bool verbose)
     struct ms_engine_stats s;
     ms_engine_stats_get(&s);
     fprintf(stderr,
-            "msched[%d]: engine: budget %llu MiB, %llu regions (%llu MiB), %llu MiB resident, "
+            "msched[%d]: engine (%s): budget %llu MiB, %llu regions (%llu MiB), %llu MiB resident, "
             "%llu faults, %llu unbounded launches, in %llu MiB, out %llu MiB, dropped %llu MiB, "
             "%.3f s migrating\n",
-            (int)getpid(), (unsigned long long)(s.budget / MS_MIB), (unsigned long long)s.regions,
+            (int)getpid(), backing_name[E.backing], (unsigned long long)(s.budget / MS_MIB),
+            (unsigned long long)s.regions,
             (unsigned long long)(s.footprint / MS_MIB), (unsigned long long)(s.resident / MS_MIB),
             (unsigned long long)s.faults, (unsigned long long)s.unbounded,
             (unsigned long long)(s.bytes_in / MS_MIB), (unsigned long long)(s.bytes_out / MS_MIB),

@@ -20,6 +20,10 @@
  *   cooperative launches) need the whole footprint resident; if it does not fit, the launch is
  *   refused with CUDA_ERROR_OUT_OF_MEMORY rather than run on non-resident memory.
  *
+ *   MSCHED_ENGINE=unified|demand backs regions with managed memory instead (cuMemAllocManaged;
+ *   the seam prefetches to evict and, for unified, to populate; demand leaves populations to
+ *   the GPU's page faults): docs/engine.md. Everything else is the same.
+ *
  *   Allocations the engine does not take (async/pool, pitched, managed, a second context) go to
  *   the real driver and are neither evicted nor counted against the budget.
  *

@@ -38,6 +38,7 @@ struct ms_gpu_cuda {
     CUdeviceptr hout;         /* hcap 8-byte result slots on the device */
     unsigned long long *hres; /* hcap pinned host slots */
     size_t hcap;
+    bool demand; /* unified seam: populations left to the GPU's page faults */
     char last_err[128];
 };
 
@@ -83,6 +84,8 @@ int ms_cuda_api_load(struct ms_cuda_api *api, void *h, const char **missing)
     LOAD(cuMemsetD32Async, "cuMemsetD32Async");
     LOAD(cuMemHostAlloc, "cuMemHostAlloc");
     LOAD(cuMemFreeHost, "cuMemFreeHost");
+    *(void **)&api->cuMemPrefetchAsync = dlsym(h, "cuMemPrefetchAsync_v2");
+    *(void **)&api->cuMemAllocManaged = dlsym(h, "cuMemAllocManaged");
     return MS_OK;
 }
 
@@ -371,6 +374,69 @@ int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_
         ms_gpu_cuda_free(g);
         return e;
     }
+    *out = g;
+    return MS_OK;
+}
+
+/* ---- unified memory ------------------------------------------------------------------------ */
+
+/* Prefetch each chunk to the host (OUT) or to the device (IN) on that direction's stream. */
+static int u_prefetch(struct ms_gpu_cuda *g, enum ms_stream s, const struct ms_gpu_chunk *c,
+                      size_t n)
+{
+    CUmemLocation loc;
+    memset(&loc, 0, sizeof(loc));
+    loc.type = s == MS_STREAM_OUT ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+    loc.id = s == MS_STREAM_OUT ? 0 : g->dev;
+    for (size_t i = 0; i < n; i++)
+        CK(g, "cuMemPrefetchAsync",
+           g->api->cuMemPrefetchAsync((CUdeviceptr)c[i].va, c[i].bytes, loc, 0, g->stream[s]));
+    return MS_OK;
+}
+
+/*
+ * Managed memory is always mapped: "map" is where the pages are brought to the device (a
+ * prefetch on the IN stream, before the executor records its event there), for never-written
+ * chunks too, so a first touch does not fault; with `demand`, nothing (the GPU's faults do it).
+ */
+static int u_map(void *impl, struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
+    int e = g->demand ? MS_OK : u_prefetch(g, MS_STREAM_IN, c, n);
+    for (size_t i = 0; e == MS_OK && i < n; i++)
+        c[i].phys = 1; /* no handle to hold */
+    return e;
+}
+
+static int u_unmap(void *impl, struct ms_gpu_chunk *c, size_t n)
+{
+    (void)impl;
+    (void)c;
+    (void)n;
+    return MS_OK;
+}
+
+/* OUT: the eviction itself (the data moves to the host). IN: already queued by u_map. */
+static int u_copy(void *impl, enum ms_stream s, const struct ms_gpu_chunk *c, size_t n)
+{
+    return s == MS_STREAM_OUT ? u_prefetch(impl, s, c, n) : MS_OK;
+}
+
+int ms_gpu_cuda_new_unified(const struct ms_cuda_api *api, bool demand, struct ms_gpu_cuda **out)
+{
+    if (!api->cuMemPrefetchAsync || !api->cuMemAllocManaged)
+        return MS_E_NOTFOUND;
+    struct ms_gpu_cuda *g;
+    int e = ms_gpu_cuda_new(api, NULL, 0, &g);
+    if (e)
+        return e;
+    g->demand = demand;
+    g->ops.name = demand ? "cuda-demand" : "cuda-unified";
+    g->ops.map = u_map;
+    g->ops.unmap = u_unmap;
+    g->ops.copy = u_copy;
+    g->ops.hash = NULL;
+    g->ops.copy_to_evict = true;
     *out = g;
     return MS_OK;
 }

@@ -20,6 +20,8 @@
  *   stream. Without PTX, or when the PTX cannot be loaded, the seam reports no hash
  *   (ops->hash == NULL).
  *
+ *   A second constructor builds the unified-memory variant of the seam (below).
+ *
  * Errors: driver failures become MS_E_GPU (MS_E_NOSPACE for CUDA_ERROR_OUT_OF_MEMORY); the last
  * driver error code and the call that failed are kept for messages (ms_gpu_cuda_last_error).
  *
@@ -67,6 +69,9 @@ struct ms_cuda_api {
     CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
     CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
     CUresult (*cuMemFreeHost)(void *);
+    /* Optional (NULL when the driver lacks them): only the unified seam needs them. */
+    CUresult (*cuMemPrefetchAsync)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
+    CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int);
 };
 
 /* Fill api from a dlopen handle of the real driver (dlsym of each versioned name).
@@ -79,6 +84,15 @@ struct ms_gpu_cuda;
  * pool_limit: bytes of unmapped physical handles kept for reuse. */
 int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_t pool_limit,
                     struct ms_gpu_cuda **out);
+/*
+ * The unified-memory seam, for regions allocated with cuMemAllocManaged (always mapped): map
+ * is cuMemPrefetchAsync to the device on the IN stream (fresh chunks included, so a first
+ * touch does not fault), or nothing when `demand` (the GPU's page faults bring the pages in:
+ * the demand-paging baseline); unmap and the IN copy do nothing; an eviction is
+ * cuMemPrefetchAsync to the host on the OUT stream (ops->copy_to_evict: no drops, the data
+ * moves). No hash. Needs the optional cuMemPrefetchAsync (MS_E_NOTFOUND without it).
+ */
+int ms_gpu_cuda_new_unified(const struct ms_cuda_api *api, bool demand, struct ms_gpu_cuda **out);
 void ms_gpu_cuda_free(struct ms_gpu_cuda *g);
 const struct ms_gpu_ops *ms_gpu_cuda_ops(struct ms_gpu_cuda *g);
 /* The last driver error as "cuXxx: CUDA_ERROR_YYY", or "" if none. */

@@ -133,6 +133,7 @@ MS_FK_EXPORT void ms_fake_get_stats(struct ms_fake_stats *out)
     pthread_mutex_lock(&ms__fk_lock);
     *out = ms__fk_stats;
     pthread_mutex_unlock(&ms__fk_lock);
+    ms__fk_um_stats(out);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -727,6 +728,7 @@ static const struct {
     FK_ENTRY(cuMemAllocAsync),
     FK_ENTRY(cuMemAllocAsync_ptsz),
     FK_ENTRY(cuMemAllocManaged),
+    FK_ENTRY(cuMemPrefetchAsync_v2),
     FK_ENTRY(cuMemAllocPitch_v2),
     FK_ENTRY(cuMemAlloc_v2),
     FK_ENTRY(cuMemCreate),

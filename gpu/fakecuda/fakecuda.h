@@ -22,6 +22,10 @@
  *       without a current context CUDA_ERROR_INVALID_CONTEXT.
  *   Streams and events exist (handles are checked) but all work runs synchronously.
  *
+ *   Managed memory (cuMemAllocManaged) is tracked in 2 MiB pages that are accessible only while
+ *   "on the device"; touching one that is not is a GPU page fault, served and counted
+ *   (ms_fake_stats.um_*), never an error; cuMemPrefetchAsync_v2 moves pages either way.
+ *
  *   Environment: MSCHED_FAKE_MEM_BYTES sets the device memory size (default 16 GiB; reserved
  *   lazily, so only touched bytes cost host memory).
  *
@@ -77,6 +81,11 @@ struct ms_fake_stats {
     uint64_t illegal;     /* copies/memsets refused with CUDA_ERROR_ILLEGAL_ADDRESS */
     uint64_t used_bytes;  /* device memory in use (allocations + physical handles) */
     uint64_t total_bytes; /* device memory size */
+    /* Unified memory (cuMemAllocManaged), in 2 MiB pages: */
+    uint64_t um_faults;        /* pages brought to the device by a fault (kernel or copy) */
+    uint64_t um_kernel_faults; /* of those, faults while a kernel ran */
+    uint64_t um_prefetch_in, um_prefetch_out; /* bytes moved by cuMemPrefetchAsync */
+    uint64_t um_device_bytes, um_device_max;  /* managed bytes on the device: now, at most */
 };
 
 void ms_fake_get_stats(struct ms_fake_stats *out);

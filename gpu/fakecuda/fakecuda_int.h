@@ -49,6 +49,14 @@ uint64_t ms__fk_total_bytes(void);
  */
 CUresult ms__fk_check_range(uint64_t p, uint64_t n, bool unified, bool write);
 
+/* Unified memory (fakecuda_um.c): track a managed block (made inaccessible until touched),
+ * forget it (before it is unmapped), mark the calling thread as running a kernel, and copy the
+ * counters into a stats record. */
+CUresult ms__fk_um_add(uint64_t base, uint64_t bytes);
+void ms__fk_um_remove(uint64_t base);
+void ms__fk_um_kernel(bool running);
+void ms__fk_um_stats(struct ms_fake_stats *out);
+
 /* Name -> function of every exported driver function the fake implements (for GPA). */
 void *ms__fk_lookup_function(const char *name);
 

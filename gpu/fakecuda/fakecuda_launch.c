@@ -210,7 +210,9 @@ static CUresult launch(const struct launch_args *a)
             l.nargs = k->nparams;
         }
     }
+    ms__fk_um_kernel(true);
     k->fn(&l);
+    ms__fk_um_kernel(false);
     free(args);
     pthread_mutex_lock(&ms__fk_lock);
     ms__fk_stats.launches++;

@@ -218,6 +218,8 @@ static CUresult free_block(CUdeviceptr p)
         ms__fk_stats.frees++;
     }
     pthread_mutex_unlock(&ms__fk_lock);
+    if (rc == CUDA_SUCCESS && blk.kind == BK_MANAGED)
+        ms__fk_um_remove(blk.base);
     if (rc == CUDA_SUCCESS)
         munmap((void *)(uintptr_t)blk.base, blk.map_len);
     return rc;
@@ -249,7 +251,12 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
         return ms__fk_inited() != CUDA_SUCCESS ? CUDA_ERROR_NOT_INITIALIZED
                                                : CUDA_ERROR_INVALID_VALUE;
-    return alloc_block(dptr, bytesize, BK_MANAGED);
+    CUresult rc = alloc_block(dptr, bytesize, BK_MANAGED);
+    if (rc == CUDA_SUCCESS && (rc = ms__fk_um_add(*dptr, bytesize)) != CUDA_SUCCESS) {
+        free_block(*dptr);
+        *dptr = 0;
+    }
+    return rc;
 }
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)

@@ -13,6 +13,7 @@
 #                finish with zero mismatches, `msched status` lists them while they run,
 #                resident stays within the budget, the daemon switched and evicted, and all
 #                memory returns at the end
+#   unified      a unified and a demand-paging client (managed memory) under the same daemon
 #   threads      tests/shim/workload.c (four threads, every hooked family) beside a cycle:
 #                the same result as directly on the fake driver
 #   kill client  a client killed (-9) while its working set is loading: the others finish
@@ -113,6 +114,27 @@ done
 "$MSCHED" status | grep -q "no tasks" || fail "tasks left: $("$MSCHED" status)"
 sw=$(metric msched_switches_total)
 pass "three clients over-subscribing the budget: zero mismatches, $sw switches"
+
+# ---- unified engines ------------------------------------------------------------------------
+# Managed-memory clients under the same daemon: the daemon's orders prefetch them out and in
+# (unified: no kernel ever faults) or only out (demand: the pages fault back in). Data intact,
+# and neither ever has more managed memory on the device than the daemon's budget.
+client u MSCHED_ENGINE=unified -- "$OPS" 5
+client d MSCHED_ENGINE=demand -- "$OPS" 9
+wait_shim u 0 "$LIMIT"
+wait_shim d 0 "$LIMIT"
+for n in u d; do
+    ok "$n"
+    grep -q "engine ($([ $n = u ] && echo unified || echo demand))" "$T/$n.out" ||
+        fail "$n: not on its engine: $(grep msched "$T/$n.out" | tail -n 2)"
+    dmax=$(grep -o "device_max_mib=[0-9]*" "$T/$n.out" | grep -o "[0-9]*$")
+    [ -n "$dmax" ] && [ "$dmax" -le 48 ] || fail "$n: ${dmax:-?} MiB managed on the device, budget 48"
+done
+kf_u=$(grep -o "kernel_faults=[0-9]*" "$T/u.out" | grep -o "[0-9]*$")
+kf_d=$(grep -o "kernel_faults=[0-9]*" "$T/d.out" | grep -o "[0-9]*$")
+[ "${kf_u:-1}" -eq 0 ] || fail "unified client: $kf_u kernel page faults"
+[ "${kf_d:-0}" -gt 0 ] || fail "demand client: no kernel page fault"
+pass "unified and demand clients under the daemon: zero mismatches, faults $kf_u / $kf_d"
 
 # ---- threads ----------------------------------------------------------------------------------
 # The shim's own workload (four threads, every hooked family, rejected calls, launches whose

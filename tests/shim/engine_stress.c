@@ -293,5 +293,18 @@ int main(int argc, char **argv)
     free(tmp);
     printf("ENGINE_STRESS ops=%d buffers=%d launches=%llu mismatches=%llu\n", ops, nbuf,
            (unsigned long long)launches, (unsigned long long)mismatches);
+    /* The fake's unified-memory record (what a unified or demand engine did to managed memory). */
+    ms_fake_get_stats_fn stats;
+    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
+    if (stats) {
+        struct ms_fake_stats st;
+        stats(&st);
+        printf("UM faults=%llu kernel_faults=%llu prefetch_in_mib=%llu prefetch_out_mib=%llu "
+               "device_max_mib=%llu\n",
+               (unsigned long long)st.um_faults, (unsigned long long)st.um_kernel_faults,
+               (unsigned long long)(st.um_prefetch_in / MIB),
+               (unsigned long long)(st.um_prefetch_out / MIB),
+               (unsigned long long)(st.um_device_max / MIB));
+    }
     return mismatches == 0 ? 0 : 1;
 }

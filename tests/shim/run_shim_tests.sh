@@ -304,6 +304,35 @@ else
     fail engine/budget-stress "rc=$rc seed=$seed $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# The unified-memory engines on the same program: managed regions under the same 40 MiB budget.
+# unified: every command's pages are prefetched before it runs, so no kernel takes a page fault;
+# demand: nothing is prefetched in, kernels fault pages in (the demand-paging baseline). Either
+# way the data is right and the managed bytes on the device never exceed the budget (evictions
+# prefetch pages out).
+for eng in unified demand; do
+    out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+        MSCHED_ENGINE=$eng MSCHED_VERBOSE=1 "$T/engine_stress" 600 "$seed" 2>&1)
+    rc=$?
+    kf=$(grep -o "kernel_faults=[0-9]*" <<<"$out" | grep -o "[0-9]*")
+    pout=$(grep -o "prefetch_out_mib=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+    pin=$(grep -o "prefetch_in_mib=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+    dmax=$(grep -o "device_max_mib=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+    ok=0
+    if [ $rc -eq 0 ] && grep -q "mismatches=0" <<<"$out" && grep -q "engine (${eng})" <<<"$out" &&
+        [ "${pout:-0}" -gt 0 ] && [ -n "$dmax" ] && [ "$dmax" -le 40 ]; then
+        if [ $eng = unified ]; then
+            [ "${kf:-1}" -eq 0 ] && [ "${pin:-0}" -gt 0 ] && ok=1
+        else
+            [ "${kf:-0}" -gt 0 ] && [ "${pin:-1}" -eq 0 ] && ok=1
+        fi
+    fi
+    if [ $ok = 1 ]; then
+        pass "engine/$eng-stress (kernel faults $kf, in $pin MiB, out $pout MiB, max on device $dmax MiB)"
+    else
+        fail engine/$eng-stress "rc=$rc $(grep -E 'ENGINE|UM |engine|FAIL|msched' <<<"$out" | tail -n 4 | tr '\n' ' ')"
+    fi
+done
+
 if [ $failures -ne 0 ]; then
     echo "$failures shim check(s) failed"
     exit 1

@@ -194,6 +194,44 @@ static void round_trip(void **unused)
     }
 }
 
+/* A backend that moves data to evict it (unified memory) gets a copy for every eviction, even
+ * of chunks that are clean or that the hash finds unchanged. */
+static void copy_to_evict_never_drops(void **unused)
+{
+    (void)unused;
+    for (int pipe = 0; pipe < 2; pipe++) {
+        struct world *w = world_new(8 * CH);
+        struct ms_gpu_ops ops = *ms_gpu_fake_ops(w->fake);
+        ops.copy_to_evict = true;
+        struct ms_plan p;
+        ms_plan_init(&p);
+        struct ms_exec_opts o = {.pipelined = pipe, .hash_clean = true};
+        struct ms_exec_stats st;
+        memset(&st, 0, sizeof(st));
+        plan_region(&p, MS_STEP_POPULATE, w, 0);
+        assert_int_equal(ms_exec_plan(&w->rt, &ops, 8 * CH, &p, &o, &st), MS_OK);
+        for (uint32_t k = 0; k < CHUNKS_PER_REG; k++)
+            gpu_write(w, 0, k);
+        p.n = 0; /* out (dirty), then back in: CLEAN */
+        plan_region(&p, MS_STEP_EVICT, w, 0);
+        assert_int_equal(ms_exec_plan(&w->rt, &ops, 8 * CH, &p, &o, &st), MS_OK);
+        p.n = 0;
+        plan_region(&p, MS_STEP_POPULATE, w, 0);
+        assert_int_equal(ms_exec_plan(&w->rt, &ops, 8 * CH, &p, &o, &st), MS_OK);
+        for (uint32_t k = 0; k < CHUNKS_PER_REG; k++)
+            assert_int_equal(ms_chunk_get(&w->rt, MS_CHUNK_ID(w->reg[0], k))->state, MS_CS_CLEAN);
+        memset(&st, 0, sizeof(st));
+        p.n = 0;
+        plan_region(&p, MS_STEP_EVICT, w, 0);
+        assert_int_equal(ms_exec_plan(&w->rt, &ops, 8 * CH, &p, &o, &st), MS_OK);
+        assert_int_equal(st.bytes_dropped, 0);
+        assert_int_equal(st.bytes_out, 4 * CH);
+        check_world(w);
+        ms_plan_fini(&p);
+        world_free(w);
+    }
+}
+
 /* A plan that evicts a chunk and later populates it again leaves it resident, whether the
  * eviction was a (deferred) drop or a copy. */
 static void evict_then_repopulate(void **unused)
@@ -377,6 +415,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(round_trip),
+        cmocka_unit_test(copy_to_evict_never_drops),
         cmocka_unit_test(evict_then_repopulate),
         cmocka_unit_test(hash_detects_unchanged),
         cmocka_unit_test(budget_is_respected),
