@@ -79,6 +79,7 @@ $(FAKE_LIB): $(call shim_pic,$(FAKE_SRC)) gpu/fakecuda/exports.map
 # LD_PRELOAD); cuda_test_dl only dlopens libcuda.so.1. api_link.c is compiled twice, the second
 # time with CUDA_API_PER_THREAD_DEFAULT_STREAM so that it names the _ptds/_ptsz exports.
 SHIM_TEST_COMMON := tests/shim/cuda_test.c tests/shim/workload.c tests/shim/api_load.c
+SHIM_TEST_HDRS := tests/shim/api.h tests/shim/workload.h gpu/fakecuda/fakecuda.h
 SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check \
               $(SHIM_TDIR)/engine_stress
 
@@ -96,7 +97,7 @@ $(SHIM_TDIR)/api_link_pt.o: tests/shim/api_link.c tests/shim/api.h
 	$(Q)$(CC) $(SHIM_TFLAGS) -DCUDA_API_PER_THREAD_DEFAULT_STREAM \
 	    -DMS_API_LINK_FN=ms_api_link_pt -c $< -o $@
 
-$(SHIM_TDIR)/cuda_test_linked: $(SHIM_TEST_COMMON) tests/shim/api.h $(SHIM_TDIR)/api_link_legacy.o \
+$(SHIM_TDIR)/cuda_test_linked: $(SHIM_TEST_COMMON) $(SHIM_TEST_HDRS) $(SHIM_TDIR)/api_link_legacy.o \
                                $(SHIM_TDIR)/api_link_pt.o $(FAKE_LIB)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
@@ -104,7 +105,7 @@ $(SHIM_TDIR)/cuda_test_linked: $(SHIM_TEST_COMMON) tests/shim/api.h $(SHIM_TDIR)
 	    $(SHIM_TDIR)/api_link_legacy.o $(SHIM_TDIR)/api_link_pt.o -L$(FAKE_DIR) -lcuda \
 	    -ldl -lpthread
 
-$(SHIM_TDIR)/cuda_test_dl: $(SHIM_TEST_COMMON) tests/shim/api.h
+$(SHIM_TDIR)/cuda_test_dl: $(SHIM_TEST_COMMON) $(SHIM_TEST_HDRS)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
 	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $(SHIM_TEST_COMMON) -ldl -lpthread

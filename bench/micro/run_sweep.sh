@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# bench/micro/run_sweep.sh OUTDIR "PRESSURES" "SYSTEMS" [SECONDS] [SLICE]
+#
+# The section 7.1 microbenchmark as a sweep: two vector-add and two matmul processes
+# (bench/micro/micro.cu), each a quarter of PRESSURE % of a 16 GiB budget, under each SYSTEM:
+#   ref     the four processes at once, no msched, no budget (the normalization)
+#   slice   mschedd with a budget above the total: time slicing, no memory movement
+#   opt     mschedd, 16 GiB budget, OPT eviction (msched)
+#   lru     mschedd, 16 GiB budget, LRU eviction
+#   whole   mschedd, 16 GiB budget, whole-process swapping
+#   demand  mschedd, 16 GiB budget, LRU eviction, managed memory faulted in (--engine demand):
+#           the demand-paging baseline, its device emulated by the budget (which flatters it)
+# Every daemon system uses the same round-robin slice (SLICE, default 1s). Each process runs
+# SECONDS (default 25) of tasks after one warm-up task and prints tasks per second. The daemon's
+# metrics are read twice inside the window when all four are in their timed loops (from 8 s
+# after the start, for SECONDS-12 s), so the bytes moved and switch times cover steady state.
+# Writes OUTDIR/sweep.jsonl (one line per process and one per daemon window) and
+# OUTDIR/raw-<pressures>.tgz (every output and daemon log); bench/micro/summarize_sweep.py turns
+# the JSONL into the tables of docs/evaluation-micro.md.
+# Run from the repository root after `make build/bin/msched build/bin/mschedd shim`.
+set -u
+OUT=${1:?usage: run_sweep.sh OUTDIR PRESSURES SYSTEMS [SECONDS] [SLICE]}
+PRESSURES=${2:?pressures, e.g. "100 150"}
+SYSTEMS=${3:?systems, e.g. "ref opt whole demand"}
+SECS=${4:-25}
+SLICE=${5:-1s}
+BUDGET_GIB=16
+MSCHED=$PWD/build/bin/msched
+MSCHEDD=$PWD/build/bin/mschedd
+W=8
+D=$((SECS - 12))
+BIN=$(mktemp -d)
+RAW=$BIN/raw
+mkdir -p "$RAW" "$OUT"
+# MICRO=path runs another program with micro's arguments and output (a check of this script).
+if [ -n "${MICRO:-}" ]; then
+    cp "$MICRO" "$BIN/micro"
+else
+    nvcc -O2 -o "$BIN/micro" bench/micro/micro.cu -lcublas || exit 1
+fi
+kinds=(vecadd vecadd matmul matmul)
+
+# prom FILE: the daemon's Prometheus text.
+prom() { "$MSCHED" status --prometheus >"$1" 2>&1; }
+
+for p in $PRESSURES; do
+    gib=$(python3 -c "print(round($BUDGET_GIB * $p / 100 / 4, 3))")
+    for sys in $SYSTEMS; do
+        dir=$RAW/p${p}_$sys
+        mkdir -p "$dir"
+        t0=$(date +%s.%N)
+        echo "[$(date +%T)] pressure $p % ($gib GiB each): $sys" >&2
+        if [ "$sys" = ref ]; then
+            for i in 0 1 2 3; do
+                timeout $((SECS + 120)) "$BIN/micro" "${kinds[$i]}" "$gib" "$SECS" \
+                    >"$dir/proc_$i.json" 2>&1 &
+            done
+            wait
+        else
+            budget=${BUDGET_GIB}GiB evict=opt engine=vmm
+            case $sys in
+            slice) budget=200GiB ;;
+            lru) evict=lru ;;
+            whole) evict=whole ;;
+            demand) evict=lru engine=demand ;;
+            esac
+            export MSCHED_SOCKET=$BIN/gpu0.sock
+            "$MSCHEDD" --socket "$MSCHED_SOCKET" --budget "$budget" --slice "$SLICE" \
+                --evict "$evict" --foreground >"$dir/mschedd.log" 2>&1 &
+            dpid=$!
+            for k in $(seq 1 50); do [ -S "$MSCHED_SOCKET" ] && break; sleep 0.1; done
+            pids=()
+            for i in 0 1 2 3; do
+                timeout $((SECS + 240)) "$MSCHED" run --engine "$engine" --verbose -- \
+                    "$BIN/micro" "${kinds[$i]}" "$gib" "$SECS" >"$dir/proc_$i.json" 2>&1 &
+                pids+=($!)
+            done
+            sleep $W
+            prom "$dir/m0.prom"
+            sleep "$D"
+            prom "$dir/m1.prom"
+            "$MSCHED" status >"$dir/status.txt" 2>&1
+            wait "${pids[@]}"
+            prom "$dir/m2.prom"
+            kill "$dpid"
+            wait "$dpid" 2>/dev/null
+            unset MSCHED_SOCKET
+        fi
+        t1=$(date +%s.%N)
+        python3 - "$dir" "$p" "$sys" "$gib" "$SLICE" "$t0" "$t1" "$W" "$D" >>"$OUT/sweep.jsonl" <<'PY'
+import json, os, re, sys
+d, p, sysname, gib, slice_, t0, t1, w, dwin = sys.argv[1:]
+for i in range(4):
+    rec = {"pressure": int(p), "system": sysname, "proc": i, "gib_each": float(gib)}
+    try:
+        lines = [l for l in open(os.path.join(d, f"proc_{i}.json")) if l.startswith("{")]
+        rec.update(json.loads(lines[-1]))
+    except Exception as e:  # the run failed: say so in the record
+        rec["error"] = f"no result ({e.__class__.__name__})"
+    print(json.dumps(rec))
+def prom(name):
+    m = {}
+    try:
+        for l in open(os.path.join(d, name)):
+            f = l.split()
+            # the daemon's own metrics carry only the gpu label; per-task ones are skipped
+            if len(f) == 2 and not l.startswith("#") and re.fullmatch(r'[a-z_]+(\{gpu="\d+"\})?', f[0]):
+                m[f[0].split("{")[0]] = float(f[1])
+    except OSError:
+        pass
+    return m
+if sysname != "ref":
+    a, b = prom("m0.prom"), prom("m1.prom")
+    keys = ["msched_switches_total", "msched_switch_seconds_total", "msched_populated_bytes_total",
+            "msched_evicted_bytes_total"]
+    win = {k: b.get(k, 0) - a.get(k, 0) for k in keys}
+    print(json.dumps({"pressure": int(p), "system": sysname, "window_s": float(dwin),
+                      "slice": slice_, "wall_s": float(t1) - float(t0), "daemon": win,
+                      "switch_seconds_max": prom("m2.prom").get("msched_switch_seconds_max")}))
+PY
+    done
+done
+tar -C "$RAW" -czf "$OUT/raw-$(echo $PRESSURES | tr ' ' '-').tgz" .
+rm -rf "$BIN"
