@@ -16,7 +16,8 @@
 # after the start, for SECONDS-12 s), so the bytes moved and switch times cover steady state.
 # Writes OUTDIR/sweep.jsonl (one line per process and one per daemon window) and
 # OUTDIR/raw-<pressures>.tgz (every output and daemon log); bench/micro/summarize_sweep.py turns
-# the JSONL into the tables of docs/evaluation-micro.md.
+# the JSONL into the tables of docs/evaluation.md. Each daemon run also keeps three frames of
+# `msched top` (top.txt in the raw archive).
 # Run from the repository root after `make build/bin/msched build/bin/mschedd shim`.
 set -u
 OUT=${1:?usage: run_sweep.sh OUTDIR PRESSURES SYSTEMS [SECONDS] [SLICE]}
@@ -79,6 +80,9 @@ for p in $PRESSURES; do
             prom "$dir/m0.prom"
             sleep "$D"
             prom "$dir/m1.prom"
+            # What `msched top` shows now (three frames, one a second, as on a terminal).
+            script -qc "env TERM=dumb $MSCHED top --count 3 --interval 1s" /dev/null \
+                >"$dir/top.txt" 2>&1 || "$MSCHED" top --once >"$dir/top.txt" 2>&1
             "$MSCHED" status >"$dir/status.txt" 2>&1
             wait "${pids[@]}"
             prom "$dir/m2.prom"

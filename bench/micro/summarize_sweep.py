@@ -10,6 +10,9 @@ steady-state window of W seconds; moving them at the link's measured speed would
 t = max(IN / 53.5 GB/s, OUT / 55.1 GB/s, (IN + OUT) / 93.4 GB/s) (populate, evict and swap rates of
 tests/gpu/migrate_bench.c, bench/results/gpu/2026-12-02-engine-migrate_bench.jsonl), so the ideal
 normalized throughput is 1 - t / W: switching costs nothing but OPT's bytes at the link's speed.
+Where the same pressure also has a `slice` run (time slicing under a budget above the total: no
+memory moves), a stricter ideal is that run's throughput times (1 - t / W): time slicing as it
+is, plus OPT's bytes at the link's speed.
 Prints a Markdown table (and --json: one JSON object per pressure)."""
 import json
 import sys
@@ -57,12 +60,18 @@ def main(paths):
                 t = max(i_b / POP, o_b / EVI, (i_b + o_b) / SWAP)
                 row["ideal"] = 100 * max(0.0, 1 - t / w["window_s"])
                 row["opt_gib_moved"] = (i_b + o_b) / 2**30
+                row["link_s"] = t
+                row["window_s"] = w["window_s"]
         rows.append(row)
     if as_json:
         for r in rows:
             print(json.dumps(r))
         return
-    head = ["pressure"] + [s for s in systems] + ["Ideal", "opt / Ideal", "paper", "opt / whole",
+    for r in rows:
+        if r.get("slice") is not None and r.get("ideal") is not None:
+            r["ideal_slice"] = r["slice"] * r["ideal"] / 100
+    head = ["pressure"] + [s for s in systems] + ["Ideal", "opt / Ideal", "Ideal x slice",
+                                                  "opt / (Ideal x slice)", "paper", "opt / whole",
                                                   "opt / demand", "opt switch (ms)"]
     print("| " + " | ".join(head) + " |")
     print("|" + " --- |" * len(head))
@@ -72,6 +81,9 @@ def main(paths):
         ideal, opt = r.get("ideal"), r.get("opt")
         cells.append(f(ideal))
         cells.append(f"{100 * opt / ideal:.0f} %" if ideal and opt is not None else "-")
+        isl = r.get("ideal_slice")
+        cells.append(f(isl))
+        cells.append(f"{100 * opt / isl:.0f} %" if isl and opt is not None else "-")
         cells.append(f(PAPER.get(r["pressure"])))
         for b in ("whole", "demand"):
             v = r.get(b)
