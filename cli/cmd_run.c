@@ -9,17 +9,29 @@
  *   variables the shim reads once at start (docs/shim.md lists them). libmsched is looked for
  *   next to the msched binary: <bindir>/../lib/msched/.
  *
+ *   The daemon is started on demand: when no mschedd answers on the socket (MSCHED_SOCKET, or
+ *   the default path for GPU 0), `run` starts <bindir>/mschedd with idle_exit 60s (it leaves by
+ *   itself a minute after its last client) and waits until it listens; its own defaults and
+ *   configuration apply. --no-daemon (or MSCHED_DAEMON=off) skips that and the shim runs alone
+ *   (under --budget, or only observing). A daemon that cannot be started is reported in one
+ *   line and the program runs alone.
+ *
  * Errors: a bad option or a missing program is a usage error (2); a missing libmsched or a
  * program that cannot be executed is a runtime error (1, or 127 when exec fails, like a shell).
  */
 #include "cli/cli.h"
+
+#include "ipc/ipc.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#define IDLE_EXIT "60s" /* an on-demand daemon's idle_exit */
 
 static void run_help(FILE *f)
 {
@@ -38,11 +50,13 @@ static void run_help(FILE *f)
             "                      prefetched in and out; demand: managed memory prefetched\n"
             "                      out, faulted in (the demand-paging baseline); off: observe\n"
             "  --trace FILE        record the program's command stream (msched sim --trace)\n"
+            "  --no-daemon         do not join (or start) mschedd: the program runs alone\n"
             "  --verbose           the shim reports what it does on stderr\n"
             "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
 }
 
-static int lib_dir(char *out, size_t cap)
+/* The directory of the msched binary (mschedd is looked for there). */
+static int bin_dir(char *out, size_t cap)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -53,7 +67,60 @@ static int lib_dir(char *out, size_t cap)
     if (!slash)
         return -1;
     *slash = '\0';
-    int w = snprintf(out, cap, "%s/../lib/msched", exe);
+    int w = snprintf(out, cap, "%s", exe);
+    return w > 0 && (size_t)w < cap ? 0 : -1;
+}
+
+/*
+ * Make sure a daemon answers on the socket, starting one if none does. mschedd (without
+ * --foreground) returns once its child listens, or fails saying why on stderr.
+ */
+static void ensure_daemon(bool verbose)
+{
+    char sock[MS_IPC_PATH_MAX], dir[PATH_MAX], exe[PATH_MAX + 16];
+    if (ms_ipc_socket_path(0, sock, sizeof(sock)) != MS_OK)
+        return;
+    int fd = -1;
+    if (ms_ipc_connect(sock, 500, &fd) == MS_OK) {
+        close(fd);
+        return;
+    }
+    if (bin_dir(dir, sizeof(dir)) != 0)
+        return;
+    snprintf(exe, sizeof(exe), "%s/mschedd", dir);
+    if (access(exe, X_OK) != 0) {
+        ms_cli_error("no daemon on %s and no mschedd at %s: the program runs alone", sock, exe);
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(exe, "mschedd", "--socket", sock, "--idle-exit", IDLE_EXIT, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        /* Lost a race with another `msched run` starting it? Then it answers now. */
+        if (ms_ipc_connect(sock, 500, &fd) == MS_OK) {
+            close(fd);
+            return;
+        }
+        ms_cli_error("could not start mschedd (%s); the program runs alone",
+                     pid < 0 ? strerror(errno) : "see above");
+        return;
+    }
+    if (verbose)
+        fprintf(stderr, "msched: started mschedd on %s (it exits %s after its last client)\n",
+                sock, IDLE_EXIT);
+}
+
+/* <bindir>/../lib/msched, where libmsched is. */
+static int lib_dir(char *out, size_t cap)
+{
+    char dir[PATH_MAX];
+    if (bin_dir(dir, sizeof(dir)) != 0)
+        return -1;
+    int w = snprintf(out, cap, "%s/../lib/msched", dir);
     return w > 0 && (size_t)w < cap ? 0 : -1;
 }
 
@@ -69,7 +136,7 @@ static int setenv_or_fail(const char *k, const char *v)
 static int run_main(int argc, char **argv)
 {
     const char *prio = NULL, *weight = NULL, *budget = NULL, *engine = NULL, *trace = NULL;
-    bool verbose = false, preload = false;
+    bool verbose = false, preload = false, no_daemon = false;
     int i = 1;
     for (; i < argc; i++) {
         const char *v = NULL;
@@ -102,6 +169,8 @@ static int run_main(int argc, char **argv)
             verbose = true;
         } else if (ms_cli_opt(argc, argv, &i, "--preload", NULL) == 1) {
             preload = true;
+        } else if (ms_cli_opt(argc, argv, &i, "--no-daemon", NULL) == 1) {
+            no_daemon = true;
         } else if (argv[i][0] == '-') {
             ms_cli_error("unknown option '%s' for run (try 'msched help run')", argv[i]);
             return MS_EXIT_USAGE;
@@ -176,8 +245,12 @@ static int run_main(int argc, char **argv)
         (budget && setenv_or_fail("MSCHED_BUDGET", bytes)) ||
         (engine && setenv_or_fail("MSCHED_ENGINE", engine)) ||
         (trace && setenv_or_fail("MSCHED_TRACE", trace)) ||
-        (verbose && setenv_or_fail("MSCHED_VERBOSE", "1")))
+        (verbose && setenv_or_fail("MSCHED_VERBOSE", "1")) ||
+        (no_daemon && setenv_or_fail("MSCHED_DAEMON", "off")))
         return MS_EXIT_RUNTIME;
+    const char *dm = getenv("MSCHED_DAEMON");
+    if (!(dm && strcmp(dm, "off") == 0) && !(engine && strcmp(engine, "off") == 0))
+        ensure_daemon(verbose);
     fflush(NULL);
     execvp(argv[i], &argv[i]);
     ms_cli_error("cannot run '%s': %s", argv[i], strerror(errno));

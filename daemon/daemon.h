@@ -84,6 +84,7 @@ struct ms_daemon {
     struct ms_ghost *ghosts;
     uint64_t next_session_id;
     uint64_t start_ns;
+    uint64_t idle_since; /* when the last session went away (0: a session exists, or idle_exit is off) */
     bool stop;
     int exit_code;
     struct ms_daemon_stats st;

@@ -756,6 +756,16 @@ int ms_daemon_run(struct ms_daemon *d)
         free_graveyard();
         if (d->conf.check)
             check_invariants(d);
+        if (d->sessions || !d->conf.idle_exit_ns) {
+            d->idle_since = 0;
+        } else if (!d->idle_since) {
+            d->idle_since = now;
+        } else if (now - d->idle_since >= d->conf.idle_exit_ns) {
+            char b[32];
+            ms_format_duration(d->conf.idle_exit_ns, b, sizeof(b));
+            ms_log_info("no client for %s: exiting (idle_exit)", b);
+            d->stop = true;
+        }
     }
     return d->exit_code;
 }

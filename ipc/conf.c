@@ -55,6 +55,8 @@ static const struct ms_conf_opt opts[] = {
     {"log_file", MS_CT_STRING, OFF(log_file), 0, 0, false, "log file (default: stderr)"},
     {"check", MS_CT_BOOL, OFF(check), 0, 1, true,
      "verify the scheduler's invariants after every event (tests)"},
+    {"idle_exit", MS_CT_DURATION, OFF(idle_exit_ns), 0, 86400 * NS_S, true,
+     "exit after this long with no client connected (0: never)"},
 };
 
 void ms_conf_default(struct ms_conf *c)

@@ -56,6 +56,7 @@ struct ms_conf {
     uint32_t log_level;       /* enum ms_log_level */
     char log_file[256];       /* "" = stderr */
     bool check;               /* verify the scheduler's invariants after every event */
+    uint64_t idle_exit_ns;    /* exit after this long without a session (0: never) */
 };
 
 enum ms_conf_type {

@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED=1
 nvcc -O2 -o "$BIN/stress_gpu" bench/engine/stress_gpu.cu -lcublas || exit 1
 for eng in unified demand; do
     echo "== stress_gpu --engine $eng --budget 320MiB" >>"$OUT/stress_um.txt"
-    timeout 60 "$MSCHED" run --engine $eng --budget 320MiB --verbose -- "$BIN/stress_gpu" 800 7 \
+    timeout 60 "$MSCHED" run --no-daemon --engine $eng --budget 320MiB --verbose -- "$BIN/stress_gpu" 800 7 \
         >>"$OUT/stress_um.txt" 2>&1
     echo "stress_gpu $eng rc=$?" | tee -a "$OUT/stress_um.txt" >&2
 done
@@ -27,7 +27,7 @@ for eng in vmm unified demand; do
     lim=90
     [ $eng = unified ] && lim=120
     [ $eng = demand ] && lim=150
-    timeout $lim "$MSCHED" run --engine $eng --budget 2900MiB --verbose -- \
+    timeout $lim "$MSCHED" run --no-daemon --engine $eng --budget 2900MiB --verbose -- \
         python3 bench/engine/llama_budget.py 16 32 >>"$OUT/llama_engines.txt" 2>&1
     echo "llama $eng rc=$?" | tee -a "$OUT/llama_engines.txt" >&2
 done
