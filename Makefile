@@ -102,7 +102,7 @@ endif
 $(MSCHED): $(call obj,$(CLI_SRC)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRC)) $(LIBS) $(LDLIBS) $(CLI_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(call obj,$(CLI_SRC)) $(LIBS) $(LDLIBS) $(CLI_LIBS) -ldl
 
 # The fake shim client of the daemon tests.
 $(BUILD)/tests/fake_shim: $(BUILD)/obj/tests/daemon/fake_shim.o $(IPC_LIB) $(CORE_LIB)

@@ -11,8 +11,9 @@
  *
  *   The daemon is started on demand: when no mschedd answers on the socket (MSCHED_SOCKET, or
  *   the default path for GPU 0), `run` starts <bindir>/mschedd with idle_exit 60s (it leaves by
- *   itself a minute after its last client) and waits until it listens; its own defaults and
- *   configuration apply. --no-daemon (or MSCHED_DAEMON=off) skips that and the shim runs alone
+ *   itself a minute after its last client) and waits until it listens. Its budget is 90 % of
+ *   GPU 0's memory as the CUDA driver reports it (cuDeviceTotalMem, no context created), or
+ *   the daemon's default when no driver answers. --no-daemon (or MSCHED_DAEMON=off) skips that and the shim runs alone
  *   (under --budget, or only observing). A daemon that cannot be started is reported in one
  *   line and the program runs alone.
  *
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +73,26 @@ static int bin_dir(char *out, size_t cap)
     return w > 0 && (size_t)w < cap ? 0 : -1;
 }
 
+/* GPU 0's memory in bytes from the CUDA driver (0 when there is none). */
+static uint64_t device_total(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return 0;
+    int (*init)(unsigned) = NULL;
+    int (*get)(int *, int) = NULL;
+    int (*total)(size_t *, int) = NULL;
+    *(void **)&init = dlsym(h, "cuInit");
+    *(void **)&get = dlsym(h, "cuDeviceGet");
+    *(void **)&total = dlsym(h, "cuDeviceTotalMem_v2");
+    size_t bytes = 0;
+    int dev = 0;
+    if (!init || !get || !total || init(0) != 0 || get(&dev, 0) != 0 || total(&bytes, dev) != 0)
+        bytes = 0;
+    dlclose(h);
+    return bytes;
+}
+
 /*
  * Make sure a daemon answers on the socket, starting one if none does. mschedd (without
  * --foreground) returns once its child listens, or fails saying why on stderr.
@@ -92,10 +114,19 @@ static void ensure_daemon(bool verbose)
         ms_cli_error("no daemon on %s and no mschedd at %s: the program runs alone", sock, exe);
         return;
     }
+    char budget[32] = "";
+    uint64_t total = device_total();
+    if (total >= 10 * MS_GRAN)
+        snprintf(budget, sizeof(budget), "%llu",
+                 (unsigned long long)(total / 10 * 9 / MS_GRAN * MS_GRAN));
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        execl(exe, "mschedd", "--socket", sock, "--idle-exit", IDLE_EXIT, (char *)NULL);
+        if (budget[0])
+            execl(exe, "mschedd", "--socket", sock, "--idle-exit", IDLE_EXIT, "--budget", budget,
+                  (char *)NULL);
+        else
+            execl(exe, "mschedd", "--socket", sock, "--idle-exit", IDLE_EXIT, (char *)NULL);
         _exit(127);
     }
     int st = 0;
@@ -110,8 +141,9 @@ static void ensure_daemon(bool verbose)
         return;
     }
     if (verbose)
-        fprintf(stderr, "msched: started mschedd on %s (it exits %s after its last client)\n",
-                sock, IDLE_EXIT);
+        fprintf(stderr,
+                "msched: started mschedd on %s, budget %s (it exits %s after its last client)\n",
+                sock, budget[0] ? budget : "its default", IDLE_EXIT);
 }
 
 /* <bindir>/../lib/msched, where libmsched is. */

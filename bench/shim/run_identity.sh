@@ -31,8 +31,8 @@ for entry in "${programs[@]}"; do
     for mode in plain shim preload; do
         case $mode in
         plain) runner=() ;;
-        shim) runner=("$MSCHED" run --verbose --) ;;
-        preload) runner=("$MSCHED" run --preload --verbose --) ;;
+        shim) runner=("$MSCHED" run --no-daemon --verbose --) ;;
+        preload) runner=("$MSCHED" run --no-daemon --preload --verbose --) ;;
         esac
         # shellcheck disable=SC2086
         timeout 300 "${runner[@]}" $cmd >"$OUT/logs/$name.$mode.out" 2>"$OUT/logs/$name.$mode.err"
