@@ -786,6 +786,30 @@ void ms__engine_daemon_gone(const char *why)
         why, (unsigned long long)(fp / MS_MIB), (unsigned long long)(room / MS_MIB));
 }
 
+/* E.need = every chunk of every region (lock held; E.need cleared by the caller). */
+static int need_everything(void)
+{
+    E.st.unbounded++;
+    int e = MS_OK;
+    for (size_t i = 0; i < E.rt.nslots && e == MS_OK; i++)
+        if (E.rt.regions[i].live)
+            e = add_region_chunks(&E.need, (uint32_t)i);
+    ms_chunk_set_normalize(&E.need);
+    return e;
+}
+
+int ms_engine_gate_unbounded(struct ms_shim_stream s)
+{
+    if (!is_active())
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&E.lock);
+    ms_chunk_set_clear(&E.need);
+    int e = need_everything();
+    int rc = e == MS_OK ? gate(&E.need, true, s) : CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&E.lock);
+    return rc;
+}
+
 int ms_engine_gate_launch(const struct ms_shim_launch *l)
 {
     if (!is_active())
@@ -795,11 +819,7 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
     bool unbounded = !l->params_known || !l->layout || l->kind == MS_SHIM_LAUNCH_COOP;
     int e = MS_OK;
     if (unbounded) {
-        E.st.unbounded++;
-        for (size_t i = 0; i < E.rt.nslots && e == MS_OK; i++)
-            if (E.rt.regions[i].live)
-                e = add_region_chunks(&E.need, (uint32_t)i);
-        ms_chunk_set_normalize(&E.need);
+        e = need_everything();
     } else {
         struct ms_launch ml = {.task = 0,
                                .params = l->params,

@@ -70,6 +70,8 @@ int ms_engine_free(uint64_t dptr, bool *handled);
  */
 int ms_engine_gate_launch(const struct ms_shim_launch *l);
 int ms_engine_gate_range(uint64_t addr, uint64_t bytes, struct ms_shim_stream s);
+/* Work whose reach is unknown (a graph launch): the whole footprint resident. */
+int ms_engine_gate_unbounded(struct ms_shim_stream s);
 /* Two ranges resident at once (a device-to-device copy's both sides). */
 int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,
                           struct ms_shim_stream s);

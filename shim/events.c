@@ -428,6 +428,14 @@ int ms_shim_on_launch(const struct ms_shim_launch *l)
     return ms_engine_gate_launch(l);
 }
 
+int ms_shim_on_graph_launch(struct ms_shim_stream s)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.graph_launches++;
+    pthread_mutex_unlock(&ms__shim_lock);
+    return ms_engine_gate_unbounded(s);
+}
+
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                     struct ms_shim_stream s)
 {
@@ -545,6 +553,7 @@ uint64_t ms_shim_counter(const char *name)
     } names[] = {
         {"launches", offsetof(struct ms_shim_counters, launches)},
         {"launches_unknown", offsetof(struct ms_shim_counters, launches_unknown)},
+        {"graph_launches", offsetof(struct ms_shim_counters, graph_launches)},
         {"allocs", offsetof(struct ms_shim_counters, allocs)},
         {"frees", offsetof(struct ms_shim_counters, frees)},
         {"live_bytes", offsetof(struct ms_shim_counters, live_bytes)},
@@ -580,6 +589,7 @@ void ms__shim_events_exit(bool verbose)
         {"launch_ex", c.launches_kind[MS_SHIM_LAUNCH_EX]},
         {"launch_coop", c.launches_kind[MS_SHIM_LAUNCH_COOP]},
         {"unknown_layout", c.launches_unknown},
+        {"graph_launches", c.graph_launches},
         {"allocs", c.allocs},
         {"alloc_bytes", c.alloc_bytes},
         {"frees", c.frees},

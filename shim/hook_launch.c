@@ -18,6 +18,11 @@
  *
  *   The event goes out before the real call: that is where the launch gate will hold a launch
  *   whose memory is not resident. The launch itself is forwarded unchanged.
+ *
+ *   cuGraphLaunch: a graph's kernels are not visible at launch (their parameters were fixed at
+ *   capture or instantiation), so a graph launch is gated as a launch whose reach cannot be
+ *   bounded: the process's whole footprint resident, and with the daemon only during the
+ *   process's slice. It is counted apart (graph_launches), not as kernel launches.
  */
 #include "shim/shim_int.h"
 
@@ -164,3 +169,14 @@ LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel, false)
 LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
 LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
+
+#define GRAPH_HOOK(name, pt)                                                                       \
+    CUresult CUDAAPI name(CUgraphExec hGraphExec, CUstream hStream)                                \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        MS_GATED(ms_shim_on_graph_launch((struct ms_shim_stream){hStream, pt}));                   \
+        return real(hGraphExec, hStream);                                                          \
+    }
+
+GRAPH_HOOK(cuGraphLaunch, false)
+GRAPH_HOOK(cuGraphLaunch_ptsz, true)

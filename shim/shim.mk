@@ -45,7 +45,7 @@ $(BUILD)/gen/hash_ptx.c: gpu/cuda/hash.cu scripts/embed.py
 	$(Q)if [ -x "$(NVCC)" ] && $(NVCC) -ptx -arch=compute_80 $< -o $@.ptx 2>/dev/null; then \
 	    python3 scripts/embed.py ms_hash_ptx $@.ptx >$@; \
 	else python3 scripts/embed.py ms_hash_ptx - >$@; fi
-FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c gpu/fakecuda/fakecuda_um.c \
+FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c gpu/fakecuda/fakecuda_um.c gpu/fakecuda/fakecuda_graph.c \
             shim/procaddr.c shim/gen/syms.c
 
 shim_pic = $(patsubst %.c,$(SHIM_PIC)/%.o,$(1))

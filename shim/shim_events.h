@@ -86,6 +86,7 @@ struct ms_shim_counters {
     uint64_t launches; /* launches submitted, every kind */
     uint64_t launches_kind[MS_SHIM_LAUNCH_KINDS];
     uint64_t launches_unknown; /* launches whose parameter layout was unknown */
+    uint64_t graph_launches;   /* cuGraphLaunch calls (not counted in launches) */
     uint64_t allocs;           /* successful allocations, every kind */
     uint64_t alloc_bytes;      /* sum of their sizes */
     uint64_t frees;            /* successful frees of a known allocation */
@@ -120,6 +121,8 @@ void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool fre
 /* Launch, copy and memset return 0 to let the call go ahead, or a CUresult the hook returns
  * instead of forwarding (the memory engine could not make the memory resident). */
 int ms_shim_on_launch(const struct ms_shim_launch *l);
+/* A graph launch: gated like a launch of unbounded reach (see hook_launch.c). */
+int ms_shim_on_graph_launch(struct ms_shim_stream s);
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                      struct ms_shim_stream s);
 int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s);

@@ -73,7 +73,7 @@ CUresult ms_fake_register_kernel(const char *name, ms_fake_kernel_fn fn, const s
 
 /* What the fake driver has done since it was loaded (its own record, to check interposers). */
 struct ms_fake_stats {
-    uint64_t launches;      /* kernels run */
+    uint64_t launches;      /* kernels run (graph nodes included) */
     uint64_t allocs, frees; /* cuMemAlloc family (not VMM) */
     uint64_t copies, copy_bytes;
     uint64_t memsets, memset_bytes;
@@ -86,6 +86,7 @@ struct ms_fake_stats {
     uint64_t um_kernel_faults; /* of those, faults while a kernel ran */
     uint64_t um_prefetch_in, um_prefetch_out; /* bytes moved by cuMemPrefetchAsync */
     uint64_t um_device_bytes, um_device_max;  /* managed bytes on the device: now, at most */
+    uint64_t graph_launches;                  /* cuGraphLaunch calls */
 };
 
 void ms_fake_get_stats(struct ms_fake_stats *out);

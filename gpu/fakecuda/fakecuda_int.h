@@ -57,6 +57,13 @@ void ms__fk_um_remove(uint64_t base);
 void ms__fk_um_kernel(bool running);
 void ms__fk_um_stats(struct ms_fake_stats *out);
 
+/* Kernels for the fake's graphs (fakecuda_graph.c): pack kernelParams into one malloc'd buffer
+ * (*out NULL for a kernel without parameters; the caller frees it), and launch from such a
+ * buffer (through the launch path's checks). */
+CUresult ms__fk_pack_params(CUfunction f, void **params, void **out, size_t *out_bytes);
+CUresult ms__fk_launch_packed(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                              unsigned smem, CUstream stream, void *buf, size_t bytes);
+
 /* Name -> function of every exported driver function the fake implements (for GPA). */
 void *ms__fk_lookup_function(const char *name);
 

@@ -220,6 +220,37 @@ static CUresult launch(const struct launch_args *a)
     return CUDA_SUCCESS;
 }
 
+CUresult ms__fk_pack_params(CUfunction f, void **params, void **out, size_t *out_bytes)
+{
+    struct fk_kernel *k = kernel_of(f);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = NULL;
+    *out_bytes = k->param_bytes;
+    if (k->nparams == 0)
+        return CUDA_SUCCESS;
+    if (!params)
+        return CUDA_ERROR_INVALID_VALUE;
+    char *buf = calloc(1, k->param_bytes);
+    if (!buf)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < k->nparams; i++)
+        memcpy(buf + k->offsets[i], params[i], k->sizes[i]);
+    *out = buf;
+    return CUDA_SUCCESS;
+}
+
+CUresult ms__fk_launch_packed(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                              unsigned smem, CUstream stream, void *buf, size_t bytes)
+{
+    size_t size = bytes;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     CU_LAUNCH_PARAM_END};
+    struct launch_args a = {f, {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]},
+                            smem, stream, NULL, buf ? extra : NULL};
+    return launch(&a);
+}
+
 #define LAUNCH_FN(name)                                                                            \
     CUresult CUDAAPI name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,              \
                           unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,   \

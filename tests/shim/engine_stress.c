@@ -9,8 +9,12 @@
  * pointer table stored in device memory (built on the host, copied over), the case the launch
  * arguments alone cannot show.
  *
- * Usage: engine_stress [ops] [seed] [cycle]   (MSCHED_BUDGET sets the engine's budget)
+ * Usage: engine_stress [ops] [seed] [cycle|graph]   (MSCHED_BUDGET sets the engine's budget)
  *   cycle: instead, fill all buffers in the same order, ops rounds (a looping program)
+ *   graph: a CUDA graph (one add node) launched ops times on two 12 MiB buffers that a third,
+ *          24 MiB one pushed out (under a 40 MiB budget), then once more while the third
+ *          is allocated again (footprint 48 MiB: the launch must be refused, not crash).
+ *          Prints "ENGINE_GRAPH launches=N refused=R mismatches=M".
  * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
  */
 #include <cuda.h>
@@ -115,6 +119,73 @@ struct buf {
         }                                                                                          \
     } while (0)
 
+/* The "graph" mode (see the header). h: the driver as the program sees it. */
+static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
+{
+    CUresult (*g_create)(CUgraph *, unsigned);
+    CUresult (*g_add)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                      const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*g_inst)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*g_launch)(CUgraphExec, CUstream);
+    CUresult (*g_xdestroy)(CUgraphExec);
+    CUresult (*g_destroy)(CUgraph);
+    int op = -2;
+    LOAD(g_create, "cuGraphCreate");
+    LOAD(g_add, "cuGraphAddKernelNode_v2");
+    LOAD(g_inst, "cuGraphInstantiateWithFlags");
+    LOAD(g_launch, "cuGraphLaunch");
+    LOAD(g_xdestroy, "cuGraphExecDestroy");
+    LOAD(g_destroy, "cuGraphDestroy");
+    uint64_t n = 3u * MIB, nb = 6u * MIB; /* words: 12 MiB and 24 MiB */
+    CUdeviceptr a, c, big;
+    uint32_t sa = 11, sc = 22, sb = 33;
+    CK(p_alloc(&a, n * 4));
+    CK(p_alloc(&c, n * 4));
+    CK(p_alloc(&big, nb * 4));
+    void *fa[] = {&a, &n, &sa}, *fc[] = {&c, &n, &sc}, *fb[] = {&big, &nb, &sb};
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL));
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fc, NULL));
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fb, NULL)); /* pushes part of a, c out */
+    CK(p_free(big));
+    CUgraph g;
+    CUgraphNode node;
+    CUgraphExec x;
+    void *addp[] = {&a, &c, &n};
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof(kp));
+    kp.func = f_add;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = addp;
+    CK(g_create(&g, 0));
+    CK(g_add(&node, g, NULL, 0, &kp));
+    CK(g_inst(&x, g, 0));
+    for (op = 0; op < rounds; op++)
+        CK(g_launch(x, NULL));
+    CK(p_sync());
+    /* Footprint above the budget: the graph needs all of it resident, so it is refused. */
+    CK(p_alloc(&big, nb * 4));
+    CUresult refused = g_launch(x, NULL);
+    CK(p_free(big));
+    CK(g_launch(x, NULL));
+    CK(p_sync());
+    uint32_t *va = malloc(n * 4);
+    CK(p_d2h(va, a, n * 4));
+    uint64_t mismatches = 0;
+    for (uint64_t k = 0; k < n; k++)
+        mismatches += va[k] != pattern(k, sa) + (uint32_t)(rounds + 1 + (refused == CUDA_SUCCESS)) *
+                                                    pattern(k, sc);
+    free(va);
+    CK(g_xdestroy(x));
+    CK(g_destroy(g));
+    CK(p_free(a));
+    CK(p_free(c));
+    printf("ENGINE_GRAPH launches=%d refused=%d mismatches=%llu\n",
+           rounds + 1 + (refused == CUDA_SUCCESS), (int)refused,
+           (unsigned long long)mismatches);
+    return mismatches == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     int ops = argc > 1 ? atoi(argv[1]) : 2000;
@@ -179,6 +250,8 @@ int main(int argc, char **argv)
         printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
         return 0;
     }
+    if (argc > 3 && strcmp(argv[3], "graph") == 0)
+        return graph_mode(ops, h, f_fill, f_add);
     uint64_t mismatches = 0, launches = 0;
     uint32_t *tmp = malloc(16u * MIB);
     for (op = 0; op < ops; op++) {

@@ -304,6 +304,27 @@ else
     fail engine/budget-stress "rc=$rc seed=$seed $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# CUDA graphs: a graph launch cannot be bounded, so it needs the whole footprint resident. Two
+# buffers partly pushed out by a third (since freed) come back for every launch (the fake's
+# oracle faults otherwise); with the footprint above the budget the launch is refused with
+# CUDA_ERROR_OUT_OF_MEMORY (2), not run. Directly on the fake the same program is never refused.
+out=$(env LD_LIBRARY_PATH="$FAKEDIR" "$T/engine_stress" 5 1 graph 2>&1)
+if [ $? -eq 0 ] && grep -q "refused=0 mismatches=0" <<<"$out"; then
+    pass engine/graph-direct
+else
+    fail engine/graph-direct "$(tail -n 2 <<<"$out" | tr '\n' ' ')"
+fi
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 5 1 graph 2>&1)
+rc=$?
+gl=$(grep -o "graph_launches=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+if [ $rc -eq 0 ] && grep -q "refused=2 mismatches=0" <<<"$out" && [ "${gl:-0}" -eq 7 ] &&
+    grep -q "in [1-9][0-9]* MiB" <<<"$out"; then
+    pass "engine/graph-budget ($gl graph launches, evicted memory brought back, over-budget refused)"
+else
+    fail engine/graph-budget "rc=$rc $(grep -E 'ENGINE|engine|FAIL|refused' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+
 # The unified-memory engines on the same program: managed regions under the same 40 MiB budget.
 # unified: every command's pages are prefetched before it runs, so no kernel takes a page fault;
 # demand: nothing is prefetched in, kernels fault pages in (the demand-paging baseline). Either
