@@ -2,7 +2,9 @@
 # bench/micro/run_sweep.sh OUTDIR "PRESSURES" "SYSTEMS" [SECONDS] [SLICE]
 #
 # The section 7.1 microbenchmark as a sweep: two vector-add and two matmul processes
-# (bench/micro/micro.cu), each a quarter of PRESSURE % of a 16 GiB budget, under each SYSTEM:
+# (bench/micro/micro.cu), each a quarter of PRESSURE % of a 16 GiB budget, under each SYSTEM.
+# WORKLOAD=D runs four instances of workload D instead (bench/workloads/llm.py: Llama models of
+# a quarter of the pressure each, greedy decode, tokens per second). Systems:
 #   ref     the four processes at once, no msched, no budget (the normalization)
 #   slice   mschedd with a budget above the total: time slicing, no memory movement
 #   opt     mschedd, 16 GiB budget, OPT eviction (msched)
@@ -12,8 +14,9 @@
 #           the demand-paging baseline, its device emulated by the budget (which flatters it)
 # Every daemon system uses the same round-robin slice (SLICE, default 1s). Each process runs
 # SECONDS (default 25) of tasks after one warm-up task and prints tasks per second. The daemon's
-# metrics are read twice inside the window when all four are in their timed loops (from 8 s
-# after the start, for SECONDS-12 s), so the bytes moved and switch times cover steady state.
+# metrics are read twice inside the window when all four are in their timed loops (from W s
+# after the start, default 8, to SECONDS-4 s), so the bytes moved and switch times cover steady
+# state.
 # Writes OUTDIR/sweep.jsonl (one line per process and one per daemon window) and
 # OUTDIR/raw-<pressures>.tgz (every output and daemon log); bench/micro/summarize_sweep.py turns
 # the JSONL into the tables of docs/evaluation.md. Each daemon run also keeps three frames of
@@ -28,8 +31,9 @@ SLICE=${5:-1s}
 BUDGET_GIB=16
 MSCHED=$PWD/build/bin/msched
 MSCHEDD=$PWD/build/bin/mschedd
-W=8
-D=$((SECS - 12))
+WORKLOAD=${WORKLOAD:-micro}
+W=${W:-8}
+D=$((SECS - 4 - W))
 BIN=$(mktemp -d)
 RAW=$BIN/raw
 mkdir -p "$RAW" "$OUT"
@@ -40,6 +44,14 @@ else
     nvcc -O2 -o "$BIN/micro" bench/micro/micro.cu -lcublas || exit 1
 fi
 kinds=(vecadd vecadd matmul matmul)
+# cmd I GIB: process I's command line.
+cmd() {
+    if [ "$WORKLOAD" = D ]; then
+        echo "python3 $PWD/bench/workloads/llm.py $2 $SECS"
+    else
+        echo "$BIN/micro ${kinds[$1]} $2 $SECS"
+    fi
+}
 
 # prom FILE: the daemon's Prometheus text.
 prom() { "$MSCHED" status --prometheus >"$1" 2>&1; }
@@ -48,13 +60,14 @@ for p in $PRESSURES; do
     gib=$(python3 -c "print(round($BUDGET_GIB * $p / 100 / 4, 3))")
     for sys in $SYSTEMS; do
         dir=$RAW/p${p}_$sys
+        [ "$WORKLOAD" = micro ] || dir=$RAW/${WORKLOAD}_p${p}_$sys
         mkdir -p "$dir"
         t0=$(date +%s.%N)
         echo "[$(date +%T)] pressure $p % ($gib GiB each): $sys" >&2
         if [ "$sys" = ref ]; then
             for i in 0 1 2 3; do
-                timeout $((SECS + 120)) "$BIN/micro" "${kinds[$i]}" "$gib" "$SECS" \
-                    >"$dir/proc_$i.json" 2>&1 &
+                # shellcheck disable=SC2046
+                timeout $((SECS + 120)) $(cmd $i "$gib") >"$dir/proc_$i.json" 2>&1 &
             done
             wait
         else
@@ -72,8 +85,9 @@ for p in $PRESSURES; do
             for k in $(seq 1 50); do [ -S "$MSCHED_SOCKET" ] && break; sleep 0.1; done
             pids=()
             for i in 0 1 2 3; do
+                # shellcheck disable=SC2046
                 timeout $((SECS + 240)) "$MSCHED" run --engine "$engine" --verbose -- \
-                    "$BIN/micro" "${kinds[$i]}" "$gib" "$SECS" >"$dir/proc_$i.json" 2>&1 &
+                    $(cmd $i "$gib") >"$dir/proc_$i.json" 2>&1 &
                 pids+=($!)
             done
             sleep $W
@@ -91,11 +105,12 @@ for p in $PRESSURES; do
             unset MSCHED_SOCKET
         fi
         t1=$(date +%s.%N)
-        python3 - "$dir" "$p" "$sys" "$gib" "$SLICE" "$t0" "$t1" "$W" "$D" >>"$OUT/sweep.jsonl" <<'PY'
+        WORKLOAD=$WORKLOAD python3 - "$dir" "$p" "$sys" "$gib" "$SLICE" "$t0" "$t1" "$W" "$D" >>"$OUT/sweep.jsonl" <<'PY'
 import json, os, re, sys
 d, p, sysname, gib, slice_, t0, t1, w, dwin = sys.argv[1:]
 for i in range(4):
-    rec = {"pressure": int(p), "system": sysname, "proc": i, "gib_each": float(gib)}
+    rec = {"workload": os.environ.get("WORKLOAD", "micro"), "pressure": int(p),
+           "system": sysname, "proc": i, "gib_each": float(gib)}
     try:
         lines = [l for l in open(os.path.join(d, f"proc_{i}.json")) if l.startswith("{")]
         rec.update(json.loads(lines[-1]))
@@ -118,11 +133,12 @@ if sysname != "ref":
     keys = ["msched_switches_total", "msched_switch_seconds_total", "msched_populated_bytes_total",
             "msched_evicted_bytes_total"]
     win = {k: b.get(k, 0) - a.get(k, 0) for k in keys}
-    print(json.dumps({"pressure": int(p), "system": sysname, "window_s": float(dwin),
+    print(json.dumps({"workload": os.environ.get("WORKLOAD", "micro"), "pressure": int(p),
+                      "system": sysname, "window_s": float(dwin),
                       "slice": slice_, "wall_s": float(t1) - float(t0), "daemon": win,
                       "switch_seconds_max": prom("m2.prom").get("msched_switch_seconds_max")}))
 PY
     done
 done
-tar -C "$RAW" -czf "$OUT/raw-$(echo $PRESSURES | tr ' ' '-').tgz" .
+tar -C "$RAW" -czf "$OUT/raw-$WORKLOAD-$(echo $PRESSURES | tr ' ' '-').tgz" .
 rm -rf "$BIN"

@@ -13,7 +13,8 @@ normalized throughput is 1 - t / W: switching costs nothing but OPT's bytes at t
 Where the same pressure also has a `slice` run (time slicing under a budget above the total: no
 memory moves), a stricter ideal is that run's throughput times (1 - t / W): time slicing as it
 is, plus OPT's bytes at the link's speed.
-Prints a Markdown table (and --json: one JSON object per pressure)."""
+Prints a Markdown table (and --json: one JSON object per pressure). --workload NAME selects the
+records of one workload (default micro; records without the field are micro)."""
 import json
 import sys
 
@@ -23,16 +24,24 @@ PAPER = {100: 99.41, 150: 73.0, 200: 60.0, 300: 43.0}  # section 7.1, approximat
 
 def main(paths):
     as_json = "--json" in paths
+    workload = "micro"
+    if "--workload" in paths:
+        k = paths.index("--workload")
+        workload = paths[k + 1]
+        del paths[k:k + 2]
     paths = [p for p in paths if p != "--json"]
     procs, wins = {}, {}
     for path in paths:
         for line in open(path):
             r = json.loads(line)
+            if r.get("workload", "micro") != workload:
+                continue
             key = (r["pressure"], r["system"])
             if "proc" in r:
                 procs.setdefault(key, {})[r["proc"]] = r
             else:
                 wins[key] = r
+    paper = PAPER if workload == "micro" else {}
     pressures = sorted({k[0] for k in procs})
     systems = [s for s in ("slice", "opt", "lru", "whole", "demand") if any(k[1] == s for k in procs)]
     rows = []
@@ -84,7 +93,7 @@ def main(paths):
         isl = r.get("ideal_slice")
         cells.append(f(isl))
         cells.append(f"{100 * opt / isl:.0f} %" if isl and opt is not None else "-")
-        cells.append(f(PAPER.get(r["pressure"])))
+        cells.append(f(paper.get(r["pressure"])))
         for b in ("whole", "demand"):
             v = r.get(b)
             cells.append(f"{opt / v:.1f}x" if v and opt is not None else "-")

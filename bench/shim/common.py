@@ -10,9 +10,21 @@ import os
 import sys
 
 
+BASE = {}
+
+
+def device_used():
+    """Device memory in use on the GPU (total - free, cuMemGetInfo), in bytes."""
+    import torch
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
 def deterministic():
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import torch
+    # The context exists from here on; what it holds before any allocation is its fixed part.
+    BASE["device_used"] = device_used()
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
@@ -83,5 +95,9 @@ def report(program, **fields):
         import torch
         fields["shim_live_bytes"] = live
         fields["torch_reserved_bytes"] = torch.cuda.memory_reserved()
+    if "device_used" in BASE:
+        # Device memory the process gained since its context was created (the GPU is not
+        # shared during these runs): what the shim's live bytes are compared with.
+        fields["device_used_delta_bytes"] = device_used() - BASE["device_used"]
     print(json.dumps(fields), flush=True)
     sys.stdout.flush()
