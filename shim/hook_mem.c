@@ -8,6 +8,15 @@
  *   are what the application owns: a pitched allocation is pitch * height bytes.
  *   The _ptsz variants differ from the legacy ones only in what a NULL stream means; the
  *   allocation itself is the same.
+ *
+ *   With the memory engine active (engine.h), cuMemAlloc, cuMemAllocPitch and cuMemAllocAsync
+ *   (the stream's default pool) become engine regions. A pitched allocation gets the pitch the
+ *   width rounded up to 512 bytes (a valid pitch for any element size; the driver's own choice
+ *   is not asked). A stream-ordered allocation is usable at once, which is more than stream
+ *   order promises; its cuMemFreeAsync waits for the device before releasing it (the engine's
+ *   free synchronizes the context), so no queued work can still use it. Allocations from
+ *   explicit pools (cuMemAllocFromPoolAsync) keep the pool's semantics (export, access,
+ *   thresholds) and go to the driver: neither evicted nor counted against the budget.
  */
 #include "shim/shim_int.h"
 
@@ -21,28 +30,49 @@ static void report_alloc(CUresult rc, const CUdeviceptr *dptr, uint64_t bytes,
         ms_shim_on_alloc(*dptr, bytes, kind);
 }
 
+/* The engine takes the allocation: true with *rc its result (reported), false to forward. */
+static bool engine_take(CUdeviceptr *dptr, uint64_t bytes, enum ms_region_kind kind, CUresult *rc)
+{
+    if (!dptr || !ms_engine_active())
+        return false;
+    bool handled = false;
+    uint64_t p = 0;
+    *rc = (CUresult)ms_engine_alloc(&p, bytes, &handled);
+    if (!handled)
+        return false;
+    if (*rc == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)p;
+    report_alloc(*rc, dptr, bytes, kind);
+    return true;
+}
+
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    if (dptr && ms_engine_active()) {
-        bool handled = false;
-        uint64_t p = 0;
-        CUresult rc = (CUresult)ms_engine_alloc(&p, bytesize, &handled);
-        if (handled) {
-            if (rc == CUDA_SUCCESS)
-                *dptr = (CUdeviceptr)p;
-            report_alloc(rc, dptr, bytesize, MS_RK_DEVICE);
-            return rc;
-        }
-    }
-    CUresult rc = MS_REAL(cuMemAlloc_v2)(dptr, bytesize);
+    CUresult rc;
+    if (engine_take(dptr, bytesize, MS_RK_DEVICE, &rc))
+        return rc;
+    rc = MS_REAL(cuMemAlloc_v2)(dptr, bytesize);
     report_alloc(rc, dptr, bytesize, MS_RK_DEVICE);
     return rc;
 }
 
+#define PITCH_ALIGN 512u
+
 CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
                                     size_t Height, unsigned int ElementSizeBytes)
 {
-    CUresult rc = MS_REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    CUresult rc;
+    /* Arguments the driver would refuse go to the driver, to be refused there. */
+    bool valid = pPitch && WidthInBytes > 0 && Height > 0 && WidthInBytes <= (1ull << 40) &&
+                 Height <= (1ull << 40) / WidthInBytes &&
+                 (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16);
+    size_t pitch = valid ? (WidthInBytes + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN : 0;
+    if (valid && engine_take(dptr, (uint64_t)pitch * Height, MS_RK_DEVICE, &rc)) {
+        if (rc == CUDA_SUCCESS)
+            *pPitch = pitch;
+        return rc;
+    }
+    rc = MS_REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (rc == CUDA_SUCCESS && pPitch)
         report_alloc(rc, dptr, (uint64_t)*pPitch * Height, MS_RK_DEVICE);
     return rc;
@@ -57,14 +87,20 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
 
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    CUresult rc = MS_REAL(cuMemAllocAsync)(dptr, bytesize, hStream);
+    CUresult rc;
+    if (engine_take(dptr, bytesize, MS_RK_ASYNC, &rc))
+        return rc;
+    rc = MS_REAL(cuMemAllocAsync)(dptr, bytesize, hStream);
     report_alloc(rc, dptr, bytesize, MS_RK_ASYNC);
     return rc;
 }
 
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    CUresult rc = MS_REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream);
+    CUresult rc;
+    if (engine_take(dptr, bytesize, MS_RK_ASYNC, &rc))
+        return rc;
+    rc = MS_REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream);
     report_alloc(rc, dptr, bytesize, MS_RK_ASYNC);
     return rc;
 }
@@ -103,7 +139,10 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     __typeof__(&cuMemFreeAsync) real = MS_REAL(cuMemFreeAsync);
     struct ms_shim_alloc was;
     bool known = ms_shim_on_free_begin(dptr, &was);
-    CUresult rc = real(dptr, hStream);
+    bool handled = false;
+    CUresult rc = (CUresult)ms_engine_free(dptr, &handled); /* waits for the device */
+    if (!handled)
+        rc = real(dptr, hStream);
     ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
     return rc;
 }
@@ -113,7 +152,10 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     __typeof__(&cuMemFreeAsync_ptsz) real = MS_REAL(cuMemFreeAsync_ptsz);
     struct ms_shim_alloc was;
     bool known = ms_shim_on_free_begin(dptr, &was);
-    CUresult rc = real(dptr, hStream);
+    bool handled = false;
+    CUresult rc = (CUresult)ms_engine_free(dptr, &handled); /* waits for the device */
+    if (!handled)
+        rc = real(dptr, hStream);
     ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
     return rc;
 }

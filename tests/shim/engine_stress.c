@@ -101,6 +101,27 @@ struct buf {
     uint32_t *shadow;
 };
 
+static CUresult (*p_alloc_async)(CUdeviceptr *, size_t, CUstream);
+static CUresult (*p_free_async)(CUdeviceptr, CUstream);
+static CUresult (*p_alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+
+/* Buffer i is allocated the i % 3 way: cuMemAlloc, cuMemAllocAsync (freed with cuMemFreeAsync)
+ * or cuMemAllocPitch (one row), so every allocation family the engine takes is exercised. */
+static CUresult buf_alloc(int i, CUdeviceptr *d, uint64_t bytes)
+{
+    size_t pitch = 0;
+    switch (i % 3) {
+    case 1: return p_alloc_async(d, bytes, NULL);
+    case 2: return p_alloc_pitch(d, &pitch, bytes, 1, 4);
+    default: return p_alloc(d, bytes);
+    }
+}
+
+static CUresult buf_free(int i, CUdeviceptr d)
+{
+    return i % 3 == 1 ? p_free_async(d, NULL) : p_free(d);
+}
+
 #define CK(x)                                                                                      \
     do {                                                                                           \
         CUresult r_ = (x);                                                                         \
@@ -205,6 +226,9 @@ int main(int argc, char **argv)
     LOAD(p_setcur, "cuCtxSetCurrent");
     LOAD(p_alloc, "cuMemAlloc_v2");
     LOAD(p_free, "cuMemFree_v2");
+    LOAD(p_alloc_async, "cuMemAllocAsync");
+    LOAD(p_free_async, "cuMemFreeAsync");
+    LOAD(p_alloc_pitch, "cuMemAllocPitch_v2");
     LOAD(p_h2d, "cuMemcpyHtoD_v2");
     LOAD(p_d2h, "cuMemcpyDtoH_v2");
     LOAD(p_d2d, "cuMemcpyDtoD_v2");
@@ -260,11 +284,11 @@ int main(int argc, char **argv)
         if (!b[i].d || kind == 0) {
             /* (re)allocate i: free it first if it exists */
             if (b[i].d) {
-                CK(p_free(b[i].d));
+                CK(buf_free(i, b[i].d));
                 free(b[i].shadow);
             }
             b[i].words = 1 + rnd() % (4u * MIB / 4);
-            CK(p_alloc(&b[i].d, b[i].words * 4));
+            CK(buf_alloc(i, &b[i].d, b[i].words * 4));
             b[i].shadow = malloc(b[i].words * 4);
             uint32_t seed = (uint32_t)rnd();
             void *args[] = {&b[i].d, &b[i].words, &seed};
@@ -360,7 +384,7 @@ int main(int argc, char **argv)
         for (uint64_t k = 0; k < b[i].words; k++)
             mismatches += all[k] != b[i].shadow[k];
         free(all);
-        CK(p_free(b[i].d));
+        CK(buf_free(i, b[i].d));
         free(b[i].shadow);
     }
     free(tmp);
@@ -372,6 +396,7 @@ int main(int argc, char **argv)
     if (stats) {
         struct ms_fake_stats st;
         stats(&st);
+        printf("FAKE allocs=%llu\n", (unsigned long long)st.allocs);
         printf("UM faults=%llu kernel_faults=%llu prefetch_in_mib=%llu prefetch_out_mib=%llu "
                "device_max_mib=%llu\n",
                (unsigned long long)st.um_faults, (unsigned long long)st.um_kernel_faults,
