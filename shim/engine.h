@@ -70,8 +70,25 @@ int ms_engine_free(uint64_t dptr, bool *handled);
  */
 int ms_engine_gate_launch(const struct ms_shim_launch *l);
 int ms_engine_gate_range(uint64_t addr, uint64_t bytes, struct ms_shim_stream s);
-/* Work whose reach is unknown (a graph launch): the whole footprint resident. */
+/* Work whose reach is unknown: the whole footprint resident. */
 int ms_engine_gate_unbounded(struct ms_shim_stream s);
+
+/*
+ * CUDA graphs. At instantiation the hooks walk the graph and tell the engine what its nodes
+ * reach: ms_engine_graph_begin(exec) starts (or restarts) the record, then one call per kernel
+ * node (its launch, as a launch hook would build it) or per device address of a copy or memset
+ * node, or ms_engine_graph_unbounded(exec) for a node whose reach cannot be known. The record
+ * keeps the regions reached (the whole region, as for launches, plus what their pointer tables
+ * reference at launch time). ms_engine_gate_graph gates a launch of exec on that union; an exec
+ * without a record (instantiated before the engine started, by an entry point not hooked, or
+ * changed since: ms_engine_graph_forget) needs the whole footprint. Lock: the engine mutex.
+ */
+void ms_engine_graph_begin(const void *exec);
+void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l);
+void ms_engine_graph_add_addr(const void *exec, uint64_t addr);
+void ms_engine_graph_unbounded(const void *exec);
+void ms_engine_graph_forget(const void *exec);
+int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s);
 /* Two ranges resident at once (a device-to-device copy's both sides). */
 int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,
                           struct ms_shim_stream s);

@@ -428,12 +428,12 @@ int ms_shim_on_launch(const struct ms_shim_launch *l)
     return ms_engine_gate_launch(l);
 }
 
-int ms_shim_on_graph_launch(struct ms_shim_stream s)
+int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s)
 {
     pthread_mutex_lock(&ms__shim_lock);
     ctr.graph_launches++;
     pthread_mutex_unlock(&ms__shim_lock);
-    return ms_engine_gate_unbounded(s);
+    return ms_engine_gate_graph(exec, s);
 }
 
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,

@@ -20,9 +20,10 @@
  *   whose memory is not resident. The launch itself is forwarded unchanged.
  *
  *   cuGraphLaunch: a graph's kernels are not visible at launch (their parameters were fixed at
- *   capture or instantiation), so a graph launch is gated as a launch whose reach cannot be
- *   bounded: the process's whole footprint resident, and with the daemon only during the
- *   process's slice. It is counted apart (graph_launches), not as kernel launches.
+ *   capture or instantiation); hook_graph.c records at instantiation what the graph reaches,
+ *   and the launch is gated on that union (the whole footprint when unknown), with the daemon
+ *   only during the process's slice. It is counted apart (graph_launches), not as kernel
+ *   launches.
  */
 #include "shim/shim_int.h"
 
@@ -40,25 +41,31 @@ struct dims {
     unsigned int grid[3], block[3], smem;
 };
 
-static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims *d,
-                   struct ms_shim_stream s, void **kernelParams, void **extra)
+/*
+ * Fill *out for a launch of f (dimensions d) with kernelParams or extra, as the device will see
+ * it. The parameter bytes live in local (cap bytes) or, when larger, in *heap (the caller
+ * frees it).
+ */
+void ms__shim_launch_build(struct ms_shim_launch *out, int kind,
+                           CUfunction f, const unsigned grid[3], const unsigned block[3],
+                           unsigned smem, struct ms_shim_stream s, void **kernelParams,
+                           void **extra, uint8_t *local, size_t cap, uint8_t **heap)
 {
     const struct ms_funcinfo *fi = ms__shim_funcinfo(f);
+    *heap = NULL;
     struct ms_shim_launch l = {
         .func = f,
         .name = fi->name,
-        .smem_bytes = d->smem,
+        .smem_bytes = smem,
         .stream = s,
-        .kind = kind,
+        .kind = (enum ms_shim_launch_kind)kind,
         .layout = fi->known ? (fi->nparams ? fi->layout : no_params) : NULL,
         .nlayout = fi->known ? fi->nparams : 0,
     };
     for (int i = 0; i < 3; i++) {
-        l.grid[i] = d->grid[i];
-        l.block[i] = d->block[i];
+        l.grid[i] = grid[i];
+        l.block[i] = block[i];
     }
-    uint8_t local[STACK_PARAM_BYTES];
-    uint8_t *heap = NULL;
     if (kernelParams) {
         /* "No parameters" from the driver (CUDA_ERROR_INVALID_VALUE for index 0) cannot be
          * told apart from "no information", so a launch that passes parameters to such a
@@ -67,7 +74,7 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
             l.layout = NULL;
         } else if (fi->known) {
             size_t n = fi->params_bytes;
-            uint8_t *buf = n <= sizeof local ? local : (heap = malloc(n));
+            uint8_t *buf = n <= cap ? local : (*heap = malloc(n));
             if (buf) {
                 memset(buf, 0, n);
                 for (uint32_t i = 0; i < fi->nparams; i++)
@@ -105,6 +112,17 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
     } else {
         l.params_known = fi->known && fi->nparams == 0;
     }
+    *out = l;
+}
+
+static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims *d,
+                  struct ms_shim_stream s, void **kernelParams, void **extra)
+{
+    uint8_t local[STACK_PARAM_BYTES];
+    uint8_t *heap;
+    struct ms_shim_launch l;
+    ms__shim_launch_build(&l, kind, f, d->grid, d->block, d->smem, s, kernelParams, extra, local,
+                          sizeof local, &heap);
     int gate = ms_shim_on_launch(&l);
     free(heap);
     return gate;
@@ -174,7 +192,7 @@ LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
     CUresult CUDAAPI name(CUgraphExec hGraphExec, CUstream hStream)                                \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_graph_launch((struct ms_shim_stream){hStream, pt}));                   \
+        MS_GATED(ms_shim_on_graph_launch(hGraphExec, (struct ms_shim_stream){hStream, pt}));      \
         return real(hGraphExec, hStream);                                                          \
     }
 

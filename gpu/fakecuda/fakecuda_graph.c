@@ -9,6 +9,10 @@
  *   order). cuGraphInstantiateWithFlags snapshots the nodes; cuGraphLaunch(_ptsz) runs the
  *   snapshot's kernels through the ordinary launch path (so they count as launches and fault
  *   on non-resident memory, like any kernel). Handles are checked against live lists.
+ *   Nodes can be listed (cuGraphGetNodes), typed (always kernel) and read back
+ *   (cuGraphKernelNodeGetParams_v2: kernelParams point into the graph's copy), as an
+ *   interposer walking a graph at instantiation does. A node handle is (graph slot + 1) << 32
+ *   | (index + 1).
  *
  * Invariants (under ms__fk_lock): every live graph and exec is in its list; an exec owns copies
  * of its nodes' parameter buffers, independent of the graph.
@@ -25,6 +29,7 @@ struct node {
     unsigned grid[3], block[3], smem;
     void *buf;
     size_t bytes;
+    void **ptrs; /* kernelParams for cuGraphKernelNodeGetParams: into buf (graphs only) */
 };
 
 struct fk_graph {
@@ -57,10 +62,30 @@ static void drop(struct fk_graph **list, struct fk_graph *g)
     for (unsigned i = 0; i < MAX_GRAPHS; i++)
         if (list[i] == g)
             list[i] = NULL;
-    for (size_t i = 0; i < g->n; i++)
+    for (size_t i = 0; i < g->n; i++) {
         free(g->nodes[i].buf);
+        free(g->nodes[i].ptrs);
+    }
     free(g->nodes);
     free(g);
+}
+
+static int slot_of(struct fk_graph *g)
+{
+    for (unsigned i = 0; i < MAX_GRAPHS; i++)
+        if (graphs[i] == g)
+            return (int)i;
+    return -1;
+}
+
+/* The node a handle names (ms__fk_lock held), or NULL. */
+static struct node *node_of(CUgraphNode h)
+{
+    uint64_t v = (uint64_t)(uintptr_t)h;
+    uint64_t slot = (v >> 32) - 1, idx = (v & 0xffffffffu) - 1;
+    if ((v >> 32) == 0 || slot >= MAX_GRAPHS || !graphs[slot] || idx >= graphs[slot]->n)
+        return NULL;
+    return &graphs[slot]->nodes[idx];
 }
 
 CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
@@ -96,10 +121,21 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
     if (!phGraphNode || !p || !p->func || p->extra)
         return CUDA_ERROR_INVALID_VALUE;
     struct node nd = {p->func, {p->gridDimX, p->gridDimY, p->gridDimZ},
-                      {p->blockDimX, p->blockDimY, p->blockDimZ}, p->sharedMemBytes, NULL, 0};
+                      {p->blockDimX, p->blockDimY, p->blockDimZ}, p->sharedMemBytes, NULL, 0, NULL};
     rc = ms__fk_pack_params(p->func, p->kernelParams, &nd.buf, &nd.bytes);
     if (rc != CUDA_SUCCESS)
         return rc;
+    size_t np = 0;
+    const size_t *off = NULL;
+    if (ms__fk_param_offsets(p->func, &np, &off) == CUDA_SUCCESS && np) {
+        nd.ptrs = calloc(np, sizeof(*nd.ptrs));
+        if (!nd.ptrs) {
+            free(nd.buf);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        for (size_t i = 0; i < np; i++)
+            nd.ptrs[i] = (char *)nd.buf + off[i];
+    }
     pthread_mutex_lock(&ms__fk_lock);
     struct fk_graph *g = (struct fk_graph *)hGraph;
     if (!live(graphs, g)) {
@@ -116,13 +152,78 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
     }
     if (rc == CUDA_SUCCESS) {
         g->nodes[g->n] = nd;
-        *phGraphNode = (CUgraphNode)(uintptr_t)(g->n + 1);
+        *phGraphNode = (CUgraphNode)(uintptr_t)(((uint64_t)slot_of(g) + 1) << 32 | (g->n + 1));
         g->n++;
     }
     pthread_mutex_unlock(&ms__fk_lock);
-    if (rc != CUDA_SUCCESS)
+    if (rc != CUDA_SUCCESS) {
         free(nd.buf);
+        free(nd.ptrs);
+    }
     return rc;
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!numNodes)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct fk_graph *g = (struct fk_graph *)hGraph;
+    if (!live(graphs, g)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (!nodes) {
+        *numNodes = g->n;
+    } else {
+        size_t n = *numNodes < g->n ? *numNodes : g->n;
+        uint64_t slot = (uint64_t)slot_of(g) + 1;
+        for (size_t i = 0; i < n; i++)
+            nodes[i] = (CUgraphNode)(uintptr_t)(slot << 32 | (i + 1));
+        *numNodes = n;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&ms__fk_lock);
+    bool ok = type && node_of(hNode);
+    pthread_mutex_unlock(&ms__fk_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    *type = CU_GRAPH_NODE_TYPE_KERNEL;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *p)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct node *nd = node_of(hNode);
+    if (nd) {
+        memset(p, 0, sizeof(*p));
+        p->func = nd->f;
+        p->gridDimX = nd->grid[0];
+        p->gridDimY = nd->grid[1];
+        p->gridDimZ = nd->grid[2];
+        p->blockDimX = nd->block[0];
+        p->blockDimY = nd->block[1];
+        p->blockDimZ = nd->block[2];
+        p->sharedMemBytes = nd->smem;
+        p->kernelParams = nd->ptrs;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
@@ -145,6 +246,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
         for (size_t i = 0; e->nodes && i < g->n; i++) {
             e->nodes[i] = g->nodes[i];
             e->nodes[i].buf = NULL;
+            e->nodes[i].ptrs = NULL;
             if (g->nodes[i].buf && (e->nodes[i].buf = malloc(g->nodes[i].bytes)) != NULL)
                 memcpy(e->nodes[i].buf, g->nodes[i].buf, g->nodes[i].bytes);
             else if (g->nodes[i].buf)

@@ -61,6 +61,7 @@ void ms__fk_um_stats(struct ms_fake_stats *out);
  * (*out NULL for a kernel without parameters; the caller frees it), and launch from such a
  * buffer (through the launch path's checks). */
 CUresult ms__fk_pack_params(CUfunction f, void **params, void **out, size_t *out_bytes);
+CUresult ms__fk_param_offsets(CUfunction f, size_t *n, const size_t **offsets);
 CUresult ms__fk_launch_packed(CUfunction f, const unsigned grid[3], const unsigned block[3],
                               unsigned smem, CUstream stream, void *buf, size_t bytes);
 

@@ -240,6 +240,16 @@ CUresult ms__fk_pack_params(CUfunction f, void **params, void **out, size_t *out
     return CUDA_SUCCESS;
 }
 
+CUresult ms__fk_param_offsets(CUfunction f, size_t *n, const size_t **offsets)
+{
+    struct fk_kernel *k = kernel_of(f);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *n = k->nparams;
+    *offsets = k->offsets;
+    return CUDA_SUCCESS;
+}
+
 CUresult ms__fk_launch_packed(CUfunction f, const unsigned grid[3], const unsigned block[3],
                               unsigned smem, CUstream stream, void *buf, size_t bytes)
 {

@@ -12,9 +12,12 @@
  * Usage: engine_stress [ops] [seed] [cycle|graph]   (MSCHED_BUDGET sets the engine's budget)
  *   cycle: instead, fill all buffers in the same order, ops rounds (a looping program)
  *   graph: a CUDA graph (one add node) launched ops times on two 12 MiB buffers that a third,
- *          24 MiB one pushed out (under a 40 MiB budget), then once more while the third
- *          is allocated again (footprint 48 MiB: the launch must be refused, not crash).
- *          Prints "ENGINE_GRAPH launches=N refused=R mismatches=M".
+ *          24 MiB one pushed out (under a 40 MiB budget), then once more while the third is
+ *          allocated again (footprint 48 MiB: the graph reaches only 24 of them, so it runs),
+ *          then, after cuGraphExecKernelNodeSetParams (the interposer must forget what the
+ *          graph reaches: the driver may not even implement the call), once more at 48 MiB
+ *          (now the whole footprint is needed: refused, not run on missing memory).
+ *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
  * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
  */
 #include <cuda.h>
@@ -150,6 +153,7 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     CUresult (*g_launch)(CUgraphExec, CUstream);
     CUresult (*g_xdestroy)(CUgraphExec);
     CUresult (*g_destroy)(CUgraph);
+    CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
     int op = -2;
     LOAD(g_create, "cuGraphCreate");
     LOAD(g_add, "cuGraphAddKernelNode_v2");
@@ -157,6 +161,7 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     LOAD(g_launch, "cuGraphLaunch");
     LOAD(g_xdestroy, "cuGraphExecDestroy");
     LOAD(g_destroy, "cuGraphDestroy");
+    *(void **)&g_setp = dlsym(h, "cuGraphExecKernelNodeSetParams_v2"); /* may be absent */
     uint64_t n = 3u * MIB, nb = 6u * MIB; /* words: 12 MiB and 24 MiB */
     CUdeviceptr a, c, big;
     uint32_t sa = 11, sc = 22, sb = 33;
@@ -181,28 +186,35 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     CK(g_create(&g, 0));
     CK(g_add(&node, g, NULL, 0, &kp));
     CK(g_inst(&x, g, 0));
-    for (op = 0; op < rounds; op++)
+    uint32_t ran = 0;
+    for (op = 0; op < rounds; op++, ran++)
         CK(g_launch(x, NULL));
     CK(p_sync());
-    /* Footprint above the budget: the graph needs all of it resident, so it is refused. */
+    /* Footprint above the budget, but the graph reaches only a and c. */
     CK(p_alloc(&big, nb * 4));
     CUresult refused = g_launch(x, NULL);
+    ran += refused == CUDA_SUCCESS;
+    /* Changed after instantiation (same parameters): what it reaches is no longer known. */
+    if (g_setp)
+        (void)g_setp(x, node, &kp);
+    CUresult after = g_launch(x, NULL);
+    ran += after == CUDA_SUCCESS;
     CK(p_free(big));
     CK(g_launch(x, NULL));
+    ran++;
     CK(p_sync());
     uint32_t *va = malloc(n * 4);
     CK(p_d2h(va, a, n * 4));
     uint64_t mismatches = 0;
     for (uint64_t k = 0; k < n; k++)
-        mismatches += va[k] != pattern(k, sa) + (uint32_t)(rounds + 1 + (refused == CUDA_SUCCESS)) *
-                                                    pattern(k, sc);
+        mismatches += va[k] != pattern(k, sa) + ran * pattern(k, sc);
     free(va);
     CK(g_xdestroy(x));
     CK(g_destroy(g));
     CK(p_free(a));
     CK(p_free(c));
-    printf("ENGINE_GRAPH launches=%d refused=%d mismatches=%llu\n",
-           rounds + 1 + (refused == CUDA_SUCCESS), (int)refused,
+    printf("ENGINE_GRAPH launches=%u refused=%d after_update=%d mismatches=%llu\n", ran,
+           (int)refused, (int)after,
            (unsigned long long)mismatches);
     return mismatches == 0 ? 0 : 1;
 }
