@@ -284,6 +284,61 @@ static bool mine_ctx(void)
     return MS_REAL(cuCtxGetCurrent)(&ctx) == CUDA_SUCCESS && ctx == E.ctx;
 }
 
+/* A new region at [va, va + bytes) with host backing `host` (lock held): table, pointer-table
+ * slot, statistics, the daemon told. */
+static int region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, void *host,
+                      uint32_t *out)
+{
+    uint32_t id = 0;
+    int e = ms_region_add(&E.rt, 0, va, bytes, kind, 0, &id);
+    if (e == MS_OK && id >= E.nrefs) {
+        size_t n = E.nrefs ? E.nrefs * 2 : 64;
+        while (n <= id)
+            n *= 2;
+        struct refs *p = realloc(E.refs, n * sizeof(*p));
+        if (!p) {
+            ms_region_remove(&E.rt, id);
+            return MS_E_NOMEM;
+        }
+        memset(p + E.nrefs, 0, (n - E.nrefs) * sizeof(*p));
+        E.refs = p;
+        E.nrefs = n;
+    }
+    if (e != MS_OK)
+        return e;
+    ms_region_get(&E.rt, id)->host = host;
+    E.refs[id].n = 0;
+    E.st.regions++;
+    E.st.footprint += MS_ROUND_UP(bytes, MS_GRAN);
+    if (E.mode == MODE_DAEMON)
+        ms_client_region_add(id, va, bytes, ms_chunk_bytes_for(bytes));
+    *out = id;
+    return MS_OK;
+}
+
+/* Release region id's device memory and forget it (lock held, device idle). The caller owns
+ * the address range and the host backing. */
+static int region_drop(uint32_t id)
+{
+    uint64_t span = MS_ROUND_UP(ms_region_get(&E.rt, id)->size, MS_GRAN);
+    int e = ms_exec_free_region(&E.rt, E.ops, id);
+    if (e != MS_OK)
+        return e;
+    E.refs[id].n = 0;
+    /* Drop references to the freed region from every pointer table. */
+    for (size_t i = 0; i < E.nrefs; i++)
+        for (uint32_t k = 0; k < E.refs[i].n;)
+            if (E.refs[i].region[k] == id)
+                E.refs[i].region[k] = E.refs[i].region[--E.refs[i].n];
+            else
+                k++;
+    if (E.mode == MODE_DAEMON)
+        ms_client_region_free(id); /* its device memory is released: the daemon may reuse it */
+    E.st.regions--;
+    E.st.footprint -= span;
+    return MS_OK;
+}
+
 int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
 {
     *handled = false;
@@ -308,23 +363,8 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     }
     uint32_t id = 0;
     int e = MS_OK;
-    if (r == CUDA_SUCCESS) {
-        e = ms_region_add(&E.rt, 0, va, bytes, MS_RK_DEVICE, 0, &id);
-        if (e == MS_OK && id >= E.nrefs) {
-            size_t n = E.nrefs ? E.nrefs * 2 : 64;
-            while (n <= id)
-                n *= 2;
-            struct refs *p = realloc(E.refs, n * sizeof(*p));
-            if (!p) {
-                ms_region_remove(&E.rt, id);
-                e = MS_E_NOMEM;
-            } else {
-                memset(p + E.nrefs, 0, (n - E.nrefs) * sizeof(*p));
-                E.refs = p;
-                E.nrefs = n;
-            }
-        }
-    }
+    if (r == CUDA_SUCCESS)
+        e = region_new(va, bytes, MS_RK_DEVICE, host, &id);
     if (r != CUDA_SUCCESS || e != MS_OK) {
         if (host)
             MS_REAL(cuMemFreeHost)(host);
@@ -337,12 +377,6 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
         return r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_OUT_OF_MEMORY
                                                                   : (int)r;
     }
-    ms_region_get(&E.rt, id)->host = host;
-    E.refs[id].n = 0;
-    E.st.regions++;
-    E.st.footprint += span;
-    if (E.mode == MODE_DAEMON)
-        ms_client_region_add(id, va, bytes, ms_chunk_bytes_for(bytes));
     *dptr = va;
     *handled = true;
     pthread_mutex_unlock(&E.lock);
@@ -368,29 +402,127 @@ int ms_engine_free(uint64_t dptr, bool *handled)
     MS_REAL(cuCtxSynchronize)();
     uint64_t span = MS_ROUND_UP(r->size, MS_GRAN);
     void *host = r->host;
-    int e = ms_exec_free_region(&E.rt, E.ops, id);
+    if (r->kind == MS_RK_VMM) {
+        pthread_mutex_unlock(&E.lock);
+        return CUDA_ERROR_INVALID_VALUE; /* the application's own mapping: not cuMemFree's */
+    }
+    int e = region_drop(id);
     if (e != MS_OK) {
         pthread_mutex_unlock(&E.lock);
         say("cannot release an allocation: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
         return CUDA_ERROR_UNKNOWN;
     }
-    E.refs[id].n = 0;
-    /* Drop references to the freed region from every pointer table. */
-    for (size_t i = 0; i < E.nrefs; i++)
-        for (uint32_t k = 0; k < E.refs[i].n;)
-            if (E.refs[i].region[k] == id)
-                E.refs[i].region[k] = E.refs[i].region[--E.refs[i].n];
-            else
-                k++;
-    if (E.mode == MODE_DAEMON)
-        ms_client_region_free(id); /* its device memory is released: the daemon may reuse it */
     release_va(dptr, span);
     if (host)
         MS_REAL(cuMemFreeHost)(host);
-    E.st.regions--;
-    E.st.footprint -= span;
     pthread_mutex_unlock(&E.lock);
     return CUDA_SUCCESS;
+}
+
+/* ---- the application's own VMM mappings (hook_vmm.c) ----------------------------------------- */
+
+bool ms_engine_vmm_ready(void)
+{
+    if (!ms_engine_active())
+        return false;
+    pthread_mutex_lock(&E.lock);
+    bool ok = start() && mine_ctx();
+    pthread_mutex_unlock(&E.lock);
+    return ok;
+}
+
+static int fault(struct ms_chunk_set *need, bool unbounded);
+static void clear_marks(void);
+static int plan_step(enum ms_step_op op, ms_chunk_id id);
+static int add_region_chunks(struct ms_chunk_set *s, uint32_t region);
+
+int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
+{
+    if (!is_active())
+        return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&E.lock);
+    uint32_t id;
+    int e = region_new(va, bytes, MS_RK_VMM, host, &id);
+    int rc = e == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (e == MS_OK && has_data && E.mode != MODE_ALONE) {
+        say("a handle mapped a second time with the daemon is not supported: refused");
+        region_drop(id);
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    } else if (e == MS_OK && has_data) {
+        /* The handle holds data from an earlier mapping: make the new region resident and
+         * copy the data in (its chunks start EMPTY: nothing else knows the host has it). */
+        ms_chunk_set_clear(&E.need);
+        e = add_region_chunks(&E.need, id);
+        rc = e == MS_OK ? fault(&E.need, false) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (rc == CUDA_SUCCESS && E.api.cuMemcpyHtoDAsync(va, host, bytes, NULL) != CUDA_SUCCESS)
+            rc = CUDA_ERROR_UNKNOWN;
+        if (rc == CUDA_SUCCESS)
+            MS_REAL(cuCtxSynchronize)();
+        if (rc == CUDA_SUCCESS)
+            ms__engine_admitted(&E.need);
+        if (rc != CUDA_SUCCESS) {
+            MS_REAL(cuCtxSynchronize)();
+            region_drop(id);
+        }
+    }
+    pthread_mutex_unlock(&E.lock);
+    return rc;
+}
+
+int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
+{
+    *handled = false;
+    if (!is_active())
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&E.lock);
+    uint32_t id;
+    struct ms_region *r = NULL;
+    if (ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK)
+        r = ms_region_get(&E.rt, id);
+    if (!r || r->kind != MS_RK_VMM || r->base != va || r->size != bytes) {
+        pthread_mutex_unlock(&E.lock);
+        return CUDA_SUCCESS;
+    }
+    *handled = true;
+    /* The handle keeps its contents across an unmap: evict what is resident to the host
+     * backing (which is the handle's), then release the device memory. */
+    MS_REAL(cuCtxSynchronize)();
+    E.plan.n = 0;
+    E.plan.evict_bytes = E.plan.populate_bytes = 0;
+    clear_marks();
+    int e = MS_OK;
+    for (uint32_t k = 0; k < r->nchunks && e == MS_OK; k++)
+        if (ms_chunk_state_resident((enum ms_chunk_state)r->chunks[k].state))
+            e = plan_step(MS_STEP_EVICT, MS_CHUNK_ID(id, k));
+    if (e == MS_OK && E.plan.n) {
+        struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
+        struct ms_exec_stats x;
+        memset(&x, 0, sizeof(x));
+        e = ms_exec_plan(&E.rt, E.ops, UINT64_MAX, &E.plan, &o, &x);
+        E.st.bytes_out += x.bytes_out;
+        E.st.bytes_dropped += x.bytes_dropped;
+    }
+    if (e == MS_OK)
+        e = region_drop(id);
+    pthread_mutex_unlock(&E.lock);
+    if (e != MS_OK) {
+        say("cannot unmap an application mapping: %s (%s)", ms_strerror(e),
+            ms_gpu_cuda_last_error(E.gpu));
+        return CUDA_ERROR_UNKNOWN;
+    }
+    return CUDA_SUCCESS;
+}
+
+bool ms_engine_vmm_owns(uint64_t va)
+{
+    if (!is_active())
+        return false;
+    pthread_mutex_lock(&E.lock);
+    uint32_t id;
+    bool yes = ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK &&
+               ms_region_get(&E.rt, id)->kind == MS_RK_VMM;
+    pthread_mutex_unlock(&E.lock);
+    return yes;
 }
 
 static void hist_append(const struct ms_chunk_set *s)

@@ -97,6 +97,20 @@ void ms_engine_gate_end(void);
 /* A host-to-device copy: scan small buffers for pointers to regions (pointer tables). */
 void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes);
 
+/*
+ * The application's own VMM memory (hook_vmm.c). ms_engine_vmm_ready starts the engine if it
+ * can and says whether it takes VMM memory now. ms_engine_vmm_map adopts a mapping
+ * [va, va + bytes) of a handle whose contents live in `host` (pinned, owned by the caller):
+ * it becomes a region of kind MS_RK_VMM, resident only when used; has_data: the handle already
+ * holds data (mapped before), copied in now. ms_engine_vmm_unmap saves what is resident into
+ * the host backing and forgets the region (*handled false: not an adopted mapping that starts
+ * at va with that size). ms_engine_vmm_owns: va lies in an adopted mapping. CUresult values.
+ */
+bool ms_engine_vmm_ready(void);
+int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data);
+int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled);
+bool ms_engine_vmm_owns(uint64_t va);
+
 struct ms_engine_stats {
     uint64_t regions, footprint, resident, budget;
     uint64_t faults, unbounded, bytes_in, bytes_out, bytes_dropped, migrate_ns;

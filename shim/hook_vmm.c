@@ -1,0 +1,340 @@
+/*
+ * hook_vmm.c - hooks for the application's own virtual memory management (cuMemCreate,
+ * cuMemMap and the rest), as PyTorch's expandable segments and llama.cpp's pools use it.
+ *
+ * Design
+ *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of
+ *   plain pinned device memory on the current device (no export handle types, no compression,
+ *   no RDMA or usage flags) returns a *virtual* handle: a record with the requested size and
+ *   properties and a pinned host backing store of that size, allocated once here; no device
+ *   memory is taken. cuMemMap of a virtual handle adopts the range as an engine region (kind
+ *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory
+ *   there only while the chunks are resident, at the application's addresses, inside the
+ *   application's reservation. cuMemSetAccess on adopted ranges succeeds (the engine maps its
+ *   chunks read-write for this device); cuMemUnmap saves what is resident into the store and
+ *   releases the device memory; cuMemRelease frees the record once it is neither referenced
+ *   nor mapped. Retaining, property and access queries are answered from the record; export
+ *   of a virtual handle is refused (such handles were created without export types anyway).
+ *   Everything else, and every handle that is not virtual, goes to the driver; ranges that mix
+ *   adopted and driver mappings are split, the driver getting the parts that are its own.
+ *   Mappings are reported as allocations (MS_RK_VMM) either way, so the shim's live bytes
+ *   include them.
+ *
+ * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is in
+ *   `maps`, which is sorted by address; a handle's store is freed only when its references and
+ *   mappings are both zero. Lock order: vmm_lock, then the engine's (never the reverse).
+ */
+#include "shim/shim_int.h"
+
+#include "shim/engine.h"
+#include "shim/shim_events.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VH_MAGIC 0x6d737668u /* "msvh" */
+
+struct vhandle {
+    uint32_t magic;
+    uint64_t size;
+    void *host;
+    CUmemAllocationProp prop;
+    uint32_t refs, nmaps;
+    bool has_data; /* unmapped after use: the store holds its contents */
+};
+
+struct vmap {
+    uint64_t va, size, offset;
+    struct vhandle *vh;
+};
+
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vhandle **handles;
+static size_t nhandles, caphandles;
+static struct vmap *maps;
+static size_t nmaps, capmaps;
+
+static struct vhandle *virt(CUmemGenericAllocationHandle h)
+{
+    for (size_t i = 0; i < nhandles; i++)
+        if ((CUmemGenericAllocationHandle)(uintptr_t)handles[i] == h)
+            return handles[i];
+    return NULL;
+}
+
+static struct vmap *map_at(uint64_t va)
+{
+    for (size_t i = 0; i < nmaps; i++)
+        if (va - maps[i].va < maps[i].size)
+            return &maps[i];
+    return NULL;
+}
+
+static void vh_maybe_free(struct vhandle *vh)
+{
+    if (vh->refs || vh->nmaps)
+        return;
+    for (size_t i = 0; i < nhandles; i++)
+        if (handles[i] == vh) {
+            handles[i] = handles[--nhandles];
+            break;
+        }
+    MS_REAL(cuMemFreeHost)(vh->host);
+    vh->magic = 0;
+    free(vh);
+}
+
+static bool virtualizable(size_t size, const CUmemAllocationProp *p, unsigned long long flags)
+{
+    CUdevice dev;
+    return p && flags == 0 && size > 0 && size % MS_GRAN == 0 &&
+           p->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
+           p->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+           p->requestedHandleTypes == CU_MEM_HANDLE_TYPE_NONE && p->allocFlags.compressionType == 0 &&
+           p->allocFlags.gpuDirectRDMACapable == 0 && p->allocFlags.usage == 0 &&
+           MS_REAL(cuCtxGetDevice)(&dev) == CUDA_SUCCESS && dev == p->location.id &&
+           ms_engine_vmm_ready();
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                             const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    if (!handle || !virtualizable(size, prop, flags))
+        return MS_REAL(cuMemCreate)(handle, size, prop, flags);
+    struct vhandle *vh = calloc(1, sizeof(*vh));
+    if (!vh)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (MS_REAL(cuMemHostAlloc)(&vh->host, size, 0) != CUDA_SUCCESS) {
+        free(vh);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    vh->magic = VH_MAGIC;
+    vh->size = size;
+    vh->prop = *prop;
+    vh->refs = 1;
+    pthread_mutex_lock(&vmm_lock);
+    bool ok = true;
+    if (nhandles == caphandles) {
+        size_t cap = caphandles ? caphandles * 2 : 64;
+        void *p = realloc(handles, cap * sizeof(*handles));
+        if (p) {
+            handles = p;
+            caphandles = cap;
+        } else {
+            ok = false;
+        }
+    }
+    if (ok)
+        handles[nhandles++] = vh;
+    pthread_mutex_unlock(&vmm_lock);
+    if (!ok) {
+        MS_REAL(cuMemFreeHost)(vh->host);
+        free(vh);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)vh;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    pthread_mutex_lock(&vmm_lock);
+    struct vhandle *vh = virt(handle);
+    CUresult rc = CUDA_SUCCESS;
+    if (vh && vh->refs == 0) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (vh) {
+        vh->refs--;
+        vh_maybe_free(vh);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return vh ? rc : MS_REAL(cuMemRelease)(handle);
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    pthread_mutex_lock(&vmm_lock);
+    struct vhandle *vh = virt(handle);
+    if (!vh) {
+        pthread_mutex_unlock(&vmm_lock);
+        CUresult rc = MS_REAL(cuMemMap)(ptr, size, offset, handle, flags);
+        if (rc == CUDA_SUCCESS)
+            ms_shim_on_alloc(ptr, size, MS_RK_VMM);
+        return rc;
+    }
+    CUresult rc = CUDA_SUCCESS;
+    if (flags != 0 || size == 0 || size % MS_GRAN || offset % MS_GRAN || ptr % MS_GRAN ||
+        offset > vh->size || size > vh->size - offset || map_at(ptr) || map_at(ptr + size - 1))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (ms_grow((void **)&maps, &capmaps, nmaps + 1, sizeof(*maps)) != MS_OK)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS)
+        rc = (CUresult)ms_engine_vmm_map(ptr, size, (char *)vh->host + offset, vh->has_data);
+    if (rc == CUDA_SUCCESS) {
+        size_t i = nmaps;
+        while (i > 0 && maps[i - 1].va > ptr)
+            i--;
+        memmove(&maps[i + 1], &maps[i], (nmaps - i) * sizeof(*maps));
+        maps[i] = (struct vmap){ptr, size, offset, vh};
+        nmaps++;
+        vh->nmaps++;
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    if (rc == CUDA_SUCCESS)
+        ms_shim_on_alloc(ptr, size, MS_RK_VMM);
+    return rc;
+}
+
+/*
+ * Hand the parts of [ptr, ptr + size) outside adopted mappings to `real` (vmm_lock held);
+ * CUDA_SUCCESS when every part succeeded. `adopted`: whether any adopted mapping overlaps.
+ */
+static CUresult gaps(uint64_t ptr, uint64_t size, CUresult (*real)(uint64_t, uint64_t, void *),
+                     void *arg, bool *adopted)
+{
+    *adopted = false;
+    uint64_t cur = ptr, end = ptr + size;
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t i = 0; i < nmaps && cur < end; i++) {
+        if (maps[i].va + maps[i].size <= cur || maps[i].va >= end)
+            continue;
+        *adopted = true;
+        if (maps[i].va > cur && rc == CUDA_SUCCESS)
+            rc = real(cur, maps[i].va - cur, arg);
+        cur = maps[i].va + maps[i].size;
+    }
+    if (!*adopted)
+        return CUDA_SUCCESS; /* the caller forwards the whole call itself */
+    if (cur < end && rc == CUDA_SUCCESS)
+        rc = real(cur, end - cur, arg);
+    return rc;
+}
+
+static CUresult real_unmap(uint64_t p, uint64_t n, void *arg)
+{
+    (void)arg;
+    return MS_REAL(cuMemUnmap)((CUdeviceptr)p, n);
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    pthread_mutex_lock(&vmm_lock);
+    bool adopted;
+    CUresult rc = gaps(ptr, size, real_unmap, NULL, &adopted);
+    if (!adopted) {
+        pthread_mutex_unlock(&vmm_lock);
+        struct ms_shim_alloc was;
+        bool known = ms_shim_on_free_begin(ptr, &was);
+        rc = MS_REAL(cuMemUnmap)(ptr, size);
+        ms_shim_on_free_end(ptr, known ? &was : NULL, rc == CUDA_SUCCESS);
+        return rc;
+    }
+    for (size_t i = 0; i < nmaps && rc == CUDA_SUCCESS;) {
+        struct vmap m = maps[i];
+        if (m.va < ptr || m.va + m.size > ptr + size) {
+            if (m.va < ptr + size && m.va + m.size > ptr)
+                rc = CUDA_ERROR_INVALID_VALUE; /* only part of a mapping */
+            i++;
+            continue;
+        }
+        struct ms_shim_alloc was;
+        bool known = ms_shim_on_free_begin(m.va, &was);
+        bool handled = false;
+        rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, &handled);
+        if (rc == CUDA_SUCCESS && !handled)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        ms_shim_on_free_end(m.va, known ? &was : NULL, rc == CUDA_SUCCESS);
+        if (rc != CUDA_SUCCESS)
+            break;
+        memmove(&maps[i], &maps[i + 1], (nmaps - i - 1) * sizeof(*maps));
+        nmaps--;
+        m.vh->nmaps--;
+        m.vh->has_data = true;
+        vh_maybe_free(m.vh);
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
+
+struct access_args {
+    const CUmemAccessDesc *desc;
+    size_t count;
+};
+
+static CUresult real_access(uint64_t p, uint64_t n, void *arg)
+{
+    const struct access_args *a = arg;
+    return MS_REAL(cuMemSetAccess)((CUdeviceptr)p, n, a->desc, a->count);
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                size_t count)
+{
+    if (!desc || count == 0)
+        return MS_REAL(cuMemSetAccess)(ptr, size, desc, count);
+    struct access_args a = {desc, count};
+    pthread_mutex_lock(&vmm_lock);
+    bool adopted;
+    CUresult rc = gaps(ptr, size, real_access, &a, &adopted);
+    pthread_mutex_unlock(&vmm_lock);
+    return adopted ? rc : MS_REAL(cuMemSetAccess)(ptr, size, desc, count);
+}
+
+CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
+                                CUdeviceptr ptr)
+{
+    pthread_mutex_lock(&vmm_lock);
+    struct vmap *m = map_at(ptr);
+    int dev = m ? m->vh->prop.location.id : 0;
+    pthread_mutex_unlock(&vmm_lock);
+    if (!m)
+        return MS_REAL(cuMemGetAccess)(flags, location, ptr);
+    if (!flags || !location)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = location->type == CU_MEM_LOCATION_TYPE_DEVICE && location->id == dev
+                 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                 : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    pthread_mutex_lock(&vmm_lock);
+    struct vmap *m = map_at((uint64_t)(uintptr_t)addr);
+    if (m && handle) {
+        m->vh->refs++;
+        *handle = (CUmemGenericAllocationHandle)(uintptr_t)m->vh;
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    if (!m)
+        return MS_REAL(cuMemRetainAllocationHandle)(handle, addr);
+    return handle ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                        CUmemGenericAllocationHandle handle)
+{
+    pthread_mutex_lock(&vmm_lock);
+    struct vhandle *vh = virt(handle);
+    if (vh && prop)
+        *prop = vh->prop;
+    pthread_mutex_unlock(&vmm_lock);
+    if (!vh)
+        return MS_REAL(cuMemGetAllocationPropertiesFromHandle)(prop, handle);
+    return prop ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags)
+{
+    pthread_mutex_lock(&vmm_lock);
+    bool v = virt(handle) != NULL;
+    pthread_mutex_unlock(&vmm_lock);
+    if (v)
+        return CUDA_ERROR_INVALID_VALUE; /* created without export handle types */
+    return MS_REAL(cuMemExportToShareableHandle)(shareableHandle, handle, handleType, flags);
+}
