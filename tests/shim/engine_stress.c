@@ -18,6 +18,11 @@
  *          graph reaches: the driver may not even implement the call), once more at 48 MiB
  *          (now the whole footprint is needed: refused, not run on missing memory).
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
+ *   vmm:   the application's own VMM memory: one reservation, 24 handles of 4 MiB mapped into
+ *          it, access set with one call over the whole range, then ops rounds filling every
+ *          buffer in turn; the data checked; one handle unmapped and mapped again elsewhere
+ *          (its contents must travel with it); everything unmapped and released.
+ *          Prints "ENGINE_VMM rounds=N mismatches=M".
  * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
  */
 #include <cuda.h>
@@ -142,6 +147,76 @@ static CUresult buf_free(int i, CUdeviceptr d)
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
+
+/* The "vmm" mode (see the header). */
+static int vmm_mode(int rounds, void *h, CUfunction f_fill)
+{
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*afree)(CUdeviceptr, size_t);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    int op = -3;
+    LOAD(reserve, "cuMemAddressReserve");
+    LOAD(afree, "cuMemAddressFree");
+    LOAD(create, "cuMemCreate");
+    LOAD(release, "cuMemRelease");
+    LOAD(map, "cuMemMap");
+    LOAD(unmap, "cuMemUnmap");
+    LOAD(access, "cuMemSetAccess");
+    const uint64_t sz = 4u * MIB, words = sz / 4;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUdeviceptr base;
+    CUmemGenericAllocationHandle hs[NBUF];
+    CK(reserve(&base, (NBUF + 1) * sz, 0, 0, 0)); /* one spare slot at the end */
+    for (int i = 0; i < NBUF; i++) {
+        CK(create(&hs[i], sz, &prop, 0));
+        CK(map(base + (uint64_t)i * sz, sz, 0, hs[i], 0));
+    }
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof(acc));
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CK(access(base, NBUF * sz, &acc, 1));
+    for (op = 0; op < rounds; op++)
+        for (int i = 0; i < NBUF; i++) {
+            CUdeviceptr d = base + (uint64_t)i * sz;
+            uint64_t n = words;
+            uint32_t seed = (uint32_t)(op * 100 + i);
+            void *args[] = {&d, &n, &seed};
+            CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        }
+    CK(p_sync());
+    uint64_t mismatches = 0;
+    uint32_t *v = malloc(sz);
+    for (int i = 0; i < NBUF; i++) {
+        CK(p_d2h(v, base + (uint64_t)i * sz, sz));
+        for (uint64_t k = 0; k < words; k++)
+            mismatches += v[k] != pattern(k, (uint32_t)((rounds - 1) * 100 + i));
+    }
+    /* Move buffer 0's handle to the spare slot: its contents travel with it. */
+    CK(unmap(base, sz));
+    CK(map(base + (uint64_t)NBUF * sz, sz, 0, hs[0], 0));
+    CK(access(base + (uint64_t)NBUF * sz, sz, &acc, 1));
+    CK(p_d2h(v, base + (uint64_t)NBUF * sz, sz));
+    for (uint64_t k = 0; k < words; k++)
+        mismatches += v[k] != pattern(k, (uint32_t)((rounds - 1) * 100));
+    free(v);
+    CK(unmap(base + sz, (NBUF - 1) * sz)); /* one call over 23 mappings */
+    CK(unmap(base + (uint64_t)NBUF * sz, sz));
+    for (int i = 0; i < NBUF; i++)
+        CK(release(hs[i]));
+    CK(afree(base, (NBUF + 1) * sz));
+    printf("ENGINE_VMM rounds=%d mismatches=%llu\n", rounds, (unsigned long long)mismatches);
+    return mismatches == 0 ? 0 : 1;
+}
 
 /* The "graph" mode (see the header). h: the driver as the program sees it. */
 static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
@@ -288,6 +363,8 @@ int main(int argc, char **argv)
     }
     if (argc > 3 && strcmp(argv[3], "graph") == 0)
         return graph_mode(ops, h, f_fill, f_add);
+    if (argc > 3 && strcmp(argv[3], "vmm") == 0)
+        return vmm_mode(ops, h, f_fill);
     uint64_t mismatches = 0, launches = 0;
     uint32_t *tmp = malloc(16u * MIB);
     for (op = 0; op < ops; op++) {

@@ -331,6 +331,28 @@ else
     fail engine/graph-budget "rc=$rc $(grep -E 'ENGINE|engine|FAIL|refused' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# The application's own VMM memory (reserve, cuMemCreate, cuMemMap, cuMemSetAccess over many
+# mappings at once): 96 MiB of mappings under the 40 MiB budget are virtualized (faults and
+# evictions happen; the fake's oracle kills a touch of a non-resident chunk), the data is
+# intact, and a handle unmapped and mapped elsewhere keeps its contents.
+out=$(env LD_LIBRARY_PATH="$FAKEDIR" "$T/engine_stress" 3 1 vmm 2>&1)
+if [ $? -eq 0 ] && grep -q "mismatches=0" <<<"$out"; then
+    pass engine/vmm-direct
+else
+    fail engine/vmm-direct "$(tail -n 2 <<<"$out" | tr '\n' ' ')"
+fi
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+rc=$?
+evicted=$(grep -o "out [0-9]* MiB" <<<"$out" | grep -o "[0-9]*")
+faults=$(grep -o "[0-9]* faults" <<<"$out" | grep -o "[0-9]*")
+if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 mismatches=0" <<<"$out" &&
+    [ "${evicted:-0}" -gt 0 ] && [ "${faults:-0}" -gt 10 ]; then
+    pass "engine/vmm-budget ($faults faults, $evicted MiB evicted)"
+else
+    fail engine/vmm-budget "rc=$rc $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+
 # The unified-memory engines on the same program: managed regions under the same 40 MiB budget.
 # unified: every command's pages are prefetched before it runs, so no kernel takes a page fault;
 # demand: nothing is prefetched in, kernels fault pages in (the demand-paging baseline). Either
