@@ -547,6 +547,42 @@ static int add_region_chunks(struct ms_chunk_set *s, uint32_t region)
     return MS_OK;
 }
 
+/*
+ * Application VMM mappings that touch each other form one span (an expandable segment): a
+ * pointer into one of them says nothing about where its object ends, which may be in the next
+ * mapping. Add every mapping contiguous with an application mapping in `s` (normalized after).
+ */
+static int add_vmm_neighbors(struct ms_chunk_set *s)
+{
+    size_t n = s->n;
+    uint32_t last = UINT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
+        const struct ms_region *r = ms_region_get(&E.rt, reg);
+        if (reg == last || !r || r->kind != MS_RK_VMM)
+            continue;
+        last = reg;
+        for (int dir = -1; dir <= 1; dir += 2) {
+            const struct ms_region *cur = r;
+            for (;;) {
+                uint64_t probe = dir < 0 ? cur->base - 1 : cur->base + MS_ROUND_UP(cur->size, MS_GRAN);
+                uint32_t nb;
+                if (ms_rtable_lookup(&E.rt, 0, probe, &nb, NULL) != MS_OK)
+                    break;
+                const struct ms_region *q = ms_region_get(&E.rt, nb);
+                if (q->kind != MS_RK_VMM)
+                    break;
+                int e = add_region_chunks(s, nb);
+                if (e)
+                    return e;
+                cur = q;
+            }
+        }
+    }
+    ms_chunk_set_normalize(s);
+    return MS_OK;
+}
+
 /* Add the chunks of the regions that the pointer tables in `s` reference (one level). */
 static int add_refs(struct ms_chunk_set *s)
 {
@@ -1096,7 +1132,9 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
         e = need_everything();
     } else {
         ms_chunk_set_normalize(&E.need);
-        e = add_refs(&E.need);
+        e = add_vmm_neighbors(&E.need);
+        if (e == MS_OK)
+            e = add_refs(&E.need);
     }
     int rc = e == MS_OK ? gate(&E.need, unbounded, s) : CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_unlock(&E.lock);
@@ -1120,7 +1158,9 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
                                .layout = l->layout,
                                .nlayout = l->nlayout};
         int n = ms_predict_launch(&E.rt, &ml, &E.need);
-        e = n < 0 ? n : add_refs(&E.need);
+        e = n < 0 ? n : add_vmm_neighbors(&E.need);
+        if (e == MS_OK)
+            e = add_refs(&E.need);
     }
     int rc = e == MS_OK ? gate(&E.need, unbounded, l->stream) : CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_unlock(&E.lock);

@@ -19,9 +19,12 @@
  *          (now the whole footprint is needed: refused, not run on missing memory).
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
  *   vmm:   the application's own VMM memory: one reservation, 24 handles of 4 MiB mapped into
- *          it, access set with one call over the whole range, then ops rounds filling every
- *          buffer in turn; the data checked; one handle unmapped and mapped again elsewhere
- *          (its contents must travel with it); everything unmapped and released.
+ *          it with a 4 MiB hole after each, access set with one call over the whole range,
+ *          then ops rounds filling every buffer in turn; then two more handles mapped side by
+ *          side (one span, as an expandable segment grows) and one fill over both from a
+ *          pointer to the first (its end is in the second); the data checked; one handle
+ *          unmapped and mapped again elsewhere (its contents must travel with it); everything
+ *          unmapped and released.
  *          Prints "ENGINE_VMM rounds=N mismatches=M".
  * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
  */
@@ -174,46 +177,69 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = 0;
     CUdeviceptr base;
-    CUmemGenericAllocationHandle hs[NBUF];
-    CK(reserve(&base, (NBUF + 1) * sz, 0, 0, 0)); /* one spare slot at the end */
+    CUmemGenericAllocationHandle hs[NBUF], pair[2];
+    /* slot i at 2 * i * sz (a hole after each); the pair at 2 * NBUF * sz; a spare after it */
+    const uint64_t span = (2u * NBUF + 3) * sz, pbase = 2u * NBUF * sz, spare = pbase + 2 * sz;
+    CK(reserve(&base, span, 0, 0, 0));
     for (int i = 0; i < NBUF; i++) {
         CK(create(&hs[i], sz, &prop, 0));
-        CK(map(base + (uint64_t)i * sz, sz, 0, hs[i], 0));
+        CK(map(base + 2 * (uint64_t)i * sz, sz, 0, hs[i], 0));
     }
     CUmemAccessDesc acc;
     memset(&acc, 0, sizeof(acc));
     acc.location = prop.location;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CK(access(base, NBUF * sz, &acc, 1));
+    for (int i = 0; i < NBUF; i++)
+        CK(access(base + 2 * (uint64_t)i * sz, sz, &acc, 1));
     for (op = 0; op < rounds; op++)
         for (int i = 0; i < NBUF; i++) {
-            CUdeviceptr d = base + (uint64_t)i * sz;
+            CUdeviceptr d = base + 2 * (uint64_t)i * sz;
             uint64_t n = words;
             uint32_t seed = (uint32_t)(op * 100 + i);
             void *args[] = {&d, &n, &seed};
             CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
         }
+    /* Two mappings side by side, one object over both: the pointer names only the first. */
+    CK(create(&pair[0], sz, &prop, 0));
+    CK(create(&pair[1], sz, &prop, 0));
+    CK(map(base + pbase, sz, 0, pair[0], 0));
+    CK(map(base + pbase + sz, sz, 0, pair[1], 0));
+    CK(access(base + pbase, 2 * sz, &acc, 1));
+    {
+        CUdeviceptr d = base + pbase;
+        uint64_t n = 2 * words;
+        uint32_t seed = 4242;
+        void *args[] = {&d, &n, &seed};
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    }
     CK(p_sync());
     uint64_t mismatches = 0;
-    uint32_t *v = malloc(sz);
+    uint32_t *v = malloc(2 * sz);
     for (int i = 0; i < NBUF; i++) {
-        CK(p_d2h(v, base + (uint64_t)i * sz, sz));
+        CK(p_d2h(v, base + 2 * (uint64_t)i * sz, sz));
         for (uint64_t k = 0; k < words; k++)
             mismatches += v[k] != pattern(k, (uint32_t)((rounds - 1) * 100 + i));
     }
+    CK(p_d2h(v, base + pbase, 2 * sz));
+    for (uint64_t k = 0; k < 2 * words; k++)
+        mismatches += v[k] != pattern(k, 4242);
     /* Move buffer 0's handle to the spare slot: its contents travel with it. */
     CK(unmap(base, sz));
-    CK(map(base + (uint64_t)NBUF * sz, sz, 0, hs[0], 0));
-    CK(access(base + (uint64_t)NBUF * sz, sz, &acc, 1));
-    CK(p_d2h(v, base + (uint64_t)NBUF * sz, sz));
+    CK(map(base + spare, sz, 0, hs[0], 0));
+    CK(access(base + spare, sz, &acc, 1));
+    CK(p_d2h(v, base + spare, sz));
     for (uint64_t k = 0; k < words; k++)
         mismatches += v[k] != pattern(k, (uint32_t)((rounds - 1) * 100));
     free(v);
-    CK(unmap(base + sz, (NBUF - 1) * sz)); /* one call over 23 mappings */
-    CK(unmap(base + (uint64_t)NBUF * sz, sz));
+    for (int i = 1; i < NBUF; i++)
+        CK(unmap(base + 2 * (uint64_t)i * sz, sz));
+    CK(unmap(base + pbase, 2 * sz)); /* one call over both mappings */
+    CK(unmap(base + spare, sz));
     for (int i = 0; i < NBUF; i++)
         CK(release(hs[i]));
-    CK(afree(base, (NBUF + 1) * sz));
+    CK(release(pair[0]));
+    CK(release(pair[1]));
+    CK(afree(base, span));
     printf("ENGINE_VMM rounds=%d mismatches=%llu\n", rounds, (unsigned long long)mismatches);
     return mismatches == 0 ? 0 : 1;
 }
