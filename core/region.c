@@ -190,6 +190,21 @@ struct ms_chunk *ms_chunk_get(struct ms_rtable *rt, ms_chunk_id id)
     return &r->chunks[MS_CHUNK_INDEX(id)];
 }
 
+int ms_region_mark_host(struct ms_rtable *rt, uint32_t region)
+{
+    struct ms_region *r = ms_region_get(rt, region);
+    if (!r || !r->live)
+        return MS_E_NOTFOUND;
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        if (r->chunks[k].state != MS_CS_EMPTY)
+            return MS_E_STATE;
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        r->chunks[k].state = MS_CS_HOST;
+    rt->count[MS_CS_EMPTY] -= r->nchunks;
+    rt->count[MS_CS_HOST] += r->nchunks;
+    return MS_OK;
+}
+
 int ms_region_remove(struct ms_rtable *rt, uint32_t region)
 {
     struct ms_region *r = ms_region_get(rt, region);

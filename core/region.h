@@ -152,6 +152,15 @@ int ms_region_add(struct ms_rtable *rt, uint32_t task, uint64_t base, uint64_t s
                   enum ms_region_kind kind, uint64_t chunk_bytes, uint32_t *out_region);
 
 /*
+ * Declare that a new region's contents already exist in its host backing (an application
+ * mapping of memory that held data before): every chunk goes EMPTY -> HOST, so populating
+ * copies it in. Only for a region whose chunks are all EMPTY (else MS_E_STATE, nothing
+ * changes); MS_E_NOTFOUND for a dead or unknown slot. Not an event of the state machine: it
+ * happens once, before the region is used.
+ */
+int ms_region_mark_host(struct ms_rtable *rt, uint32_t region);
+
+/*
  * Remove a region. Every chunk must be EMPTY or HOST (the caller unmapped resident ones):
  * otherwise MS_E_BUSY and nothing changes. MS_E_NOTFOUND for a dead or unknown slot.
  */

@@ -431,7 +431,6 @@ bool ms_engine_vmm_ready(void)
     return ok;
 }
 
-static int fault(struct ms_chunk_set *need, bool unbounded);
 static void clear_marks(void);
 static int plan_step(enum ms_step_op op, ms_chunk_id id);
 static int add_region_chunks(struct ms_chunk_set *s, uint32_t region);
@@ -444,26 +443,9 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
     uint32_t id;
     int e = region_new(va, bytes, MS_RK_VMM, host, &id);
     int rc = e == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-    if (e == MS_OK && has_data && E.mode != MODE_ALONE) {
-        say("a handle mapped a second time with the daemon is not supported: refused");
+    if (e == MS_OK && has_data && ms_region_mark_host(&E.rt, id) != MS_OK) {
         region_drop(id);
-        rc = CUDA_ERROR_NOT_SUPPORTED;
-    } else if (e == MS_OK && has_data) {
-        /* The handle holds data from an earlier mapping: make the new region resident and
-         * copy the data in (its chunks start EMPTY: nothing else knows the host has it). */
-        ms_chunk_set_clear(&E.need);
-        e = add_region_chunks(&E.need, id);
-        rc = e == MS_OK ? fault(&E.need, false) : CUDA_ERROR_OUT_OF_MEMORY;
-        if (rc == CUDA_SUCCESS && E.api.cuMemcpyHtoDAsync(va, host, bytes, NULL) != CUDA_SUCCESS)
-            rc = CUDA_ERROR_UNKNOWN;
-        if (rc == CUDA_SUCCESS)
-            MS_REAL(cuCtxSynchronize)();
-        if (rc == CUDA_SUCCESS)
-            ms__engine_admitted(&E.need);
-        if (rc != CUDA_SUCCESS) {
-            MS_REAL(cuCtxSynchronize)();
-            region_drop(id);
-        }
+        rc = CUDA_ERROR_UNKNOWN;
     }
     pthread_mutex_unlock(&E.lock);
     return rc;

@@ -102,7 +102,7 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes);
  * can and says whether it takes VMM memory now. ms_engine_vmm_map adopts a mapping
  * [va, va + bytes) of a handle whose contents live in `host` (pinned, owned by the caller):
  * it becomes a region of kind MS_RK_VMM, resident only when used; has_data: the handle already
- * holds data (mapped before), copied in now. ms_engine_vmm_unmap saves what is resident into
+ * holds data (mapped before): the region starts with its contents on the host. ms_engine_vmm_unmap saves what is resident into
  * the host backing and forgets the region (*handled false: not an adopted mapping that starts
  * at va with that size). ms_engine_vmm_owns: va lies in an adopted mapping. CUresult values.
  */

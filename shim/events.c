@@ -439,6 +439,12 @@ int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s)
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                     struct ms_shim_stream s)
 {
+    return ms_shim_on_copy_ex(dst, src, bytes, kind, s, true);
+}
+
+int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
+                       struct ms_shim_stream s, bool contiguous)
+{
     pthread_mutex_lock(&ms__shim_lock);
     ctr.copies++;
     ctr.copy_bytes += bytes;
@@ -466,7 +472,7 @@ int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_cop
     if (dev_dst || dev_src)
         rc = ms_engine_gate_ranges(dev_dst ? dst : 0, dev_dst ? bytes : 0, dev_src ? src : 0,
                                    dev_src ? bytes : 0, s);
-    if (rc == 0 && kind == MS_SHIM_COPY_H2D)
+    if (rc == 0 && kind == MS_SHIM_COPY_H2D && contiguous)
         ms_engine_note_h2d(dst, (const void *)(uintptr_t)src, bytes);
     return rc;
 }

@@ -141,7 +141,7 @@ static int report_2d(const CUDA_MEMCPY2D *p, struct ms_shim_stream s)
         side_addr(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstPitch);
     uint64_t bytes = MS_MAX(extent(p->WidthInBytes, p->Height, p->srcPitch),
                             extent(p->WidthInBytes, p->Height, p->dstPitch));
-    return ms_shim_on_copy(dst, src, bytes, kind, s);
+    return ms_shim_on_copy_ex(dst, src, bytes, kind, s, false);
 }
 
 #define COPY2D_HOOK(name, pt)                                                                      \

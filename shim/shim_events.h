@@ -125,6 +125,10 @@ int ms_shim_on_launch(const struct ms_shim_launch *l);
 int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s);
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                      struct ms_shim_stream s);
+/* The same for a copy whose host side may be smaller than `bytes` (2D: pitches differ): the
+ * host bytes are not read (no pointer-table scan) unless `contiguous`. */
+int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
+                       struct ms_shim_stream s, bool contiguous);
 int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s);
 void ms_shim_on_sync(void);
 void ms_shim_on_meminfo(uint64_t free_bytes, uint64_t total_bytes);

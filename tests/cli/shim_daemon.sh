@@ -13,7 +13,8 @@
 #                finish with zero mismatches, `msched status` lists them while they run,
 #                resident stays within the budget, the daemon switched and evicted, and all
 #                memory returns at the end
-#   unified      a unified and a demand-paging client (managed memory) under the same daemon
+#   unified      a unified and a demand-paging client (managed memory), and one on its own VMM
+#                mappings (virtualized handles, one moved), under the same daemon
 #   threads      tests/shim/workload.c (four threads, every hooked family) beside a cycle:
 #                the same result as directly on the fake driver
 #   kill client  a client killed (-9) while its working set is loading: the others finish
@@ -121,8 +122,12 @@ pass "three clients over-subscribing the budget: zero mismatches, $sw switches"
 # and neither ever has more managed memory on the device than the daemon's budget.
 client u MSCHED_ENGINE=unified -- "$OPS" 5
 client d MSCHED_ENGINE=demand -- "$OPS" 9
+client v -- 3 1 vmm
 wait_shim u 0 "$LIMIT"
 wait_shim d 0 "$LIMIT"
+wait_shim v 0 "$LIMIT"
+ok v
+grep -q "ENGINE_VMM rounds=3 mismatches=0" "$T/v.out" || fail "vmm client: $(tail -n 3 "$T/v.out")"
 for n in u d; do
     ok "$n"
     grep -q "engine ($([ $n = u ] && echo unified || echo demand))" "$T/$n.out" ||
@@ -134,7 +139,7 @@ kf_u=$(grep -o "kernel_faults=[0-9]*" "$T/u.out" | grep -o "[0-9]*$")
 kf_d=$(grep -o "kernel_faults=[0-9]*" "$T/d.out" | grep -o "[0-9]*$")
 [ "${kf_u:-1}" -eq 0 ] || fail "unified client: $kf_u kernel page faults"
 [ "${kf_d:-0}" -gt 0 ] || fail "demand client: no kernel page fault"
-pass "unified and demand clients under the daemon: zero mismatches, faults $kf_u / $kf_d"
+pass "unified, demand and application-VMM clients under the daemon: zero mismatches, faults $kf_u / $kf_d"
 
 # ---- threads ----------------------------------------------------------------------------------
 # The shim's own workload (four threads, every hooked family, rejected calls, launches whose

@@ -192,6 +192,26 @@ static void state_machine_exhaustive(void **unused)
     }
 }
 
+/* A region adopted with data: EMPTY -> HOST once, before use; never afterwards. */
+static void mark_host(void **unused)
+{
+    (void)unused;
+    struct ms_rtable rt;
+    ms_rtable_init(&rt);
+    uint32_t r;
+    assert_int_equal(ms_region_add(&rt, 1, 0, 6 * MS_MIB, MS_RK_VMM, 0, &r), MS_OK);
+    assert_int_equal(ms_region_mark_host(&rt, r), MS_OK);
+    CHECK(&rt);
+    for (uint32_t k = 0; k < ms_region_get(&rt, r)->nchunks; k++)
+        assert_int_equal(ms_chunk_get(&rt, MS_CHUNK_ID(r, k))->state, MS_CS_HOST);
+    /* HOST chunks populate by copying in. */
+    assert_int_equal(ms_chunk_apply(&rt, MS_CHUNK_ID(r, 0), MS_CE_POP_START), MS_OK);
+    assert_int_equal(ms_region_mark_host(&rt, r), MS_E_STATE);
+    assert_int_equal(ms_region_mark_host(&rt, r + 1), MS_E_NOTFOUND);
+    CHECK(&rt);
+    ms_rtable_fini(&rt);
+}
+
 static void pins_block_eviction(void **unused)
 {
     (void)unused;
@@ -326,6 +346,7 @@ int main(void)
         cmocka_unit_test(chunk_sizes),
         cmocka_unit_test(overlap_and_lookup),
         cmocka_unit_test(state_machine_exhaustive),
+        cmocka_unit_test(mark_host),
         cmocka_unit_test(pins_block_eviction),
         cmocka_unit_test(alloc_failures),
         cmocka_unit_test(random_walk),
