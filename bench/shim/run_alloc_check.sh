@@ -12,12 +12,14 @@ for prog in llama resnet compiled blas_dnn; do
     timeout 180 "$MSCHED" run --no-daemon -- python3 bench/shim/$prog.py 2>/dev/null |
         grep '^{' | tail -n 1 >>"$OUT/alloc_check.jsonl"
 done
-cat "$OUT/alloc_check.jsonl" | python3 -c '
+python3 - "$OUT/alloc_check.jsonl" <<'PY'
 import json, sys
-for l in sys.stdin:
-    r = json.loads(l)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
     live, dev = r.get("shim_live_bytes"), r.get("device_used_delta_bytes")
     if live is None or dev is None:
-        print(r.get("program"), "no figures"); continue
-    print(f"{r[\"program\"]:14s} shim live {live/2**20:9.1f} MiB  device gained {dev/2**20:9.1f} MiB"
-          f"  difference {(dev-live)/2**20:8.1f} MiB")'
+        print(r.get("program"), "no figures")
+        continue
+    print(f"{r['program']:14s} shim live {live / 2**20:9.1f} MiB  device gained "
+          f"{dev / 2**20:9.1f} MiB  difference {(dev - live) / 2**20:8.1f} MiB")
+PY
