@@ -1165,6 +1165,22 @@ int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbyt
     return rc;
 }
 
+int ms_engine_gate_rangev(const uint64_t *addr, const uint64_t *bytes, size_t n,
+                          struct ms_shim_stream s)
+{
+    if (!is_active() || n == 0)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&E.lock);
+    ms_chunk_set_clear(&E.need);
+    int64_t in = 0;
+    for (size_t i = 0; i < n && in >= 0; i++)
+        if (bytes[i])
+            in = ms_predict_range(&E.rt, 0, (struct ms_range){addr[i], bytes[i]}, &E.need);
+    int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false, s);
+    pthread_mutex_unlock(&E.lock);
+    return rc;
+}
+
 int ms_engine_gate_range(uint64_t addr, uint64_t bytes, struct ms_shim_stream s)
 {
     return ms_engine_gate_ranges(addr, bytes, 0, 0, s);

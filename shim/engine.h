@@ -92,6 +92,9 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s);
 /* Two ranges resident at once (a device-to-device copy's both sides). */
 int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,
                           struct ms_shim_stream s);
+/* n ranges resident at once (a batch of copies): addr[i], bytes[i]. */
+int ms_engine_gate_rangev(const uint64_t *addr, const uint64_t *bytes, size_t n,
+                          struct ms_shim_stream s);
 /* The hook's forwarded call returned (no lock held; cheap when nothing was admitted). */
 void ms_engine_gate_end(void);
 /* A host-to-device copy: scan small buffers for pointers to regions (pointer tables). */

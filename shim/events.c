@@ -477,6 +477,48 @@ int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_
     return rc;
 }
 
+int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long long *src,
+                          const size_t *bytes, size_t n,
+                          struct ms_shim_stream s)
+{
+    if (!dst || !src || !bytes || n == 0 || n > (SIZE_MAX / 2) / sizeof(uint64_t))
+        return 0; /* the driver rejects it */
+    pthread_mutex_lock(&ms__shim_lock);
+    for (size_t i = 0; i < n; i++) {
+        ctr.copies++;
+        ctr.copy_bytes += bytes[i];
+        if (trace_ready()) {
+            bool d = is_device(dst[i]), sdev = is_device(src[i]);
+            struct ms_trace_rec rec = {
+                .kind = MS_TR_COPY,
+                .task = tr.task,
+                .stream = stream_id(s),
+                .dir = d ? (sdev ? MS_COPY_D2D : MS_COPY_H2D) : (sdev ? MS_COPY_D2H : MS_COPY_H2H),
+                .dst = dst[i],
+                .src = src[i],
+                .size = bytes[i]};
+            trace_put(&rec);
+        }
+    }
+    pthread_mutex_unlock(&ms__shim_lock);
+    /* Both sides of every pair at once (host addresses fall outside every region). */
+    uint64_t *a = malloc(2 * n * sizeof(*a)), *b = malloc(2 * n * sizeof(*b));
+    int rc = 0;
+    if (a && b) {
+        for (size_t i = 0; i < n; i++) {
+            a[2 * i] = dst[i];
+            a[2 * i + 1] = src[i];
+            b[2 * i] = b[2 * i + 1] = bytes[i];
+        }
+        rc = ms_engine_gate_rangev(a, b, 2 * n, s);
+    } else {
+        rc = ms_engine_gate_unbounded(s); /* cannot list them: everything resident */
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
 int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
 {
     pthread_mutex_lock(&ms__shim_lock);

@@ -19,6 +19,7 @@
  */
 #include "shim/shim_int.h"
 
+#include "shim/engine.h"
 #include "shim/shim_events.h"
 
 static struct ms_shim_stream on(CUstream s, bool per_thread)
@@ -166,6 +167,168 @@ COPY2D_HOOK(cuMemcpy2DUnaligned_v2, false)
 COPY2D_HOOK(cuMemcpy2DUnaligned_v2_ptds, true)
 COPY2D_ASYNC_HOOK(cuMemcpy2DAsync_v2, false)
 COPY2D_ASYNC_HOOK(cuMemcpy2DAsync_v2_ptsz, true)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Three-dimensional, array and batched copies                                                  */
+
+/* A side of a 3D copy: Depth slices of height rows of pitch bytes; arrays are not linear
+ * memory (address 0: no region). */
+static uint64_t side_addr3(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y,
+                           size_t z, size_t pitch, size_t height)
+{
+    uint64_t a = side_addr(t, host, dev, x, y, pitch);
+    return a ? a + (uint64_t)z * height * pitch : 0;
+}
+
+static uint64_t extent3(size_t w, size_t h, size_t d, size_t pitch, size_t height)
+{
+    if (!w || !h || !d)
+        return 0;
+    return ((uint64_t)(d - 1) * height + (h - 1)) * pitch + w;
+}
+
+/* CUDA_MEMCPY3D and CUDA_MEMCPY3D_PEER name their fields alike. */
+#define REPORT_3D(p, s)                                                                            \
+    do {                                                                                           \
+        if (!(p))                                                                                  \
+            return 0;                                                                              \
+        char a_ = side((p)->srcMemoryType), b_ = side((p)->dstMemoryType);                         \
+        enum ms_shim_copy_kind k_ = MS_SHIM_COPY_UNIFIED;                                          \
+        if (a_ != 'u' && b_ != 'u')                                                                \
+            k_ = a_ == 'h' ? (b_ == 'h' ? MS_SHIM_COPY_H2H : MS_SHIM_COPY_H2D)                     \
+                           : (b_ == 'h' ? MS_SHIM_COPY_D2H : MS_SHIM_COPY_D2D);                    \
+        uint64_t src_ = side_addr3((p)->srcMemoryType, (p)->srcHost, (p)->srcDevice,               \
+                                   (p)->srcXInBytes, (p)->srcY, (p)->srcZ, (p)->srcPitch,          \
+                                   (p)->srcHeight);                                                \
+        uint64_t dst_ = side_addr3((p)->dstMemoryType, (p)->dstHost, (p)->dstDevice,               \
+                                   (p)->dstXInBytes, (p)->dstY, (p)->dstZ, (p)->dstPitch,          \
+                                   (p)->dstHeight);                                                \
+        uint64_t n_ = MS_MAX(extent3((p)->WidthInBytes, (p)->Height, (p)->Depth, (p)->srcPitch,    \
+                                     (p)->srcHeight),                                              \
+                             extent3((p)->WidthInBytes, (p)->Height, (p)->Depth, (p)->dstPitch,    \
+                                     (p)->dstHeight));                                             \
+        return ms_shim_on_copy_ex(dst_, src_, n_, k_, (s), false);                                 \
+    } while (0)
+
+static int report_3d(const CUDA_MEMCPY3D *p, struct ms_shim_stream s)
+{
+    REPORT_3D(p, s);
+}
+
+static int report_3d_peer(const CUDA_MEMCPY3D_PEER *p, struct ms_shim_stream s)
+{
+    REPORT_3D(p, s);
+}
+
+#define COPY3D_HOOK(name, T, report, pt)                                                           \
+    CUresult CUDAAPI name(const T *pCopy)                                                          \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        MS_GATED(report(pCopy, on(NULL, pt)));                                                     \
+        return real(pCopy);                                                                        \
+    }
+
+#define COPY3D_ASYNC_HOOK(name, T, report, pt)                                                     \
+    CUresult CUDAAPI name(const T *pCopy, CUstream hStream)                                        \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        MS_GATED(report(pCopy, on(hStream, pt)));                                                  \
+        return real(pCopy, hStream);                                                               \
+    }
+
+COPY3D_HOOK(cuMemcpy3D_v2, CUDA_MEMCPY3D, report_3d, false)
+COPY3D_HOOK(cuMemcpy3D_v2_ptds, CUDA_MEMCPY3D, report_3d, true)
+COPY3D_ASYNC_HOOK(cuMemcpy3DAsync_v2, CUDA_MEMCPY3D, report_3d, false)
+COPY3D_ASYNC_HOOK(cuMemcpy3DAsync_v2_ptsz, CUDA_MEMCPY3D, report_3d, true)
+COPY3D_HOOK(cuMemcpy3DPeer, CUDA_MEMCPY3D_PEER, report_3d_peer, false)
+COPY3D_HOOK(cuMemcpy3DPeer_ptds, CUDA_MEMCPY3D_PEER, report_3d_peer, true)
+COPY3D_ASYNC_HOOK(cuMemcpy3DPeerAsync, CUDA_MEMCPY3D_PEER, report_3d_peer, false)
+COPY3D_ASYNC_HOOK(cuMemcpy3DPeerAsync_ptsz, CUDA_MEMCPY3D_PEER, report_3d_peer, true)
+
+/* Array <-> linear device memory: the linear side is gated; the array side has no address. */
+CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset,
+                                 size_t ByteCount)
+{
+    MS_GATED(ms_shim_on_copy_ex(dstDevice, 0, ByteCount, MS_SHIM_COPY_D2D, on(NULL, false), false));
+    return MS_REAL(cuMemcpyAtoD_v2)(dstDevice, srcArray, srcOffset, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset,
+                                      size_t ByteCount)
+{
+    MS_GATED(ms_shim_on_copy_ex(dstDevice, 0, ByteCount, MS_SHIM_COPY_D2D, on(NULL, true), false));
+    return MS_REAL(cuMemcpyAtoD_v2_ptds)(dstDevice, srcArray, srcOffset, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice,
+                                 size_t ByteCount)
+{
+    MS_GATED(ms_shim_on_copy_ex(0, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(NULL, false), false));
+    return MS_REAL(cuMemcpyDtoA_v2)(dstArray, dstOffset, srcDevice, ByteCount);
+}
+
+CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice,
+                                      size_t ByteCount)
+{
+    MS_GATED(ms_shim_on_copy_ex(0, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(NULL, true), false));
+    return MS_REAL(cuMemcpyDtoA_v2_ptds)(dstArray, dstOffset, srcDevice, ByteCount);
+}
+
+/* Batches of 1D copies: every pair gated at once. */
+#define BATCH_HOOK(name, pt)                                                                       \
+    CUresult CUDAAPI name(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,       \
+                          CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,           \
+                          CUstream hStream)                                                        \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        MS_GATED(ms_shim_on_copy_batch(dsts, srcs, sizes, count, on(hStream, pt)));                \
+        return real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);                \
+    }
+
+#define BATCH_FAIL_HOOK(name, pt)                                                                  \
+    CUresult CUDAAPI name(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,       \
+                          CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,           \
+                          size_t *failIdx, CUstream hStream)                                       \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        MS_GATED(ms_shim_on_copy_batch(dsts, srcs, sizes, count, on(hStream, pt)));                \
+        return real(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);       \
+    }
+
+BATCH_HOOK(cuMemcpyBatchAsync_v2, false)
+BATCH_HOOK(cuMemcpyBatchAsync_v2_ptsz, true)
+BATCH_FAIL_HOOK(cuMemcpyBatchAsync, false)
+BATCH_FAIL_HOOK(cuMemcpyBatchAsync_ptsz, true)
+
+/* Batches of 3D copies: their reach is not worked out; the whole footprint is made resident. */
+CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList,
+                                         unsigned long long flags, CUstream hStream)
+{
+    MS_GATED(ms_engine_gate_unbounded(on(hStream, false)));
+    return MS_REAL(cuMemcpy3DBatchAsync_v2)(numOps, opList, flags, hStream);
+}
+
+CUresult CUDAAPI cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList,
+                                              unsigned long long flags, CUstream hStream)
+{
+    MS_GATED(ms_engine_gate_unbounded(on(hStream, true)));
+    return MS_REAL(cuMemcpy3DBatchAsync_v2_ptsz)(numOps, opList, flags, hStream);
+}
+
+CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList,
+                                      size_t *failIdx, unsigned long long flags, CUstream hStream)
+{
+    MS_GATED(ms_engine_gate_unbounded(on(hStream, false)));
+    return MS_REAL(cuMemcpy3DBatchAsync)(numOps, opList, failIdx, flags, hStream);
+}
+
+CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList,
+                                           size_t *failIdx, unsigned long long flags,
+                                           CUstream hStream)
+{
+    MS_GATED(ms_engine_gate_unbounded(on(hStream, true)));
+    return MS_REAL(cuMemcpy3DBatchAsync_ptsz)(numOps, opList, failIdx, flags, hStream);
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Memsets                                                                                      */

@@ -121,6 +121,11 @@ void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool fre
 /* Launch, copy and memset return 0 to let the call go ahead, or a CUresult the hook returns
  * instead of forwarding (the memory engine could not make the memory resident). */
 int ms_shim_on_launch(const struct ms_shim_launch *l);
+/* A batch of n 1D copies between any memories (direction looked up per pair); all gated at
+ * once. */
+int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long long *src,
+                          const size_t *bytes, size_t n,
+                          struct ms_shim_stream s);
 /* A graph launch: gated on what the graph reaches (engine.h), everything when unknown. */
 int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s);
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,

@@ -479,6 +479,99 @@ CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return copy_2d(pCopy);
 }
 
+/* A 3D copy between linear memories (arrays are not supported): Depth slices of Height rows. */
+static CUresult copy_3d(const CUDA_MEMCPY3D *p, CUstream st)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc == CUDA_SUCCESS)
+        rc = ms__fk_stream_ok(st);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!p || p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        return p ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+    if (p->WidthInBytes == 0 || p->Height == 0 || p->Depth == 0)
+        return CUDA_SUCCESS;
+    if (p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes ||
+        (p->Depth > 1 && (p->srcHeight < p->Height || p->dstHeight < p->Height)))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t s = p->srcMemoryType == CU_MEMORYTYPE_HOST ? H(p->srcHost) : p->srcDevice;
+    uint64_t d = p->dstMemoryType == CU_MEMORYTYPE_HOST ? H(p->dstHost) : p->dstDevice;
+    uint64_t s_slice = (uint64_t)p->srcHeight * p->srcPitch, d_slice = (uint64_t)p->dstHeight * p->dstPitch;
+    s += p->srcZ * s_slice + p->srcY * p->srcPitch + p->srcXInBytes;
+    d += p->dstZ * d_slice + p->dstY * p->dstPitch + p->dstXInBytes;
+    uint64_t s_ext = (p->Depth - 1) * s_slice + (p->Height - 1) * p->srcPitch + p->WidthInBytes;
+    uint64_t d_ext = (p->Depth - 1) * d_slice + (p->Height - 1) * p->dstPitch + p->WidthInBytes;
+    pthread_mutex_lock(&ms__fk_lock);
+    if (p->dstMemoryType != CU_MEMORYTYPE_HOST)
+        rc = ms__fk_check_range(d, d_ext, p->dstMemoryType == CU_MEMORYTYPE_UNIFIED, true);
+    if (rc == CUDA_SUCCESS && p->srcMemoryType != CU_MEMORYTYPE_HOST)
+        rc = ms__fk_check_range(s, s_ext, p->srcMemoryType == CU_MEMORYTYPE_UNIFIED, false);
+    if (rc == CUDA_ERROR_ILLEGAL_ADDRESS)
+        ms__fk_stats.illegal++;
+    if (rc == CUDA_SUCCESS) {
+        ms__fk_stats.copies++;
+        ms__fk_stats.copy_bytes += (uint64_t)p->WidthInBytes * p->Height * p->Depth;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    for (size_t z = 0; rc == CUDA_SUCCESS && z < p->Depth; z++)
+        for (size_t y = 0; y < p->Height; y++)
+            memmove((void *)(uintptr_t)(d + z * d_slice + y * p->dstPitch),
+                    (const void *)(uintptr_t)(s + z * s_slice + y * p->srcPitch), p->WidthInBytes);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+    return copy_3d(pCopy, NULL);
+}
+
+CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
+{
+    return copy_3d(pCopy, NULL);
+}
+
+CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    return copy_3d(pCopy, hStream);
+}
+
+CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    return copy_3d(pCopy, hStream);
+}
+
+/* A batch of 1D copies, each between any two memories (attributes are not checked). */
+static CUresult copy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                           CUstream st)
+{
+    if (count == 0 || !dsts || !srcs || !sizes)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t i = 0; i < count && rc == CUDA_SUCCESS; i++)
+        rc = copy(dsts[i], 'u', srcs[i], 'u', sizes[i], st);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                       size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs,
+                                       size_t numAttrs, CUstream hStream)
+{
+    (void)attrs;
+    (void)attrsIdxs;
+    (void)numAttrs;
+    return copy_batch(dsts, srcs, sizes, count, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                            size_t count, CUmemcpyAttributes *attrs,
+                                            size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
+{
+    (void)attrs;
+    (void)attrsIdxs;
+    (void)numAttrs;
+    return copy_batch(dsts, srcs, sizes, count, hStream);
+}
+
 /* Fill `rows` rows of n elements of `elem` bytes, `pitch` apart, with value v. */
 static CUresult fill(CUdeviceptr dst, uint32_t v, unsigned elem, size_t n, size_t rows,
                      size_t pitch, CUstream s)

@@ -112,6 +112,9 @@ struct buf {
     uint32_t *shadow;
 };
 
+static CUresult (*p_3d)(const CUDA_MEMCPY3D *);
+static CUresult (*p_batch)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                           size_t *, size_t, CUstream);
 static CUresult (*p_alloc_async)(CUdeviceptr *, size_t, CUstream);
 static CUresult (*p_free_async)(CUdeviceptr, CUstream);
 static CUresult (*p_alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
@@ -340,6 +343,8 @@ int main(int argc, char **argv)
     LOAD(p_alloc, "cuMemAlloc_v2");
     LOAD(p_free, "cuMemFree_v2");
     LOAD(p_alloc_async, "cuMemAllocAsync");
+    LOAD(p_3d, "cuMemcpy3D_v2");
+    LOAD(p_batch, "cuMemcpyBatchAsync_v2");
     LOAD(p_free_async, "cuMemFreeAsync");
     LOAD(p_alloc_pitch, "cuMemAllocPitch_v2");
     LOAD(p_h2d, "cuMemcpyHtoD_v2");
@@ -392,7 +397,7 @@ int main(int argc, char **argv)
     if (argc > 3 && strcmp(argv[3], "vmm") == 0)
         return vmm_mode(ops, h, f_fill);
     uint64_t mismatches = 0, launches = 0;
-    uint32_t *tmp = malloc(16u * MIB);
+    uint32_t *tmp = malloc(16u * MIB), *tmp2 = malloc(16u * MIB);
     for (op = 0; op < ops; op++) {
         int i = (int)(rnd() % NBUF), j = (int)(rnd() % NBUF);
         int kind = (int)(rnd() % 10);
@@ -484,6 +489,50 @@ int main(int argc, char **argv)
                             b[k].shadow[w] += 7;
             break;
         }
+        case 8: { /* a 3D device-to-device copy of a box: 2 slices of 4 rows of 16 words */
+            const uint64_t pitch = 256, rows = 4, depth = 2, w = 64;
+            uint64_t need = ((depth - 1) * rows + rows - 1) * pitch + w;
+            if (!b[j].d || j == i || b[i].words * 4 < need || b[j].words * 4 < need)
+                break;
+            CUDA_MEMCPY3D c;
+            memset(&c, 0, sizeof(c));
+            c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            c.srcDevice = b[j].d;
+            c.dstDevice = b[i].d;
+            c.srcPitch = c.dstPitch = pitch;
+            c.srcHeight = c.dstHeight = rows;
+            c.WidthInBytes = w;
+            c.Height = rows;
+            c.Depth = depth;
+            CK(p_3d(&c));
+            for (uint64_t z = 0; z < depth; z++)
+                for (uint64_t y = 0; y < rows; y++) {
+                    uint64_t at = ((z * rows + y) * pitch) / 4;
+                    memcpy(b[i].shadow + at, b[j].shadow + at, w);
+                }
+            break;
+        }
+        case 9: { /* one batch: a host slice into i and a slice of j out to the host */
+            if (!b[j].d || j == i)
+                break;
+            uint64_t off = rnd() % b[i].words, n = 1 + rnd() % (b[i].words - off);
+            uint64_t offj = rnd() % b[j].words, m = 1 + rnd() % (b[j].words - offj);
+            for (uint64_t k = 0; k < n; k++)
+                tmp[k] = (uint32_t)rnd();
+            CUdeviceptr dsts[2] = {b[i].d + off * 4, (CUdeviceptr)(uintptr_t)tmp2};
+            CUdeviceptr srcs[2] = {(CUdeviceptr)(uintptr_t)tmp, b[j].d + offj * 4};
+            size_t sizes[2] = {n * 4, m * 4};
+            CUmemcpyAttributes attr;
+            memset(&attr, 0, sizeof(attr));
+            attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+            size_t idx = 0;
+            CK(p_batch(dsts, srcs, sizes, 2, &attr, &idx, 1, NULL));
+            CK(p_sync());
+            memcpy(b[i].shadow + off, tmp, n * 4);
+            for (uint64_t k = 0; k < m; k++)
+                mismatches += tmp2[k] != b[j].shadow[offj + k];
+            break;
+        }
         default:
             break;
         }
@@ -503,6 +552,7 @@ int main(int argc, char **argv)
         free(b[i].shadow);
     }
     free(tmp);
+    free(tmp2);
     printf("ENGINE_STRESS ops=%d buffers=%d launches=%llu mismatches=%llu\n", ops, nbuf,
            (unsigned long long)launches, (unsigned long long)mismatches);
     /* The fake's unified-memory record (what a unified or demand engine did to managed memory). */
