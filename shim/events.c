@@ -101,7 +101,13 @@ static bool is_device(uint64_t addr)
     if (i == 0)
         return false;
     const struct alloc *a = &allocs[i - 1];
-    return addr - a->base < a->bytes;
+    return addr - a->base < a->bytes && a->kind != MS_RK_HOST;
+}
+
+/* Device bytes and host bytes are kept apart: live_bytes is what the GPU holds. */
+static uint64_t *live_of(uint8_t kind)
+{
+    return kind == MS_RK_HOST ? &ctr.host_live_bytes : &ctr.live_bytes;
 }
 
 static void alloc_insert(uint64_t base, uint64_t bytes, enum ms_region_kind kind)
@@ -110,7 +116,7 @@ static void alloc_insert(uint64_t base, uint64_t bytes, enum ms_region_kind kind
     if (i < nallocs && allocs[i].base == base) {
         MS_LOG_ONCE("allocation at %#llx reported twice without a free in between",
                     (unsigned long long)base);
-        ctr.live_bytes -= allocs[i].bytes;
+        *live_of(allocs[i].kind) -= allocs[i].bytes;
     } else {
         if (nallocs == capallocs) {
             size_t ncap = capallocs ? capallocs * 2 : 64;
@@ -126,7 +132,7 @@ static void alloc_insert(uint64_t base, uint64_t bytes, enum ms_region_kind kind
         nallocs++;
     }
     allocs[i] = (struct alloc){base, bytes, (uint8_t)kind};
-    ctr.live_bytes += bytes;
+    *live_of((uint8_t)kind) += bytes;
     if (ctr.live_bytes > ctr.peak_bytes)
         ctr.peak_bytes = ctr.live_bytes;
 }
@@ -136,7 +142,7 @@ static bool alloc_remove(uint64_t base)
     size_t i = lower_bound(base);
     if (i == nallocs || allocs[i].base != base)
         return false;
-    ctr.live_bytes -= allocs[i].bytes;
+    *live_of(allocs[i].kind) -= allocs[i].bytes;
     memmove(&allocs[i], &allocs[i + 1], (nallocs - i - 1) * sizeof *allocs);
     nallocs--;
     return true;
@@ -320,8 +326,12 @@ void ms_shim_on_init(unsigned int flags)
 void ms_shim_on_alloc(uint64_t ptr, uint64_t bytes, enum ms_region_kind kind)
 {
     pthread_mutex_lock(&ms__shim_lock);
-    ctr.allocs++;
-    ctr.alloc_bytes += bytes;
+    if (kind == MS_RK_HOST) {
+        ctr.host_allocs++;
+    } else {
+        ctr.allocs++;
+        ctr.alloc_bytes += bytes;
+    }
     alloc_insert(ptr, bytes, kind);
     if (trace_ready() && ptr != 0 && bytes != 0) {
         struct ms_trace_rec rec = {
@@ -358,7 +368,8 @@ void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool fre
         return;
     pthread_mutex_lock(&ms__shim_lock);
     if (freed && was) {
-        ctr.frees++;
+        if (was->kind != MS_RK_HOST)
+            ctr.frees++; /* host frees show in host_live_bytes */
     } else if (freed) {
         ctr.frees_unknown++;
         MS_LOG_ONCE("free of %#llx, which the shim never saw allocated", (unsigned long long)ptr);
@@ -605,6 +616,8 @@ uint64_t ms_shim_counter(const char *name)
         {"allocs", offsetof(struct ms_shim_counters, allocs)},
         {"frees", offsetof(struct ms_shim_counters, frees)},
         {"live_bytes", offsetof(struct ms_shim_counters, live_bytes)},
+        {"host_allocs", offsetof(struct ms_shim_counters, host_allocs)},
+        {"host_live_bytes", offsetof(struct ms_shim_counters, host_live_bytes)},
         {"peak_bytes", offsetof(struct ms_shim_counters, peak_bytes)},
         {"copies", offsetof(struct ms_shim_counters, copies)},
         {"memsets", offsetof(struct ms_shim_counters, memsets)},
@@ -643,6 +656,8 @@ void ms__shim_events_exit(bool verbose)
         {"frees", c.frees},
         {"frees_unknown", c.frees_unknown},
         {"live_bytes", c.live_bytes},
+        {"host_allocs", c.host_allocs},
+        {"host_live_bytes", c.host_live_bytes},
         {"peak_bytes", c.peak_bytes},
         {"copies", c.copies},
         {"copy_bytes", c.copy_bytes},

@@ -17,6 +17,9 @@
  *   free synchronizes the context), so no queued work can still use it. Allocations from
  *   explicit pools (cuMemAllocFromPoolAsync) keep the pool's semantics (export, access,
  *   thresholds) and go to the driver: neither evicted nor counted against the budget.
+ *
+ *   Page-locked host memory (cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister) is reported as
+ *   allocations of kind host, counted apart from device memory (host_allocs, host_live_bytes).
  */
 #include "shim/shim_int.h"
 
@@ -165,5 +168,54 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t *pfree, size_t *ptotal)
     CUresult rc = MS_REAL(cuMemGetInfo_v2)(pfree, ptotal);
     if (rc == CUDA_SUCCESS && pfree && ptotal)
         ms_shim_on_meminfo(*pfree, *ptotal);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Page-locked host memory: counted apart (host_allocs, host_live_bytes) and traced as regions
+ * of kind host, never evicted; the engine's own backing stores use the driver directly.       */
+
+static void report_host(CUresult rc, void *const *pp, uint64_t bytes)
+{
+    if (rc == CUDA_SUCCESS && pp && *pp)
+        ms_shim_on_alloc((uint64_t)(uintptr_t)*pp, bytes, MS_RK_HOST);
+}
+
+CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    CUresult rc = MS_REAL(cuMemAllocHost_v2)(pp, bytesize);
+    report_host(rc, pp, bytesize);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    CUresult rc = MS_REAL(cuMemHostAlloc)(pp, bytesize, Flags);
+    report_host(rc, pp, bytesize);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+    struct ms_shim_alloc was;
+    bool known = ms_shim_on_free_begin((uint64_t)(uintptr_t)p, &was);
+    CUresult rc = MS_REAL(cuMemFreeHost)(p);
+    ms_shim_on_free_end((uint64_t)(uintptr_t)p, known ? &was : NULL, rc == CUDA_SUCCESS);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    CUresult rc = MS_REAL(cuMemHostRegister_v2)(p, bytesize, Flags);
+    report_host(rc, &p, bytesize);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+    struct ms_shim_alloc was;
+    bool known = ms_shim_on_free_begin((uint64_t)(uintptr_t)p, &was);
+    CUresult rc = MS_REAL(cuMemHostUnregister)(p);
+    ms_shim_on_free_end((uint64_t)(uintptr_t)p, known ? &was : NULL, rc == CUDA_SUCCESS);
     return rc;
 }

@@ -91,7 +91,9 @@ struct ms_shim_counters {
     uint64_t alloc_bytes;      /* sum of their sizes */
     uint64_t frees;            /* successful frees of a known allocation */
     uint64_t frees_unknown;    /* successful frees of an address the shim never saw (not 0) */
-    uint64_t live_bytes;       /* bytes allocated and not freed */
+    uint64_t live_bytes;       /* bytes allocated and not freed (device memory) */
+    uint64_t host_allocs;      /* page-locked host allocations and registrations (not in allocs) */
+    uint64_t host_live_bytes;  /* their bytes not freed or unregistered */
     uint64_t peak_bytes;       /* maximum of live_bytes */
     uint64_t copies, copy_bytes;
     uint64_t memsets, memset_bytes;

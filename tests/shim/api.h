@@ -44,6 +44,11 @@
     X(MemAlloc, cuMemAlloc, 3020, cuMemAlloc_v2, cuMemAlloc_v2)                                    \
     X(MemAllocPitch, cuMemAllocPitch, 3020, cuMemAllocPitch_v2, cuMemAllocPitch_v2)                \
     X(MemAllocManaged, cuMemAllocManaged, 6000, cuMemAllocManaged, cuMemAllocManaged)              \
+    X(MemAllocHost, cuMemAllocHost, 3020, cuMemAllocHost_v2, cuMemAllocHost_v2)                    \
+    X(MemHostAlloc, cuMemHostAlloc, 2020, cuMemHostAlloc, cuMemHostAlloc)                          \
+    X(MemFreeHost, cuMemFreeHost, 2000, cuMemFreeHost, cuMemFreeHost)                              \
+    X(MemHostRegister, cuMemHostRegister, 6050, cuMemHostRegister_v2, cuMemHostRegister_v2)        \
+    X(MemHostUnregister, cuMemHostUnregister, 4000, cuMemHostUnregister, cuMemHostUnregister)      \
     X(MemFree, cuMemFree, 3020, cuMemFree_v2, cuMemFree_v2)                                        \
     X(MemAllocAsync, cuMemAllocAsync, 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz)                \
     X(MemFreeAsync, cuMemFreeAsync, 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz)                    \

@@ -129,7 +129,8 @@ workload() {
         local summary
         summary=$(grep 'summary ' "$WORK/$name.err")
         same_keys "libmsched summary" "$(grep '^EXPECT shim' <<<"$out")" "$summary" \
-            launches allocs frees copies memsets unknown_layout syncs live_bytes || ok=0
+            launches allocs frees copies memsets unknown_layout syncs live_bytes host_allocs \
+            host_live_bytes || ok=0
         if [ "$(value trace_dropped "$summary")" != 0 ]; then
             echo "    the trace dropped records: $summary"
             ok=0

@@ -480,6 +480,34 @@ static int step_vmm(void)
     return 0;
 }
 
+/* Page-locked host memory: allocated, registered, used for copies, freed. */
+static int step_host(void)
+{
+    void *a = NULL, *b = NULL;
+    static unsigned char reg[8192];
+    CUdeviceptr d;
+    MS_CK(api->MemAllocHost(&a, 4096));
+    MS_CK(api->MemHostAlloc(&b, 4096, 0));
+    MS_CK(api->MemHostRegister(reg, sizeof reg, 0));
+    ex.s_host += 3;
+    memset(a, 0x3c, 4096);
+    MS_CK(api->MemAlloc(&d, 4096));
+    ex.allocs++;
+    MS_CK(api->MemcpyHtoD(d, a, 4096));
+    MS_CK(api->MemcpyDtoH(b, d, 4096));
+    MS_CK(api->MemcpyDtoH(reg, d, 4096));
+    ex.copies += 3;
+    if (memcmp(a, b, 4096) != 0 || memcmp(a, reg, 4096) != 0)
+        return fail("copies through page-locked host memory lost data");
+    hash_bytes(b, 64);
+    MS_CK(api->MemFree(d));
+    ex.frees++;
+    MS_CK(api->MemHostUnregister(reg));
+    MS_CK(api->MemFreeHost(b));
+    MS_CK(api->MemFreeHost(a));
+    return 0;
+}
+
 static int step_events(CUstream s)
 {
     CUevent e0, e1;
@@ -564,7 +592,7 @@ int ms_workload_run(const struct ms_api *a, const struct ms_fake_api *fk)
         return 1;
     CUstream s;
     MS_CK(a->StreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    if (step_compute(s) || step_misc_launches(s) || step_2d() || step_vmm() || step_events(s) ||
+    if (step_compute(s) || step_misc_launches(s) || step_2d() || step_vmm() || step_host() || step_events(s) ||
         step_threads())
         return 1;
     MS_CK(a->StreamDestroy(s));
@@ -585,10 +613,11 @@ int ms_workload_run(const struct ms_api *a, const struct ms_fake_api *fk)
            (unsigned long long)(after.copies - before.copies),
            (unsigned long long)(after.memsets - before.memsets));
     printf("EXPECT shim launches=%d allocs=%d frees=%d copies=%d memsets=%d unknown_layout=%d "
-           "syncs=%d live_bytes=0\n",
+           "syncs=%d live_bytes=0 host_allocs=%d host_live_bytes=0\n",
            ex.s_launches, ex.allocs + ex.s_maps, ex.frees + ex.s_maps, ex.s_copies, ex.s_memsets,
-           ex.s_unknown, ex.s_syncs);
+           ex.s_unknown, ex.s_syncs, ex.s_host);
     printf("EXPECT trace kernel=%d alloc=%d free=%d copy=%d memset=%d sync=%d\n", ex.t_kernels,
-           ex.allocs + ex.s_maps, ex.frees + ex.s_maps, ex.s_copies, ex.s_memsets, ex.s_syncs);
+           ex.allocs + ex.s_maps + ex.s_host, ex.frees + ex.s_maps + ex.s_host, ex.s_copies,
+           ex.s_memsets, ex.s_syncs);
     return 0;
 }

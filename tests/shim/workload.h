@@ -27,6 +27,7 @@ struct ms_expect {
     int launches, allocs, frees, copies, memsets;            /* fake */
     int s_launches, s_copies, s_memsets, s_unknown, s_syncs; /* shim (allocs, frees as fake) */
     int s_maps;                                              /* shim: VMM maps = unmaps */
+    int s_host;                                              /* shim: host allocations */
     int t_kernels;                                           /* trace (others as shim) */
 };
 
