@@ -530,6 +530,21 @@ int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long lon
     return rc;
 }
 
+int ms_shim_on_memop(uint64_t addr, uint64_t bytes, struct ms_shim_stream s)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.stream_memops++;
+    pthread_mutex_unlock(&ms__shim_lock);
+    return bytes ? ms_engine_gate_range(addr, bytes, s) : ms_engine_gate_unbounded(s);
+}
+
+void ms_shim_on_host_func(void)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.host_funcs++;
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
 int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
 {
     pthread_mutex_lock(&ms__shim_lock);
@@ -617,6 +632,8 @@ uint64_t ms_shim_counter(const char *name)
         {"frees", offsetof(struct ms_shim_counters, frees)},
         {"live_bytes", offsetof(struct ms_shim_counters, live_bytes)},
         {"host_allocs", offsetof(struct ms_shim_counters, host_allocs)},
+        {"stream_memops", offsetof(struct ms_shim_counters, stream_memops)},
+        {"host_funcs", offsetof(struct ms_shim_counters, host_funcs)},
         {"host_live_bytes", offsetof(struct ms_shim_counters, host_live_bytes)},
         {"peak_bytes", offsetof(struct ms_shim_counters, peak_bytes)},
         {"copies", offsetof(struct ms_shim_counters, copies)},
@@ -657,6 +674,8 @@ void ms__shim_events_exit(bool verbose)
         {"frees_unknown", c.frees_unknown},
         {"live_bytes", c.live_bytes},
         {"host_allocs", c.host_allocs},
+        {"stream_memops", c.stream_memops},
+        {"host_funcs", c.host_funcs},
         {"host_live_bytes", c.host_live_bytes},
         {"peak_bytes", c.peak_bytes},
         {"copies", c.copies},

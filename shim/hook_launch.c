@@ -198,3 +198,56 @@ LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
 
 GRAPH_HOOK(cuGraphLaunch, false)
 GRAPH_HOOK(cuGraphLaunch_ptsz, true)
+
+/* Stream memory operations touch device memory from the stream: their word is gated like a
+ * copy's range (a batch of them on the whole footprint). Host functions are only counted. */
+#define MEMOP_HOOK(name, val_t, bytes, pt)                                                         \
+    CUresult CUDAAPI name(CUstream stream, CUdeviceptr addr, val_t value, unsigned int flags)      \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        MS_GATED(ms_shim_on_memop(addr, bytes, (struct ms_shim_stream){stream, pt}));              \
+        return real(stream, addr, value, flags);                                                   \
+    }
+
+MEMOP_HOOK(cuStreamWriteValue32, cuuint32_t, 4, false)
+MEMOP_HOOK(cuStreamWriteValue32_ptsz, cuuint32_t, 4, true)
+MEMOP_HOOK(cuStreamWriteValue32_v2, cuuint32_t, 4, false)
+MEMOP_HOOK(cuStreamWriteValue32_v2_ptsz, cuuint32_t, 4, true)
+MEMOP_HOOK(cuStreamWaitValue32, cuuint32_t, 4, false)
+MEMOP_HOOK(cuStreamWaitValue32_ptsz, cuuint32_t, 4, true)
+MEMOP_HOOK(cuStreamWaitValue32_v2, cuuint32_t, 4, false)
+MEMOP_HOOK(cuStreamWaitValue32_v2_ptsz, cuuint32_t, 4, true)
+MEMOP_HOOK(cuStreamWriteValue64, cuuint64_t, 8, false)
+MEMOP_HOOK(cuStreamWriteValue64_ptsz, cuuint64_t, 8, true)
+MEMOP_HOOK(cuStreamWriteValue64_v2, cuuint64_t, 8, false)
+MEMOP_HOOK(cuStreamWriteValue64_v2_ptsz, cuuint64_t, 8, true)
+MEMOP_HOOK(cuStreamWaitValue64, cuuint64_t, 8, false)
+MEMOP_HOOK(cuStreamWaitValue64_ptsz, cuuint64_t, 8, true)
+MEMOP_HOOK(cuStreamWaitValue64_v2, cuuint64_t, 8, false)
+MEMOP_HOOK(cuStreamWaitValue64_v2_ptsz, cuuint64_t, 8, true)
+
+#define BATCH_MEMOP_HOOK(name, pt)                                                                 \
+    CUresult CUDAAPI name(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *p,        \
+                          unsigned int flags)                                                      \
+    {                                                                                              \
+        __typeof__(&name) real = MS_REAL(name);                                                    \
+        MS_GATED(ms_shim_on_memop(0, 0, (struct ms_shim_stream){stream, pt}));                     \
+        return real(stream, count, p, flags);                                                      \
+    }
+
+BATCH_MEMOP_HOOK(cuStreamBatchMemOp, false)
+BATCH_MEMOP_HOOK(cuStreamBatchMemOp_ptsz, true)
+BATCH_MEMOP_HOOK(cuStreamBatchMemOp_v2, false)
+BATCH_MEMOP_HOOK(cuStreamBatchMemOp_v2_ptsz, true)
+
+CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
+{
+    ms_shim_on_host_func();
+    return MS_REAL(cuLaunchHostFunc)(hStream, fn, userData);
+}
+
+CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
+{
+    ms_shim_on_host_func();
+    return MS_REAL(cuLaunchHostFunc_ptsz)(hStream, fn, userData);
+}

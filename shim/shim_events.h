@@ -93,6 +93,8 @@ struct ms_shim_counters {
     uint64_t frees_unknown;    /* successful frees of an address the shim never saw (not 0) */
     uint64_t live_bytes;       /* bytes allocated and not freed (device memory) */
     uint64_t host_allocs;      /* page-locked host allocations and registrations (not in allocs) */
+    uint64_t stream_memops;    /* cuStreamWrite/WaitValue*, cuStreamBatchMemOp */
+    uint64_t host_funcs;       /* cuLaunchHostFunc */
     uint64_t host_live_bytes;  /* their bytes not freed or unregistered */
     uint64_t peak_bytes;       /* maximum of live_bytes */
     uint64_t copies, copy_bytes;
@@ -128,6 +130,10 @@ int ms_shim_on_launch(const struct ms_shim_launch *l);
 int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long long *src,
                           const size_t *bytes, size_t n,
                           struct ms_shim_stream s);
+/* A stream memory operation on [addr, addr + bytes) (bytes 0: a batch, everything gated), and a
+ * host function launched into a stream (counted only). */
+int ms_shim_on_memop(uint64_t addr, uint64_t bytes, struct ms_shim_stream s);
+void ms_shim_on_host_func(void);
 /* A graph launch: gated on what the graph reaches (engine.h), everything when unknown. */
 int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s);
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,

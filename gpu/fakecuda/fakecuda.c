@@ -729,6 +729,8 @@ static const struct {
     FK_ENTRY(cuMemAllocAsync_ptsz),
     FK_ENTRY(cuMemAllocManaged),
     FK_ENTRY(cuMemPrefetchAsync_v2),
+    FK_ENTRY(cuStreamWriteValue32_v2),
+    FK_ENTRY(cuStreamWriteValue32_v2_ptsz),
     FK_ENTRY(cuMemAllocHost_v2),
     FK_ENTRY(cuMemHostAlloc),
     FK_ENTRY(cuMemFreeHost),

@@ -572,6 +572,40 @@ CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs
     return copy_batch(dsts, srcs, sizes, count, hStream);
 }
 
+/* Stream memory operations: a 32-bit write (checked like a memset); a wait returns at once
+ * when the word already holds the value (everything here is synchronous), else it is an error. */
+static CUresult write_value32(CUstream st, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    (void)flags;
+    CUresult rc = ms__fk_ready();
+    if (rc == CUDA_SUCCESS)
+        rc = ms__fk_stream_ok(st);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (addr % 4)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    rc = ms__fk_check_range(addr, 4, false, true);
+    if (rc == CUDA_ERROR_ILLEGAL_ADDRESS)
+        ms__fk_stats.illegal++;
+    pthread_mutex_unlock(&ms__fk_lock);
+    if (rc == CUDA_SUCCESS)
+        memcpy((void *)(uintptr_t)addr, &value, 4);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags)
+{
+    return write_value32(stream, addr, value, flags);
+}
+
+CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                              unsigned int flags)
+{
+    return write_value32(stream, addr, value, flags);
+}
+
 /* Fill `rows` rows of n elements of `elem` bytes, `pitch` apart, with value v. */
 static CUresult fill(CUdeviceptr dst, uint32_t v, unsigned elem, size_t n, size_t rows,
                      size_t pitch, CUstream s)

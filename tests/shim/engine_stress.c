@@ -113,6 +113,7 @@ struct buf {
 };
 
 static CUresult (*p_3d)(const CUDA_MEMCPY3D *);
+static CUresult (*p_write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 static CUresult (*p_batch)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
                            size_t *, size_t, CUstream);
 static CUresult (*p_alloc_async)(CUdeviceptr *, size_t, CUstream);
@@ -344,6 +345,7 @@ int main(int argc, char **argv)
     LOAD(p_free, "cuMemFree_v2");
     LOAD(p_alloc_async, "cuMemAllocAsync");
     LOAD(p_3d, "cuMemcpy3D_v2");
+    LOAD(p_write32, "cuStreamWriteValue32_v2");
     LOAD(p_batch, "cuMemcpyBatchAsync_v2");
     LOAD(p_free_async, "cuMemFreeAsync");
     LOAD(p_alloc_pitch, "cuMemAllocPitch_v2");
@@ -400,7 +402,7 @@ int main(int argc, char **argv)
     uint32_t *tmp = malloc(16u * MIB), *tmp2 = malloc(16u * MIB);
     for (op = 0; op < ops; op++) {
         int i = (int)(rnd() % NBUF), j = (int)(rnd() % NBUF);
-        int kind = (int)(rnd() % 10);
+        int kind = (int)(rnd() % 11);
         if (!b[i].d || kind == 0) {
             /* (re)allocate i: free it first if it exists */
             if (b[i].d) {
@@ -531,6 +533,13 @@ int main(int argc, char **argv)
             memcpy(b[i].shadow + off, tmp, n * 4);
             for (uint64_t k = 0; k < m; k++)
                 mismatches += tmp2[k] != b[j].shadow[offj + k];
+            break;
+        }
+        case 10: { /* a stream memory operation writes one word */
+            uint64_t off = rnd() % b[i].words;
+            uint32_t v = (uint32_t)rnd();
+            CK(p_write32(NULL, b[i].d + off * 4, v, 0));
+            b[i].shadow[off] = v;
             break;
         }
         default:
