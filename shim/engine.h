@@ -3,10 +3,12 @@
  *
  * Design
  *   Active only when a budget is configured (MSCHED_BUDGET, bytes; `msched run --budget`) and
- *   MSCHED_ENGINE is not "off". Then every cuMemAlloc_v2 of the process's first context becomes
- *   a region (core/region.h): a reserved virtual range whose chunks are mapped to physical
- *   memory only while resident (gpu/cuda/gpu_cuda.h), at the same addresses for the
- *   allocation's life, with a pinned host backing store allocated with the region. Nothing is
+ *   MSCHED_ENGINE is not "off". Then every cuMemAlloc_v2, cuMemAllocPitch_v2 and
+ *   cuMemAllocAsync of the process's first context becomes a region (core/region.h): a reserved
+ *   virtual range whose chunks are mapped to physical memory only while resident
+ *   (gpu/cuda/gpu_cuda.h), at the same addresses for the allocation's life, with a pinned host
+ *   backing store allocated with the region. The application's own VMM mappings of plain
+ *   device handles become regions too (hook_vmm.c, ms_engine_vmm_*). Nothing is
  *   mapped at allocation: the first command that touches a chunk maps it.
  *
  *   The launch gate (the correctness rule, docs/architecture.md): before a kernel launch, copy
@@ -24,8 +26,9 @@
  *   the seam prefetches to evict and, for unified, to populate; demand leaves populations to
  *   the GPU's page faults): docs/engine.md. Everything else is the same.
  *
- *   Allocations the engine does not take (async/pool, pitched, managed, a second context) go to
- *   the real driver and are neither evicted nor counted against the budget.
+ *   Allocations the engine does not take (explicit pools, managed, exportable VMM handles, a
+ *   second context) go to the real driver and are neither evicted nor counted against the
+ *   budget.
  *
  *   With a daemon (client.h: its socket exists and MSCHED_DAEMON is not "off") the engine is
  *   active even without MSCHED_BUDGET and runs in daemon mode: the budget is the daemon's, the
