@@ -20,8 +20,12 @@
  *   initialisation: header, then one task record (id = pid, name = program name), then one
  *   record per event, formatted by ms_trace_format and buffered; the buffer is written when
  *   it fills, at each synchronisation and at exit. "%p" in the path becomes the pid, so
- *   several processes can trace side by side. Kernel durations are 0: the shim does not time
- *   kernels. A launch whose parameter bytes exceed the format's 4096 is written without its
+ *   several processes can trace side by side. Kernel durations are measured: while tracing,
+ *   each launch (on a stream not being captured) is bracketed by two CUDA events recorded just
+ *   before and just after the real call, and its record waits in an in-order queue (every
+ *   later record queues behind it) until the end event has completed; the queue is drained
+ *   without blocking at synchronisations and when it grows long, and completely at exit. The
+ *   driver calls (events) are made without the lock. A launch whose parameter bytes exceed the format's 4096 is written without its
  *   bytes and layout; a name longer than the format's 511 bytes is cut. Both count as
  *   trace_dropped.
  *
@@ -77,6 +81,31 @@ static struct {
     char *line; /* one formatted record */
     uint32_t task;
 } tr = {.fd = -1};
+
+/* Records waiting for their kernel's end event, in order (ms__shim_lock held). */
+struct pend {
+    struct ms_trace_rec rec; /* name, params, layout: owned copies */
+    CUevent ev0, ev1;        /* timed: recorded around the real launch */
+    uint64_t seq;
+    bool timed, ended; /* ended: nothing more will be recorded for it */
+};
+static struct {
+    struct pend *v;
+    size_t head, n, cap;
+    uint64_t next_seq;
+    bool draining;
+    CUevent *pool; /* idle timing events */
+    size_t npool, cappool;
+} pq = {.next_seq = 1};
+static bool timing_on; /* the trace is open: time kernels (atomic) */
+static _Thread_local struct {
+    uint64_t seq; /* this thread's launch awaiting its events (0: none) */
+    CUevent ev0, ev1;
+    CUstream stream;
+} tl;
+
+#define PQ_DRAIN 4096   /* queued records that start a non-blocking drain */
+#define PQ_MAX 65536    /* ... and a blocking one */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Allocations and streams (ms__shim_lock held)                                                 */
@@ -225,7 +254,133 @@ static void trace_flush(void)
     tr.len = 0;
 }
 
+static void trace_put_now(const struct ms_trace_rec *rec);
+
+static struct pend *pq_find(uint64_t seq)
+{
+    if (!pq.n || seq < pq.v[pq.head].seq || seq - pq.v[pq.head].seq >= pq.n)
+        return NULL;
+    return &pq.v[pq.head + (seq - pq.v[pq.head].seq)];
+}
+
+/* Queue a deep copy of rec; NULL when out of memory (the record is then written now). */
+static struct pend *pq_push(const struct ms_trace_rec *rec)
+{
+    if (pq.head && pq.head + pq.n == pq.cap) {
+        memmove(pq.v, pq.v + pq.head, pq.n * sizeof(*pq.v));
+        pq.head = 0;
+    }
+    if (pq.head + pq.n == pq.cap) {
+        size_t cap = pq.cap ? pq.cap * 2 : 256;
+        struct pend *v = realloc(pq.v, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        pq.v = v;
+        pq.cap = cap;
+    }
+    struct pend *p = &pq.v[pq.head + pq.n];
+    memset(p, 0, sizeof(*p));
+    p->rec = *rec;
+    p->rec.name = rec->name ? strdup(rec->name) : NULL;
+    p->rec.params = NULL;
+    p->rec.layout = NULL;
+    uint8_t *params = rec->params_len ? malloc(rec->params_len) : NULL;
+    struct ms_param_layout *lay = rec->nlayout ? malloc(rec->nlayout * sizeof(*lay)) : NULL;
+    if ((rec->name && !p->rec.name) || (rec->params_len && !params) || (rec->nlayout && !lay)) {
+        free((void *)p->rec.name);
+        free(params);
+        free(lay);
+        return NULL;
+    }
+    if (params)
+        memcpy(params, rec->params, rec->params_len);
+    if (lay)
+        memcpy(lay, rec->layout, rec->nlayout * sizeof(*lay));
+    p->rec.params = params;
+    p->rec.layout = lay;
+    p->seq = pq.next_seq++;
+    p->ended = true;
+    pq.n++;
+    return p;
+}
+
+static void pend_free(struct pend *p)
+{
+    free((void *)p->rec.name);
+    free((void *)p->rec.params);
+    free((void *)p->rec.layout);
+}
+
+static void pool_put(CUevent e)
+{
+    if (!e)
+        return;
+    if (ms_grow((void **)&pq.pool, &pq.cappool, pq.npool + 1, sizeof(*pq.pool)) == MS_OK)
+        pq.pool[pq.npool++] = e;
+    /* else the event leaks: a handful at most, only when memory is short */
+}
+
+/* A record: behind the queue when records are waiting, else straight to the buffer. */
 static void trace_put(const struct ms_trace_rec *rec)
+{
+    if (pq.n && pq_push(rec))
+        return;
+    trace_put_now(rec);
+}
+
+/*
+ * Write the queued records whose kernels have finished, in order (called without the lock).
+ * wait: block for each kernel (exit); else stop at the first one still running.
+ */
+static void trace_drain(bool wait)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    if (pq.draining || !pq.n) {
+        pthread_mutex_unlock(&ms__shim_lock);
+        return;
+    }
+    pq.draining = true;
+    size_t n = 0;
+    while (n < pq.n && pq.v[pq.head + n].ended)
+        n++;
+    struct pend *batch = n ? malloc(n * sizeof(*batch)) : NULL;
+    if (batch)
+        memcpy(batch, pq.v + pq.head, n * sizeof(*batch));
+    else
+        n = 0;
+    pthread_mutex_unlock(&ms__shim_lock);
+    size_t done = 0;
+    for (; done < n; done++) {
+        struct pend *p = &batch[done];
+        if (!p->timed)
+            continue;
+        CUresult r = wait ? MS_REAL(cuEventSynchronize)(p->ev1) : MS_REAL(cuEventQuery)(p->ev1);
+        if (r == CUDA_ERROR_NOT_READY)
+            break;
+        float ms = 0;
+        if (r == CUDA_SUCCESS && MS_REAL(cuEventElapsedTime_v2)(&ms, p->ev0, p->ev1) == CUDA_SUCCESS &&
+            ms > 0)
+            p->rec.dur_ns = (uint64_t)((double)ms * 1e6);
+    }
+    pthread_mutex_lock(&ms__shim_lock);
+    for (size_t i = 0; i < done; i++) {
+        trace_put_now(&batch[i].rec);
+        pend_free(&batch[i]);
+        pool_put(batch[i].ev0);
+        pool_put(batch[i].ev1);
+    }
+    pq.head += done;
+    pq.n -= done;
+    if (!pq.n)
+        pq.head = 0;
+    pq.draining = false;
+    if (wait)
+        trace_flush();
+    pthread_mutex_unlock(&ms__shim_lock);
+    free(batch);
+}
+
+static void trace_put_now(const struct ms_trace_rec *rec)
 {
     int n = ms_trace_format(rec, tr.line, TRACE_LINE_BYTES);
     if (n < 0) {
@@ -297,6 +452,7 @@ static bool trace_ready(void)
     snprintf(name, sizeof name, "%s", program_invocation_short_name);
     rec = (struct ms_trace_rec){.kind = MS_TR_TASK, .task = tr.task, .name = name};
     trace_put(&rec);
+    __atomic_store_n(&timing_on, tr.fd >= 0, __ATOMIC_RELEASE);
     return tr.fd >= 0;
 }
 
@@ -388,7 +544,7 @@ void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool fre
     pthread_mutex_unlock(&ms__shim_lock);
 }
 
-static void trace_launch(const struct ms_shim_launch *l)
+static void trace_launch(const struct ms_shim_launch *l, bool timed)
 {
     struct ms_trace_rec rec = {.kind = MS_TR_KERNEL, .task = tr.task};
     rec.stream = stream_id(l->stream);
@@ -422,11 +578,108 @@ static void trace_launch(const struct ms_shim_launch *l)
         MS_LOG_ONCE("trace: %zu parameter bytes of %s exceed the format's %u; written without",
                     l->params_len, l->name, MS_TRACE_MAX_PARAMS);
     }
-    trace_put(&rec);
+    struct pend *p = timed ? pq_push(&rec) : NULL;
+    if (!p) {
+        trace_put(&rec);
+        return;
+    }
+    p->timed = true;
+    p->ended = false; /* its events are recorded around the real call */
+    p->ev0 = tl.ev0;
+    p->ev1 = tl.ev1;
+    tl.seq = p->seq;
+    tl.ev0 = tl.ev1 = NULL;
+}
+
+/* The stream handle a launch's events go on. */
+static CUstream event_stream(struct ms_shim_stream s)
+{
+    if (!s.handle && s.per_thread)
+        return CU_STREAM_PER_THREAD;
+    return (CUstream)s.handle;
+}
+
+/* Two events for timing a launch on s (outside the lock); false: do not time it. */
+static bool timing_prepare(struct ms_shim_stream s)
+{
+    if (!__atomic_load_n(&timing_on, __ATOMIC_ACQUIRE))
+        return false;
+    CUstream st = event_stream(s);
+    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = MS_REAL(cuStreamIsCapturing)(st, &cap);
+    if ((r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_FOUND) || cap != CU_STREAM_CAPTURE_STATUS_NONE)
+        return false; /* events would become graph nodes */
+    CUevent e[2] = {NULL, NULL};
+    pthread_mutex_lock(&ms__shim_lock);
+    for (int i = 0; i < 2 && pq.npool; i++)
+        e[i] = pq.pool[--pq.npool];
+    pthread_mutex_unlock(&ms__shim_lock);
+    for (int i = 0; i < 2; i++)
+        if (!e[i] && MS_REAL(cuEventCreate)(&e[i], CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+            e[i] = NULL;
+    if (!e[0] || !e[1]) {
+        pthread_mutex_lock(&ms__shim_lock);
+        pool_put(e[0]);
+        pool_put(e[1]);
+        pthread_mutex_unlock(&ms__shim_lock);
+        return false;
+    }
+    tl.ev0 = e[0];
+    tl.ev1 = e[1];
+    tl.stream = st;
+    return true;
+}
+
+/* The launch is about to be forwarded (gate 0) or refused: record its start, or give up. */
+static void timing_start(int gate)
+{
+    if (!tl.seq)
+        return;
+    struct pend *p;
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    if (gate == 0) {
+        pthread_mutex_lock(&ms__shim_lock);
+        p = pq_find(tl.seq);
+        CUevent e0 = p ? p->ev0 : NULL;
+        pthread_mutex_unlock(&ms__shim_lock);
+        r = e0 ? MS_REAL(cuEventRecord)(e0, tl.stream) : CUDA_ERROR_UNKNOWN;
+    }
+    if (r != CUDA_SUCCESS) {
+        pthread_mutex_lock(&ms__shim_lock);
+        if ((p = pq_find(tl.seq)) != NULL) {
+            p->timed = false;
+            p->ended = true;
+        }
+        pthread_mutex_unlock(&ms__shim_lock);
+        tl.seq = 0;
+    }
+}
+
+/* The real call returned: record the end (outside the lock); the record may now be written. */
+static void timing_end(void)
+{
+    if (!tl.seq)
+        return;
+    pthread_mutex_lock(&ms__shim_lock);
+    struct pend *p = pq_find(tl.seq);
+    CUevent e1 = p ? p->ev1 : NULL;
+    pthread_mutex_unlock(&ms__shim_lock);
+    CUresult r = e1 ? MS_REAL(cuEventRecord)(e1, tl.stream) : CUDA_ERROR_UNKNOWN;
+    pthread_mutex_lock(&ms__shim_lock);
+    if ((p = pq_find(tl.seq)) != NULL) {
+        p->timed = r == CUDA_SUCCESS;
+        p->ended = true;
+    }
+    size_t queued = pq.n;
+    pthread_mutex_unlock(&ms__shim_lock);
+    tl.seq = 0;
+    if (queued >= PQ_DRAIN)
+        trace_drain(queued >= PQ_MAX);
 }
 
 int ms_shim_on_launch(const struct ms_shim_launch *l)
 {
+    bool timed = timing_prepare(l->stream);
     pthread_mutex_lock(&ms__shim_lock);
     ctr.launches++;
     if ((unsigned)l->kind < MS_SHIM_LAUNCH_KINDS)
@@ -434,9 +687,16 @@ int ms_shim_on_launch(const struct ms_shim_launch *l)
     if (!l->layout)
         ctr.launches_unknown++;
     if (trace_ready())
-        trace_launch(l);
+        trace_launch(l, timed);
+    if (tl.ev0 || tl.ev1) { /* not queued: the events go back */
+        pool_put(tl.ev0);
+        pool_put(tl.ev1);
+        tl.ev0 = tl.ev1 = NULL;
+    }
     pthread_mutex_unlock(&ms__shim_lock);
-    return ms_engine_gate_launch(l);
+    int gate = ms_engine_gate_launch(l);
+    timing_start(gate);
+    return gate;
 }
 
 int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s)
@@ -566,6 +826,7 @@ int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
 void ms__shim_gate_end(int *gate)
 {
     (void)gate;
+    timing_end();
     ms_engine_gate_end();
 }
 
@@ -573,12 +834,15 @@ void ms_shim_on_sync(void)
 {
     pthread_mutex_lock(&ms__shim_lock);
     ctr.syncs++;
-    if (trace_ready()) {
+    bool tracing = trace_ready();
+    if (tracing) {
         struct ms_trace_rec rec = {.kind = MS_TR_SYNC, .task = tr.task};
         trace_put(&rec);
         trace_flush();
     }
     pthread_mutex_unlock(&ms__shim_lock);
+    if (tracing)
+        trace_drain(false); /* after a synchronisation most queued kernels have finished */
 }
 
 void ms_shim_on_meminfo(uint64_t free_bytes, uint64_t total_bytes)
@@ -651,6 +915,7 @@ uint64_t ms_shim_counter(const char *name)
 void ms__shim_events_exit(bool verbose)
 {
     struct ms_shim_counters c;
+    trace_drain(true);
     pthread_mutex_lock(&ms__shim_lock);
     trace_flush();
     c = ctr;
@@ -708,4 +973,10 @@ void ms__shim_events_atfork_child(void)
     tr.fd = -1;
     tr.opened = true; /* the child does not trace: the file belongs to the parent */
     tr.len = 0;
+    timing_on = false;
+    pq.head = pq.n = 0; /* the parent's queued records and events are not the child's */
+    pq.npool = 0;
+    pq.draining = false;
+    tl.seq = 0;
+    tl.ev0 = tl.ev1 = NULL;
 }

@@ -155,6 +155,14 @@ workload() {
                     ok=0
                 fi
             done < <(grep '^EXPECT_KERNEL ' <<<"$out")
+            # Kernel durations are measured (events around each launch): every kernel that ran
+            # on a stream not being captured has one above zero.
+            local timed
+            timed=$(awk '$1 == "kernel" && $4 > 0' "$WORK/$name.trace" | wc -l)
+            if [ "$timed" -eq 0 ]; then
+                echo "    no kernel record has a measured duration"
+                ok=0
+            fi
         else
             echo "    the core's reader refused the trace: $(head -n 1 "$WORK/$name.tc")"
             ok=0
