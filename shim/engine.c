@@ -495,6 +495,17 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
     return CUDA_SUCCESS;
 }
 
+bool ms_engine_owns(uint64_t va)
+{
+    if (!is_active())
+        return false;
+    pthread_mutex_lock(&E.lock);
+    uint32_t id;
+    bool yes = ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK;
+    pthread_mutex_unlock(&E.lock);
+    return yes;
+}
+
 bool ms_engine_vmm_owns(uint64_t va)
 {
     if (!is_active())

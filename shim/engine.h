@@ -116,6 +116,8 @@ bool ms_engine_vmm_ready(void);
 int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data);
 int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled);
 bool ms_engine_vmm_owns(uint64_t va);
+/* va lies in any region the engine virtualizes (its memory moves: not shareable by IPC). */
+bool ms_engine_owns(uint64_t va);
 
 struct ms_engine_stats {
     uint64_t regions, footprint, resident, budget;

@@ -798,6 +798,13 @@ int ms_shim_on_memop(uint64_t addr, uint64_t bytes, struct ms_shim_stream s)
     return bytes ? ms_engine_gate_range(addr, bytes, s) : ms_engine_gate_unbounded(s);
 }
 
+void ms_shim_on_ipc_open(void)
+{
+    pthread_mutex_lock(&ms__shim_lock);
+    ctr.ipc_opens++;
+    pthread_mutex_unlock(&ms__shim_lock);
+}
+
 void ms_shim_on_host_func(void)
 {
     pthread_mutex_lock(&ms__shim_lock);
@@ -898,6 +905,7 @@ uint64_t ms_shim_counter(const char *name)
         {"host_allocs", offsetof(struct ms_shim_counters, host_allocs)},
         {"stream_memops", offsetof(struct ms_shim_counters, stream_memops)},
         {"host_funcs", offsetof(struct ms_shim_counters, host_funcs)},
+        {"ipc_opens", offsetof(struct ms_shim_counters, ipc_opens)},
         {"host_live_bytes", offsetof(struct ms_shim_counters, host_live_bytes)},
         {"peak_bytes", offsetof(struct ms_shim_counters, peak_bytes)},
         {"copies", offsetof(struct ms_shim_counters, copies)},
@@ -941,6 +949,7 @@ void ms__shim_events_exit(bool verbose)
         {"host_allocs", c.host_allocs},
         {"stream_memops", c.stream_memops},
         {"host_funcs", c.host_funcs},
+        {"ipc_opens", c.ipc_opens},
         {"host_live_bytes", c.host_live_bytes},
         {"peak_bytes", c.peak_bytes},
         {"copies", c.copies},

@@ -24,6 +24,7 @@
 #include "shim/shim_int.h"
 
 #include "shim/shim_events.h"
+#include "shim/client.h"
 #include "shim/engine.h"
 
 static void report_alloc(CUresult rc, const CUdeviceptr *dptr, uint64_t bytes,
@@ -217,5 +218,40 @@ CUresult CUDAAPI cuMemHostUnregister(void *p)
     bool known = ms_shim_on_free_begin((uint64_t)(uintptr_t)p, &was);
     CUresult rc = MS_REAL(cuMemHostUnregister)(p);
     ms_shim_on_free_end((uint64_t)(uintptr_t)p, known ? &was : NULL, rc == CUDA_SUCCESS);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* IPC: memory the engine virtualizes moves between device and host, so it cannot be shared
+ * with another process; asking for a handle to it is refused in one line (the driver would
+ * refuse a VMM range too, less clearly). Memory opened from another process is not this
+ * process's to move: it is counted (ipc_opens) and left alone.                                 */
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    if (ms_engine_owns(dptr)) {
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            ms__engine_say("cuIpcGetMemHandle on memory msched moves is not supported: run the "
+                           "program with --engine off (MSCHED_ENGINE=off) to share device memory");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return MS_REAL(cuIpcGetMemHandle)(pHandle, dptr);
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                                       unsigned int Flags)
+{
+    CUresult rc = MS_REAL(cuIpcOpenMemHandle_v2)(pdptr, handle, Flags);
+    if (rc == CUDA_SUCCESS)
+        ms_shim_on_ipc_open();
+    return rc;
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    CUresult rc = MS_REAL(cuIpcOpenMemHandle)(pdptr, handle, Flags);
+    if (rc == CUDA_SUCCESS)
+        ms_shim_on_ipc_open();
     return rc;
 }

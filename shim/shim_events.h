@@ -95,6 +95,7 @@ struct ms_shim_counters {
     uint64_t host_allocs;      /* page-locked host allocations and registrations (not in allocs) */
     uint64_t stream_memops;    /* cuStreamWrite/WaitValue*, cuStreamBatchMemOp */
     uint64_t host_funcs;       /* cuLaunchHostFunc */
+    uint64_t ipc_opens;        /* cuIpcOpenMemHandle successes (another process's memory) */
     uint64_t host_live_bytes;  /* their bytes not freed or unregistered */
     uint64_t peak_bytes;       /* maximum of live_bytes */
     uint64_t copies, copy_bytes;
@@ -134,6 +135,7 @@ int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long lon
  * host function launched into a stream (counted only). */
 int ms_shim_on_memop(uint64_t addr, uint64_t bytes, struct ms_shim_stream s);
 void ms_shim_on_host_func(void);
+void ms_shim_on_ipc_open(void);
 /* A graph launch: gated on what the graph reaches (engine.h), everything when unknown. */
 int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s);
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,

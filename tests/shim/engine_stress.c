@@ -209,6 +209,12 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
     CK(map(base + pbase, sz, 0, pair[0], 0));
     CK(map(base + pbase + sz, sz, 0, pair[1], 0));
     CK(access(base + pbase, 2 * sz, &acc, 1));
+    /* Memory msched moves cannot be shared with another process: an IPC handle is refused
+     * (where the driver has no IPC at all, as the fake, the call is skipped: -1). */
+    CUresult (*ipc_get)(CUipcMemHandle *, CUdeviceptr);
+    *(void **)&ipc_get = dlsym(h, "cuIpcGetMemHandle");
+    CUipcMemHandle ih;
+    int ipc = ipc_get ? (int)ipc_get(&ih, base + pbase) : -1;
     {
         CUdeviceptr d = base + pbase;
         uint64_t n = 2 * words;
@@ -244,7 +250,8 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
     CK(release(pair[0]));
     CK(release(pair[1]));
     CK(afree(base, span));
-    printf("ENGINE_VMM rounds=%d mismatches=%llu\n", rounds, (unsigned long long)mismatches);
+    printf("ENGINE_VMM rounds=%d ipc=%d mismatches=%llu\n", rounds, ipc,
+           (unsigned long long)mismatches);
     return mismatches == 0 ? 0 : 1;
 }
 
