@@ -32,8 +32,13 @@ BUDGET_GIB=16
 MSCHED=$PWD/build/bin/msched
 MSCHEDD=$PWD/build/bin/mschedd
 WORKLOAD=${WORKLOAD:-micro}
-W=${W:-8}
+# The window starts once every process is past its start-up: language models load for longer.
+if [ "$WORKLOAD" = D ]; then W=${W:-30}; else W=${W:-8}; fi
 D=$((SECS - 4 - W))
+if [ "$D" -lt 5 ]; then
+    echo "run_sweep.sh: SECONDS ($SECS) must exceed the window start W ($W) by at least 9" >&2
+    exit 2
+fi
 BIN=$(mktemp -d)
 RAW=$BIN/raw
 mkdir -p "$RAW" "$OUT"
