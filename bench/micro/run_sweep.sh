@@ -15,7 +15,7 @@
 # Every daemon system uses the same round-robin slice (SLICE, default 1s). Each process runs
 # SECONDS (default 25) of tasks after one warm-up task and prints tasks per second. The daemon's
 # metrics are read twice inside the window when all four are in their timed loops (from W s
-# after the start, default 8, to SECONDS-4 s), so the bytes moved and switch times cover steady
+# after the start, default 8, 30 for D, to SECONDS-4 s), so the bytes moved and switch times cover steady
 # state.
 # Writes OUTDIR/sweep.jsonl (one line per process and one per daemon window) and
 # OUTDIR/raw-<pressures>.tgz (every output and daemon log); bench/micro/summarize_sweep.py turns
