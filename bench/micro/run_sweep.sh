@@ -4,7 +4,8 @@
 # The section 7.1 microbenchmark as a sweep: two vector-add and two matmul processes
 # (bench/micro/micro.cu), each a quarter of PRESSURE % of a 16 GiB budget, under each SYSTEM.
 # WORKLOAD=D runs four instances of workload D instead (bench/workloads/llm.py: Llama models of
-# a quarter of the pressure each, greedy decode, tokens per second). Systems:
+# a quarter of the pressure each, greedy decode, tokens per second); WORKLOAD=A the four
+# scientific kernels of bench/workloads/sci.cu (hotspot, dwt2d, cfd, nn). Systems:
 #   ref     the four processes at once, no msched, no budget (the normalization)
 #   slice   mschedd with a budget above the total: time slicing, no memory movement
 #   opt     mschedd, 16 GiB budget, OPT eviction (msched)
@@ -48,11 +49,15 @@ if [ -n "${MICRO:-}" ]; then
 else
     nvcc -O2 -o "$BIN/micro" bench/micro/micro.cu -lcublas || exit 1
 fi
+[ "$WORKLOAD" = A ] && { nvcc -O2 -o "$BIN/sci" bench/workloads/sci.cu || exit 1; }
 kinds=(vecadd vecadd matmul matmul)
+akinds=(hotspot dwt2d cfd nn)
 # cmd I GIB: process I's command line.
 cmd() {
     if [ "$WORKLOAD" = D ]; then
         echo "python3 $PWD/bench/workloads/llm.py $2 $SECS"
+    elif [ "$WORKLOAD" = A ]; then
+        echo "$BIN/sci ${akinds[$1]} $2 $SECS"
     else
         echo "$BIN/micro ${kinds[$1]} $2 $SECS"
     fi
