@@ -125,43 +125,53 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
     return rc;
 }
 
-CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+/*
+ * A free of dptr: reported on both sides of the call; the engine releases its own regions
+ * (waiting for the device), anything else goes to the driver's `real` (stream for the async
+ * variants, NULL for cuMemFree).
+ */
+static CUresult free_common(CUdeviceptr dptr, CUresult (*real)(CUdeviceptr, CUstream),
+                            CUstream stream)
 {
-    __typeof__(&cuMemFree_v2) real = MS_REAL(cuMemFree_v2);
     struct ms_shim_alloc was;
     bool known = ms_shim_on_free_begin(dptr, &was);
     bool handled = false;
     CUresult rc = (CUresult)ms_engine_free(dptr, &handled);
     if (!handled)
-        rc = real(dptr);
+        rc = real(dptr, stream);
     ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
     return rc;
+}
+
+static CUresult real_free(CUdeviceptr dptr, CUstream unused)
+{
+    (void)unused;
+    return MS_REAL(cuMemFree_v2)(dptr);
+}
+
+static CUresult real_free_async(CUdeviceptr dptr, CUstream s)
+{
+    return MS_REAL(cuMemFreeAsync)(dptr, s);
+}
+
+static CUresult real_free_async_ptsz(CUdeviceptr dptr, CUstream s)
+{
+    return MS_REAL(cuMemFreeAsync_ptsz)(dptr, s);
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+    return free_common(dptr, real_free, NULL);
 }
 
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    __typeof__(&cuMemFreeAsync) real = MS_REAL(cuMemFreeAsync);
-    struct ms_shim_alloc was;
-    bool known = ms_shim_on_free_begin(dptr, &was);
-    bool handled = false;
-    CUresult rc = (CUresult)ms_engine_free(dptr, &handled); /* waits for the device */
-    if (!handled)
-        rc = real(dptr, hStream);
-    ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
-    return rc;
+    return free_common(dptr, real_free_async, hStream);
 }
 
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    __typeof__(&cuMemFreeAsync_ptsz) real = MS_REAL(cuMemFreeAsync_ptsz);
-    struct ms_shim_alloc was;
-    bool known = ms_shim_on_free_begin(dptr, &was);
-    bool handled = false;
-    CUresult rc = (CUresult)ms_engine_free(dptr, &handled); /* waits for the device */
-    if (!handled)
-        rc = real(dptr, hStream);
-    ms_shim_on_free_end(dptr, known ? &was : NULL, rc == CUDA_SUCCESS);
-    return rc;
+    return free_common(dptr, real_free_async_ptsz, hStream);
 }
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *pfree, size_t *ptotal)
@@ -239,19 +249,14 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     return MS_REAL(cuIpcGetMemHandle)(pHandle, dptr);
 }
 
-CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
-                                       unsigned int Flags)
-{
-    CUresult rc = MS_REAL(cuIpcOpenMemHandle_v2)(pdptr, handle, Flags);
-    if (rc == CUDA_SUCCESS)
-        ms_shim_on_ipc_open();
-    return rc;
-}
+#define IPC_OPEN_HOOK(name)                                                                        \
+    CUresult CUDAAPI name(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)           \
+    {                                                                                              \
+        CUresult rc = MS_REAL(name)(pdptr, handle, Flags);                                         \
+        if (rc == CUDA_SUCCESS)                                                                    \
+            ms_shim_on_ipc_open();                                                                 \
+        return rc;                                                                                 \
+    }
 
-CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
-{
-    CUresult rc = MS_REAL(cuIpcOpenMemHandle)(pdptr, handle, Flags);
-    if (rc == CUDA_SUCCESS)
-        ms_shim_on_ipc_open();
-    return rc;
-}
+IPC_OPEN_HOOK(cuIpcOpenMemHandle_v2)
+IPC_OPEN_HOOK(cuIpcOpenMemHandle)
