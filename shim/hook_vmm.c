@@ -4,8 +4,8 @@
  *
  * Design
  *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of
- *   plain pinned device memory on the current device (no export handle types, no compression,
- *   no RDMA or usage flags) returns a *virtual* handle: a record with the requested size and
+ *   plain pinned device memory on the current device (no compression, no RDMA or usage flags;
+ *   export handle types none, POSIX file descriptor or fabric) returns a *virtual* handle: a record with the requested size and
  *   properties and a pinned host backing store of that size, allocated once here; no device
  *   memory is taken. cuMemMap of a virtual handle adopts the range as an engine region (kind
  *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory
@@ -13,8 +13,11 @@
  *   application's reservation. cuMemSetAccess on adopted ranges succeeds (the engine maps its
  *   chunks read-write for this device); cuMemUnmap saves what is resident into the store and
  *   releases the device memory; cuMemRelease frees the record once it is neither referenced
- *   nor mapped. Retaining, property and access queries are answered from the record; export
- *   of a virtual handle is refused (such handles were created without export types anyway).
+ *   nor mapped. Retaining, property and access queries are answered from the record. Export
+ *   of a virtual handle is refused (CUDA_ERROR_NOT_SUPPORTED, one line on stderr): its memory
+ *   moves, so another process could not hold it. PyTorch's expandable segments ask for a POSIX
+ *   file descriptor type but export only when a tensor is shared with another process, so they
+ *   are virtualized and work until such sharing, which then fails cleanly.
  *   Everything else, and every handle that is not virtual, goes to the driver; ranges that mix
  *   adopted and driver mappings are split, the driver getting the parts that are its own.
  *   Mappings are reported as allocations (MS_RK_VMM) either way, so the shim's live bytes
@@ -26,6 +29,7 @@
  */
 #include "shim/shim_int.h"
 
+#include "shim/client.h"
 #include "shim/engine.h"
 #include "shim/shim_events.h"
 
@@ -91,7 +95,9 @@ static bool virtualizable(size_t size, const CUmemAllocationProp *p, unsigned lo
     return p && flags == 0 && size > 0 && size % MS_GRAN == 0 &&
            p->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
            p->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-           p->requestedHandleTypes == CU_MEM_HANDLE_TYPE_NONE && p->allocFlags.compressionType == 0 &&
+           (p->requestedHandleTypes & ~(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR |
+                                        CU_MEM_HANDLE_TYPE_FABRIC)) == 0 &&
+           p->allocFlags.compressionType == 0 &&
            p->allocFlags.gpuDirectRDMACapable == 0 && p->allocFlags.usage == 0 &&
            MS_REAL(cuCtxGetDevice)(&dev) == CUDA_SUCCESS && dev == p->location.id &&
            ms_engine_vmm_ready();
@@ -334,7 +340,13 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
     pthread_mutex_lock(&vmm_lock);
     bool v = virt(handle) != NULL;
     pthread_mutex_unlock(&vmm_lock);
-    if (v)
-        return CUDA_ERROR_INVALID_VALUE; /* created without export handle types */
+    if (v) {
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            ms__engine_say("cuMemExportToShareableHandle on memory msched moves is not "
+                           "supported: run the program with --engine off (MSCHED_ENGINE=off) to "
+                           "share device memory");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     return MS_REAL(cuMemExportToShareableHandle)(shareableHandle, handle, handleType, flags);
 }

@@ -127,7 +127,7 @@ wait_shim u 0 "$LIMIT"
 wait_shim d 0 "$LIMIT"
 wait_shim v 0 "$LIMIT"
 ok v
-grep -q "ENGINE_VMM rounds=3 ipc=801 mismatches=0" "$T/v.out" || fail "vmm client: $(tail -n 3 "$T/v.out")"
+grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" "$T/v.out" || fail "vmm client: $(tail -n 3 "$T/v.out")"
 for n in u d; do
     ok "$n"
     grep -q "engine ($([ $n = u ] && echo unified || echo demand))" "$T/$n.out" ||

@@ -24,8 +24,9 @@
  *          side (one span, as an expandable segment grows) and one fill over both from a
  *          pointer to the first (its end is in the second); the data checked; one handle
  *          unmapped and mapped again elsewhere (its contents must travel with it); everything
- *          unmapped and released.
- *          Prints "ENGINE_VMM rounds=N mismatches=M".
+ *          unmapped and released. The two side by side ask for an exportable handle type (as
+ *          PyTorch's expandable segments do): exporting one must be refused.
+ *          Prints "ENGINE_VMM rounds=N ipc=I export=X mismatches=M".
  * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
  */
 #include <cuda.h>
@@ -203,9 +204,19 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
             void *args[] = {&d, &n, &seed};
             CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
         }
-    /* Two mappings side by side, one object over both: the pointer names only the first. */
-    CK(create(&pair[0], sz, &prop, 0));
-    CK(create(&pair[1], sz, &prop, 0));
+    /* Two mappings side by side, one object over both: the pointer names only the first. They
+     * ask for an exportable type, as PyTorch's expandable segments do: still virtualized, and
+     * exporting one is refused (801; -1 where the driver lacks the call). */
+    CUmemAllocationProp xprop = prop;
+    xprop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CK(create(&pair[0], sz, &xprop, 0));
+    CK(create(&pair[1], sz, &xprop, 0));
+    CUresult (*export_)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                        unsigned long long);
+    *(void **)&export_ = dlsym(h, "cuMemExportToShareableHandle");
+    int fd = -1;
+    int exported = export_ ? (int)export_(&fd, pair[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+                           : -1;
     CK(map(base + pbase, sz, 0, pair[0], 0));
     CK(map(base + pbase + sz, sz, 0, pair[1], 0));
     CK(access(base + pbase, 2 * sz, &acc, 1));
@@ -250,7 +261,7 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
     CK(release(pair[0]));
     CK(release(pair[1]));
     CK(afree(base, span));
-    printf("ENGINE_VMM rounds=%d ipc=%d mismatches=%llu\n", rounds, ipc,
+    printf("ENGINE_VMM rounds=%d ipc=%d export=%d mismatches=%llu\n", rounds, ipc, exported,
            (unsigned long long)mismatches);
     return mismatches == 0 ? 0 : 1;
 }

@@ -355,8 +355,9 @@ out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=4
 rc=$?
 evicted=$(grep -o "out [0-9]* MiB" <<<"$out" | grep -o "[0-9]*")
 faults=$(grep -o "[0-9]* faults" <<<"$out" | grep -o "[0-9]*")
-# ipc=801: cuIpcGetMemHandle on memory msched moves is refused (CUDA_ERROR_NOT_SUPPORTED).
-if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 mismatches=0" <<<"$out" &&
+# ipc=801, export=801: an IPC handle to memory msched moves, or an export of a virtualized
+# (exportable) VMM handle, is refused (CUDA_ERROR_NOT_SUPPORTED).
+if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
     [ "${evicted:-0}" -gt 0 ] && [ "${faults:-0}" -gt 10 ]; then
     pass "engine/vmm-budget ($faults faults, $evicted MiB evicted)"
 else
