@@ -1473,6 +1473,8 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         case MS_MSG_STOPPED:
             if (s->phase == MS_PH_STOPPING && s->cur == t->id && m->stopped.epoch == t->run_epoch) {
                 t->run_ns += now - t->run_since;
+                if (s->in_switch && now > s->switch_t0)
+                    s->stop_ns_total += now - s->switch_t0;
                 s->last = t->id;
                 s->cur = NONE;
                 s->phase = MS_PH_IDLE;

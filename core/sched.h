@@ -140,6 +140,7 @@ struct ms_sched {
     /* statistics */
     uint64_t start_ns, now;
     uint64_t switches, switch_ns_total, switch_ns_max;
+    uint64_t stop_ns_total; /* part of switch_ns_total from STOP sent to STOPPED (the drain) */
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;
 

@@ -70,6 +70,7 @@ struct ms_daemon_stats {
     uint64_t slow_dropped;    /* clients dropped for not reading */
     uint64_t msgs_in, msgs_out;
     uint64_t bytes_in, bytes_out;
+    uint64_t switch_stop_ns; /* the scheduler's stop_ns_total (sched.h), copied when read */
 };
 
 struct ms_daemon {

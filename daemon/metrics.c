@@ -91,6 +91,10 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
     put(&o, "msched_switch_seconds_total{gpu=\"%u\"} %.6f\n", g, sec(st->switch_ns_total));
     family(&o, "msched_switch_seconds_max", "gauge", "Longest context switch so far.");
     put(&o, "msched_switch_seconds_max{gpu=\"%u\"} %.6f\n", g, sec(st->switch_ns_max));
+    family(&o, "msched_switch_stop_seconds_total", "counter",
+           "Part of msched_switch_seconds_total spent waiting for the outgoing task to stop "
+           "(its queued GPU work to drain).");
+    put(&o, "msched_switch_stop_seconds_total{gpu=\"%u\"} %.6f\n", g, sec(ds->switch_stop_ns));
     family(&o, "msched_populated_bytes_total", "counter", "Bytes copied host to device.");
     put(&o, "msched_populated_bytes_total{gpu=\"%u\"} %llu\n", g, (unsigned long long)st->bytes_in);
     family(&o, "msched_evicted_bytes_total", "counter", "Bytes evicted from the device.");

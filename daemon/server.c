@@ -218,6 +218,7 @@ static void do_metrics(struct ms_daemon *d, struct ms_session *s, const struct m
     int rc = ms_sched_status(&d->sched, now_ns(), &st);
     st.status.daemon_pid = (uint32_t)getpid();
     st.status.gpu = d->conf.gpu;
+    d->st.switch_stop_ns = d->sched.stop_ns_total;
     if (!rc)
         rc = ms_metrics_text(&st.status, &d->st, d->nsessions, &text);
     ms_msg_free(&st);

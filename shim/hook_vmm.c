@@ -4,8 +4,8 @@
  *
  * Design
  *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of
- *   plain pinned device memory on the current device (no compression, no RDMA or usage flags;
- *   export handle types none, POSIX file descriptor or fabric) returns a *virtual* handle: a record with the requested size and
+ *   plain pinned device memory on the current device (no compression or usage flags; export
+ *   handle types none, POSIX file descriptor or fabric) returns a *virtual* handle: a record with the requested size and
  *   properties and a pinned host backing store of that size, allocated once here; no device
  *   memory is taken. cuMemMap of a virtual handle adopts the range as an engine region (kind
  *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory
@@ -17,7 +17,11 @@
  *   of a virtual handle is refused (CUDA_ERROR_NOT_SUPPORTED, one line on stderr): its memory
  *   moves, so another process could not hold it. PyTorch's expandable segments ask for a POSIX
  *   file descriptor type but export only when a tensor is shared with another process, so they
- *   are virtualized and work until such sharing, which then fails cleanly.
+ *   are virtualized and work until such sharing, which then fails cleanly. They also ask for
+ *   GPUDirect RDMA capability where the GPU has it; a virtual handle ignores that request
+ *   (memory that moves cannot be registered with a network adapter; multi-node jobs that
+ *   need it run with the engine off). Any other cuMemCreate goes to the driver, and the first
+ *   one says why on stderr, as that memory stays resident.
  *   Everything else, and every handle that is not virtual, goes to the driver; ranges that mix
  *   adopted and driver mappings are split, the driver getting the parts that are its own.
  *   Mappings are reported as allocations (MS_RK_VMM) either way, so the shim's live bytes
@@ -89,25 +93,38 @@ static void vh_maybe_free(struct vhandle *vh)
     free(vh);
 }
 
-static bool virtualizable(size_t size, const CUmemAllocationProp *p, unsigned long long flags)
+/* Why a cuMemCreate cannot be virtualized, or NULL when it can. */
+static const char *not_virtualizable(size_t size, const CUmemAllocationProp *p,
+                                     unsigned long long flags)
 {
     CUdevice dev;
-    return p && flags == 0 && size > 0 && size % MS_GRAN == 0 &&
-           p->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
-           p->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-           (p->requestedHandleTypes & ~(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR |
-                                        CU_MEM_HANDLE_TYPE_FABRIC)) == 0 &&
-           p->allocFlags.compressionType == 0 &&
-           p->allocFlags.gpuDirectRDMACapable == 0 && p->allocFlags.usage == 0 &&
-           MS_REAL(cuCtxGetDevice)(&dev) == CUDA_SUCCESS && dev == p->location.id &&
-           ms_engine_vmm_ready();
+    if (!p || flags != 0 || size == 0 || size % MS_GRAN != 0)
+        return "unusual size or flags";
+    if (p->type != CU_MEM_ALLOCATION_TYPE_PINNED || p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return "not plain device memory";
+    if (p->requestedHandleTypes &
+        ~(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
+        return "an export handle type other than a file descriptor or fabric handle";
+    if (p->allocFlags.compressionType != 0 || p->allocFlags.usage != 0)
+        return "compressible or special-usage memory";
+    if (MS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS || dev != p->location.id)
+        return "memory of another device than the current context's";
+    return NULL;
 }
 
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    if (!handle || !virtualizable(size, prop, flags))
+    if (!handle || !ms_engine_vmm_ready())
         return MS_REAL(cuMemCreate)(handle, size, prop, flags);
+    const char *why = not_virtualizable(size, prop, flags);
+    if (why) {
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            ms__engine_say("cuMemCreate passed to the driver, not moved by msched (%s): such "
+                           "memory stays resident and counts against the budget", why);
+        return MS_REAL(cuMemCreate)(handle, size, prop, flags);
+    }
     struct vhandle *vh = calloc(1, sizeof(*vh));
     if (!vh)
         return CUDA_ERROR_OUT_OF_MEMORY;

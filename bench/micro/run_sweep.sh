@@ -5,7 +5,9 @@
 # (bench/micro/micro.cu), each a quarter of PRESSURE % of a 16 GiB budget, under each SYSTEM.
 # WORKLOAD=D runs four instances of workload D instead (bench/workloads/llm.py: Llama models of
 # a quarter of the pressure each, greedy decode, tokens per second); WORKLOAD=A the four
-# scientific kernels of bench/workloads/sci.cu (hotspot, dwt2d, cfd, nn). Systems:
+# scientific kernels of bench/workloads/sci.cu (hotspot, dwt2d, cfd, nn); WORKLOAD=B the four
+# DNNs of bench/workloads/dnn.py (ResNet152, VGG19, InceptionV3, DenseNet201 inference, batch
+# sized to the footprint, images per second); WORKLOAD=C three of them and one Llama. Systems:
 #   ref     the four processes at once, no msched, no budget (the normalization)
 #   slice   mschedd with a budget above the total: time slicing, no memory movement
 #   opt     mschedd, 16 GiB budget, OPT eviction (msched)
@@ -16,7 +18,7 @@
 # Every daemon system uses the same round-robin slice (SLICE, default 1s). Each process runs
 # SECONDS (default 25) of tasks after one warm-up task and prints tasks per second. The daemon's
 # metrics are read twice inside the window when all four are in their timed loops (from W s
-# after the start, default 8, 30 for D, to SECONDS-4 s), so the bytes moved and switch times cover steady
+# after the start, default 8, 15 for B, 30 for C and D, to SECONDS-4 s), so the bytes moved and switch times cover steady
 # state.
 # Writes OUTDIR/sweep.jsonl (one line per process and one per daemon window) and
 # OUTDIR/raw-<pressures>.tgz (every output and daemon log); bench/micro/summarize_sweep.py turns
@@ -34,7 +36,12 @@ MSCHED=$PWD/build/bin/msched
 MSCHEDD=$PWD/build/bin/mschedd
 WORKLOAD=${WORKLOAD:-micro}
 # The window starts once every process is past its start-up: language models load for longer.
-if [ "$WORKLOAD" = D ]; then W=${W:-30}; else W=${W:-8}; fi
+case $WORKLOAD in
+micro | A) W=${W:-8} ;;
+B) W=${W:-15} ;;
+C | D) W=${W:-30} ;;
+*) echo "run_sweep.sh: unknown WORKLOAD '$WORKLOAD' (micro, A, B, C, D)" >&2; exit 2 ;;
+esac
 D=$((SECS - 4 - W))
 if [ "$D" -lt 5 ]; then
     echo "run_sweep.sh: SECONDS ($SECS) must exceed the window start W ($W) by at least 9" >&2
@@ -52,10 +59,16 @@ fi
 [ "$WORKLOAD" = A ] && { nvcc -O2 -o "$BIN/sci" bench/workloads/sci.cu || exit 1; }
 kinds=(vecadd vecadd matmul matmul)
 akinds=(hotspot dwt2d cfd nn)
+bkinds=(resnet152 vgg19 inception_v3 densenet201)
+ckinds=(resnet152 vgg19 densenet201)
 # cmd I GIB: process I's command line.
 cmd() {
-    if [ "$WORKLOAD" = D ]; then
+    if [ "$WORKLOAD" = D ] || { [ "$WORKLOAD" = C ] && [ "$1" = 3 ]; }; then
         echo "python3 $PWD/bench/workloads/llm.py $2 $SECS"
+    elif [ "$WORKLOAD" = C ]; then
+        echo "python3 $PWD/bench/workloads/dnn.py ${ckinds[$1]} --gib $2 $SECS"
+    elif [ "$WORKLOAD" = B ]; then
+        echo "python3 $PWD/bench/workloads/dnn.py ${bkinds[$1]} --gib $2 $SECS"
     elif [ "$WORKLOAD" = A ]; then
         echo "$BIN/sci ${akinds[$1]} $2 $SECS"
     else
@@ -140,7 +153,8 @@ def prom(name):
     return m
 if sysname != "ref":
     a, b = prom("m0.prom"), prom("m1.prom")
-    keys = ["msched_switches_total", "msched_switch_seconds_total", "msched_populated_bytes_total",
+    keys = ["msched_switches_total", "msched_switch_seconds_total",
+            "msched_switch_stop_seconds_total", "msched_populated_bytes_total",
             "msched_evicted_bytes_total"]
     win = {k: b.get(k, 0) - a.get(k, 0) for k in keys}
     print(json.dumps({"workload": os.environ.get("WORKLOAD", "micro"), "pressure": int(p),

@@ -1,8 +1,9 @@
-"""dnn.py MODEL BATCH SECONDS - one instance of workload B (multi-DNN): torchvision inference with
+"""dnn.py MODEL BATCH|--gib GIB SECONDS - one instance of workload B (multi-DNN): torchvision inference with
 random weights (no download), one model per process.
 
-MODEL is resnet152, vgg19, inception_v3 or densenet201; BATCH images per forward pass (the batch
-scales the footprint); after one warm-up pass the loop runs for SECONDS of wall time and prints
+MODEL is resnet152, vgg19, inception_v3 or densenet201 (dnn_models.py); BATCH images per forward
+pass (the batch scales the footprint), or --gib GIB: the batch whose measured footprint is about
+GIB GiB (dnn_models.FIT); after one warm-up pass the loop runs for SECONDS of wall time and prints
 one JSON line: images per second ("tasks_per_s", so bench/micro/run_sweep.sh reads it), and the
 device memory PyTorch reserved at most (to size batches to a footprint)."""
 import json
@@ -10,19 +11,20 @@ import sys
 import time
 
 import torch
-import torchvision
 
-MODELS = {
-    "resnet152": (torchvision.models.resnet152, 224),
-    "vgg19": (torchvision.models.vgg19, 224),
-    "inception_v3": (lambda **kw: torchvision.models.inception_v3(aux_logits=False,
-                                                                   init_weights=True, **kw), 299),
-    "densenet201": (torchvision.models.densenet201, 224),
-}
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from dnn_models import MODELS, batch_for  # noqa: E402
 
+USAGE = "usage: dnn.py MODEL BATCH|--gib GIB SECONDS (MODEL: " + ", ".join(MODELS) + ")"
 if len(sys.argv) < 4 or sys.argv[1] not in MODELS:
-    sys.exit("usage: dnn.py resnet152|vgg19|inception_v3|densenet201 BATCH SECONDS")
-name, batch, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    sys.exit(USAGE)
+name = sys.argv[1]
+if sys.argv[2] == "--gib":
+    if len(sys.argv) < 5:
+        sys.exit(USAGE)
+    batch, seconds = batch_for(name, float(sys.argv[3])), float(sys.argv[4])
+else:
+    batch, seconds = int(sys.argv[2]), float(sys.argv[3])
 if batch < 1 or seconds <= 0:
     sys.exit("dnn.py: BATCH and SECONDS must be positive")
 torch.manual_seed(0)

@@ -24,8 +24,9 @@
  *          side (one span, as an expandable segment grows) and one fill over both from a
  *          pointer to the first (its end is in the second); the data checked; one handle
  *          unmapped and mapped again elsewhere (its contents must travel with it); everything
- *          unmapped and released. The two side by side ask for an exportable handle type (as
- *          PyTorch's expandable segments do): exporting one must be refused.
+ *          unmapped and released. The two side by side ask what PyTorch's expandable segments
+ *          ask for (an exportable handle type, GPUDirect RDMA capability where the GPU has
+ *          it): they are still virtualized, and exporting one must be refused.
  *          Prints "ENGINE_VMM rounds=N ipc=I export=X mismatches=M".
  * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
  */
@@ -209,6 +210,7 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
      * exporting one is refused (801; -1 where the driver lacks the call). */
     CUmemAllocationProp xprop = prop;
     xprop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    xprop.allocFlags.gpuDirectRDMACapable = 1; /* PyTorch asks for it where the GPU has it */
     CK(create(&pair[0], sz, &xprop, 0));
     CK(create(&pair[1], sz, &xprop, 0));
     CUresult (*export_)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,

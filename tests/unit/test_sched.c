@@ -963,6 +963,36 @@ static void test_timeouts(void **state)
     world_fini(&w);
 }
 
+/* The drain's share of a switch: STOP sent .. STOPPED received, summed in stop_ns_total. */
+static void test_stop_time(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 16 * CH);
+    uint32_t four[] = {4};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    assert_true(w.s.stop_ns_total == 0);
+    a->hold_stop = true;
+    advance_to_deadline(&w, 1000 * MS); /* STOP to a, held */
+    assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STOPPING);
+    uint64_t sw0 = w.s.switch_ns_total;
+    advance(&w, 20 * MS);
+    a->hold_stop = false;
+    a->running = false;
+    struct ms_msg r;
+    ms_msg_init(&r, MS_MSG_STOPPED);
+    r.stopped.epoch = a->run_epoch;
+    to_sched(&w, a, &r);
+    advance(&w, 1 * MS);
+    assert_ptr_equal(running(&w), b);
+    assert_true(w.s.stop_ns_total == 20 * MS);
+    assert_true(w.s.switch_ns_total - sw0 >= 20 * MS);
+    world_fini(&w);
+}
+
 static void test_limit(void **state)
 {
     (void)state;
@@ -1306,6 +1336,7 @@ int main(void)
         cmocka_unit_test(test_adaptive_slice),
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
+        cmocka_unit_test(test_stop_time),
         cmocka_unit_test(test_limit),
         cmocka_unit_test(test_whole_swapping),
         cmocka_unit_test(test_incremental_and_early_run),

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# bench/paper.sh [--part P]... [--out DIR] [--list] [--no-page]
+#
+# The evaluation suite (docs/evaluation.md) on a GPU machine, in parts of under 10 minutes each:
+# every part writes its raw results as DIR/<part>.jsonl (replacing that part's earlier results)
+# and its raw outputs as DIR/raw/<part>.tgz, then bench/paper/make_page.py regenerates the
+# measured blocks of docs/evaluation.md and its plots from everything in DIR. Without --part
+# every part runs, one after the other. DIR defaults to bench/results/gpu/paper.
+#
+# Parts (--list prints them with what they run):
+#   env              the machine: GPU, driver, CUDA, PyTorch and transformers versions (env.json;
+#                    written before any other part too)
+#   engine           tests/gpu/migrate_bench: evict / populate / swap GB/s, mapping cost
+#   micro-LO-HI ...  bench/micro/run_sweep.sh for one workload at two pressures (LO HI) or one
+#                    (W-P): workloads micro, A, B, C, D; pressures 100, 150, 200, 300; systems
+#                    ref slice opt lru whole demand
+#   rtbe             bench/workloads/run_rtbe.sh: ref msched tslice slice
+# SYSTEMS="ref opt ..." in the environment narrows the sweep parts' systems (a part rerun with
+# fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part.
+# Run from the repository root on the GPU machine; builds what it needs first.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+OUT=bench/results/gpu/paper
+PARTS=()
+PAGE=1
+ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150 B-200 B-300 C-150 C-200
+C-300 D-150 D-200 D-300 rtbe"
+SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
+
+usage() {
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+    exit "${1:-2}"
+}
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    --part) [ $# -ge 2 ] || usage; PARTS+=("$2"); shift 2 ;;
+    --out) [ $# -ge 2 ] || usage; OUT=$2; shift 2 ;;
+    --no-page) PAGE=0; shift ;;
+    --list)
+        for p in $ALL_PARTS; do
+            case $p in
+            env) printf '%-14s %s\n' "$p" "machine and versions -> env.json" ;;
+            engine) printf '%-14s %s\n' "$p" "migrate_bench 4 and 16 GiB in 64 MiB chunks" ;;
+            rtbe) printf '%-14s %s\n' "$p" "RT+BE: ref msched tslice slice, 40 s of requests" ;;
+            *) printf '%-14s %s\n' "$p" "workload ${p%%-*} at ${p#*-} %: $SYSTEMS" ;;
+            esac
+        done
+        exit 0
+        ;;
+    -h | --help) usage 0 ;;
+    *) echo "paper.sh: unknown argument '$1'" >&2; usage ;;
+    esac
+done
+[ ${#PARTS[@]} -gt 0 ] || read -r -a PARTS <<<"$(echo $ALL_PARTS)"
+for p in "${PARTS[@]}"; do
+    case " $(echo $ALL_PARTS) " in
+    *" $p "*) ;;
+    *) echo "paper.sh: unknown part '$p' (see --list)" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$OUT/raw"
+
+log() { echo "[$(date +%T)] paper: $*" >&2; }
+
+part_env() {
+    python3 - "$OUT/env.json" <<'PY'
+import json, subprocess, sys, datetime, platform
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    except Exception:
+        return ""
+env = {"gpu": sh("nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1"),
+       "driver": sh("nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1"),
+       "cuda": sh("nvcc --version | tail -1"),
+       "torch": sh("python3 -c 'import torch; print(torch.__version__)'"),
+       "transformers": sh("python3 -c 'import transformers; print(transformers.__version__)'"),
+       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+       "host": f"{platform.machine()}, {sh('nproc')} CPUs",
+       "budget_gib": 16, "slice": "1s"}
+json.dump(env, open(sys.argv[1], "w"), indent=1)
+PY
+}
+
+part_engine() {
+    build/gpu/migrate_bench --ptx build/gpu --gib 4,16 --chunk-mib 64 2>"$1/migrate_bench.err" |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    if l.startswith("{"):
+        r = json.loads(l); r["workload"] = "engine"; print(json.dumps(r))'
+}
+
+run_part() {
+    local p=$1 tmp rc=0
+    tmp=$(mktemp -d)
+    log "part $p"
+    local t0=$SECONDS
+    case $p in
+    env) part_env; rm -rf "$tmp"; return ;;
+    engine) part_engine "$tmp" >"$tmp/out.jsonl" || rc=$? ;;
+    rtbe) bench/workloads/run_rtbe.sh "$tmp" "${RTBE_SYSTEMS:-ref msched tslice slice}" 40 || rc=$?
+        mv "$tmp/rtbe.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
+    *)
+        local w=${p%%-*} pr=${p#*-} secs=25
+        case $w in C | D) secs=50 ;; B) secs=35 ;; esac
+        WORKLOAD=$w bench/micro/run_sweep.sh "$tmp" "${pr//-/ }" "$SYSTEMS" "$secs" || rc=$?
+        mv "$tmp/sweep.jsonl" "$tmp/out.jsonl" 2>/dev/null
+        ;;
+    esac
+    if [ -s "$tmp/out.jsonl" ]; then
+        mv "$tmp/out.jsonl" "$OUT/$p.jsonl"
+    else
+        echo "paper.sh: part $p produced no results (rc=$rc); earlier results kept" >&2
+        [ "$rc" = 0 ] && rc=1
+    fi
+    tar -C "$tmp" -czf "$OUT/raw/$p.tgz" . 2>/dev/null
+    rm -rf "$tmp"
+    log "part $p done in $((SECONDS - t0)) s (rc=$rc)"
+    return "$rc"
+}
+
+make -s -j"$(nproc)" build/bin/msched build/bin/mschedd shim gpu >/dev/null || exit 1
+[ -f "$OUT/env.json" ] || part_env
+fail=0
+for p in "${PARTS[@]}"; do
+    run_part "$p" || fail=1
+done
+if [ "$PAGE" = 1 ]; then
+    python3 bench/paper/make_page.py --results "$OUT" || fail=1
+fi
+exit $fail

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# bench/workloads/run_rtbe.sh OUTDIR "SYSTEMS" [SECONDS] [RT_PAD_GIB] [BE_PAD_GIB] [INTERVAL_MS]
+#
+# The RT+BE experiment (bench/workloads/rtbe.py): a real-time ResNet152 service (batch 1, one
+# request every INTERVAL_MS, default 200, plus RT_PAD_GIB of state, default 5.5: about 6.5 GiB)
+# next to a best-effort VGG19 job (batch 32, plus BE_PAD_GIB, default 8: about 12.5 GiB),
+# together about 120 % of a 16 GiB budget, each alone within it. Systems:
+#   ref     both at once, no msched, no budget (CUDA's own sharing; the latency floor)
+#   msched  mschedd --policy prio, 16 GiB, OPT, VMM engine; the service runs --priority rt
+#   tslice  the same priority time slicing, memory by demand paging (--evict lru, --engine
+#           demand): time slicing without memory scheduling
+#   slice   mschedd --policy prio with a budget above the total: priority slicing, no memory
+#           moves
+# Each system: both processes start together; the BE job runs SECONDS + 20 s so it is busy for
+# the whole of the service's SECONDS (default 40) of requests. Appends to OUTDIR/rtbe.jsonl one
+# line per process ({"workload": "rtbe", "system": S, "role": rt|be, ...rtbe.py's output}) and
+# one window line per daemon system (the daemon's switch and byte counters over the service's
+# run); raw outputs in OUTDIR/raw-rtbe.tgz. Run from the repository root after
+# `make build/bin/msched build/bin/mschedd shim`.
+set -u
+OUT=${1:?usage: run_rtbe.sh OUTDIR SYSTEMS [SECONDS] [RT_PAD_GIB] [BE_PAD_GIB] [INTERVAL_MS]}
+SYSTEMS=${2:?systems, e.g. "ref msched tslice"}
+SECS=${3:-40}
+RT_PAD=${4:-5.5}
+BE_PAD=${5:-8}
+INTERVAL=${6:-200}
+BUDGET_GIB=16
+MSCHED=$PWD/build/bin/msched
+MSCHEDD=$PWD/build/bin/mschedd
+PROG=$PWD/bench/workloads/rtbe.py
+RAW=$(mktemp -d)
+mkdir -p "$OUT"
+prom() { "$MSCHED" status --prometheus >"$1" 2>&1; }
+
+for sys in $SYSTEMS; do
+    dir=$RAW/rtbe_$sys
+    mkdir -p "$dir"
+    echo "[$(date +%T)] rtbe: $sys" >&2
+    rt=(python3 "$PROG" rt "$RT_PAD" "$SECS" "$INTERVAL")
+    be=(python3 "$PROG" be "$BE_PAD" $((SECS + 20)))
+    case $sys in
+    ref)
+        timeout $((SECS + 150)) "${be[@]}" >"$dir/be.json" 2>&1 &
+        bp=$!
+        timeout $((SECS + 150)) "${rt[@]}" >"$dir/rt.json" 2>&1
+        wait $bp
+        ;;
+    msched | tslice | slice)
+        budget=${BUDGET_GIB}GiB evict=opt engine=vmm
+        [ "$sys" = tslice ] && { evict=lru; engine=demand; }
+        [ "$sys" = slice ] && budget=200GiB
+        export MSCHED_SOCKET=$RAW/gpu0.sock
+        "$MSCHEDD" --socket "$MSCHED_SOCKET" --budget "$budget" --policy prio --evict "$evict" \
+            --foreground >"$dir/mschedd.log" 2>&1 &
+        dpid=$!
+        for k in $(seq 1 50); do [ -S "$MSCHED_SOCKET" ] && break; sleep 0.1; done
+        timeout $((SECS + 300)) "$MSCHED" run --engine "$engine" --priority be --verbose -- \
+            "${be[@]}" >"$dir/be.json" 2>&1 &
+        bp=$!
+        prom "$dir/m0.prom"
+        timeout $((SECS + 240)) "$MSCHED" run --engine "$engine" --priority rt --verbose -- \
+            "${rt[@]}" >"$dir/rt.json" 2>&1
+        prom "$dir/m1.prom"
+        "$MSCHED" status >"$dir/status.txt" 2>&1
+        wait $bp
+        kill "$dpid"
+        wait "$dpid" 2>/dev/null
+        unset MSCHED_SOCKET
+        ;;
+    *)
+        echo "run_rtbe.sh: unknown system '$sys' (ref msched tslice slice)" >&2
+        exit 2
+        ;;
+    esac
+    python3 - "$dir" "$sys" >>"$OUT/rtbe.jsonl" <<'PY'
+import json, os, re, sys
+d, sysname = sys.argv[1:]
+for role in ("rt", "be"):
+    rec = {"workload": "rtbe", "system": sysname, "role": role}
+    try:
+        lines = [l for l in open(os.path.join(d, role + ".json")) if l.startswith("{")]
+        rec.update(json.loads(lines[-1]))
+    except Exception as e:  # the run failed: say so in the record
+        rec["error"] = f"no result ({e.__class__.__name__})"
+    print(json.dumps(rec))
+def prom(name):
+    m = {}
+    try:
+        for l in open(os.path.join(d, name)):
+            f = l.split()
+            if len(f) == 2 and not l.startswith("#") and re.fullmatch(r'[a-z_]+(\{gpu="\d+"\})?', f[0]):
+                m[f[0].split("{")[0]] = float(f[1])
+    except OSError:
+        pass
+    return m
+if sysname != "ref":
+    a, b = prom("m0.prom"), prom("m1.prom")
+    keys = ["msched_switches_total", "msched_switch_seconds_total",
+            "msched_switch_stop_seconds_total", "msched_populated_bytes_total",
+            "msched_evicted_bytes_total"]
+    print(json.dumps({"workload": "rtbe", "system": sysname,
+                      "daemon": {k: b.get(k, 0) - a.get(k, 0) for k in keys},
+                      "switch_seconds_max": b.get("msched_switch_seconds_max")}))
+PY
+done
+tar -C "$RAW" -czf "$OUT/raw-rtbe.tgz" .
+rm -rf "$RAW"
