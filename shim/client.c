@@ -83,6 +83,9 @@ static struct {
     pthread_cond_t cond;
     /* scheduling */
     bool running, hold;
+    bool idle_sent;     /* running, and IDLE was sent for quietness ("Idle" in client.h) */
+    uint64_t idle_ns;   /* quiet this long means idle; 0: never */
+    uint64_t quiet_t0;  /* running: when the task was last seen busy */
     uint32_t run_epoch;
     uint64_t run_t0;
     uint32_t waiters;
@@ -109,6 +112,8 @@ static struct {
 
 static uint64_t inflight; /* atomic */
 static int stopping;      /* atomic */
+static int active;        /* atomic: a command was admitted or finished since the last look */
+static uint32_t insync;   /* atomic: threads inside a synchronizing call */
 static _Thread_local bool admitted;
 
 static uint64_t now_ns(void)
@@ -129,8 +134,18 @@ static void cond_init(void)
     C.cond_ready = true;
 }
 
-void ms_client_configure(const char *daemon, const char *priority, const char *weight)
+void ms_client_configure(const char *daemon, const char *priority, const char *weight,
+                         const char *idle_ms)
 {
+    C.idle_ns = 20000000ull;
+    if (idle_ms) {
+        char *end = NULL;
+        unsigned long long v = strtoull(idle_ms, &end, 10);
+        if (end != idle_ms && !*end && v <= 60000)
+            C.idle_ns = v * 1000000ull;
+        else
+            ms__engine_say("MSCHED_IDLE_MS=%s is not 0..60000; using 20", idle_ms);
+    }
     C.allowed = !(daemon && strcmp(daemon, "off") == 0);
     C.prio = MS_PRIO_BE;
     if (priority) {
@@ -458,6 +473,14 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             break;
         }
         if (C.running && !C.hold && ms__engine_all_ready(need)) {
+            if (C.idle_sent) {
+                /* Busy again after an IDLE: runnable once more (no POPULATE will follow). */
+                bool pending = C.dem_pending;
+                send_demand(need, unbounded);
+                C.dem_pending = pending;
+                C.idle_sent = false;
+            }
+            __atomic_store_n(&active, 1, __ATOMIC_RELAXED);
             __atomic_add_fetch(&inflight, 1, __ATOMIC_SEQ_CST);
             admitted = true;
             ms__engine_admitted(need);
@@ -529,12 +552,24 @@ void ms_client_gate_end(void)
     if (!admitted)
         return;
     admitted = false;
+    __atomic_store_n(&active, 1, __ATOMIC_RELAXED);
     if (__atomic_sub_fetch(&inflight, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(ms__engine_mutex());
         broadcast();
         pthread_mutex_unlock(ms__engine_mutex());
     }
+}
+
+void ms_client_sync_begin(void)
+{
+    __atomic_add_fetch(&insync, 1, __ATOMIC_RELAXED);
+}
+
+void ms_client_sync_end(void)
+{
+    __atomic_store_n(&active, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&insync, 1, __ATOMIC_RELAXED);
 }
 
 /* ---- orders (service thread, lock held) ---------------------------------------------------- */
@@ -554,6 +589,8 @@ static void on_run(const struct ms_msg *m)
     C.running = true;
     C.run_epoch = m->run.epoch;
     C.run_t0 = now_ns();
+    C.idle_sent = false;
+    C.quiet_t0 = C.run_t0;
     C.dem_pending = false;
     ms_chunk_set_clear(&C.want);
     C.want_sent = 0;
@@ -567,6 +604,7 @@ static void on_stop(const struct ms_msg *m)
     C.st.stops++;
     bool was = C.running;
     C.running = false; /* no admission from now on */
+    C.idle_sent = false;
     drain();
     struct ms_msg r;
     ms_msg_init(&r, MS_MSG_STOPPED);
@@ -794,6 +832,32 @@ static void last_words(void)
     gone(why);
 }
 
+/* Running and quiet for idle_ns: say IDLE ("Idle" in client.h). Returns how long the service
+ * thread may sleep, in milliseconds, before it should look again. */
+static int check_quiet(void)
+{
+    if (!C.up || C.broken || !C.running || C.idle_sent || !C.idle_ns)
+        return 1000;
+    uint64_t now = now_ns();
+    bool busy = __atomic_exchange_n(&active, 0, __ATOMIC_RELAXED) ||
+                __atomic_load_n(&inflight, __ATOMIC_SEQ_CST) > 0 ||
+                __atomic_load_n(&insync, __ATOMIC_RELAXED) > 0 || C.waiters > 0 || C.pop_active;
+    if (busy) {
+        C.quiet_t0 = now;
+    } else if (now - C.quiet_t0 >= C.idle_ns) {
+        struct ms_msg idle;
+        ms_msg_init(&idle, MS_MSG_IDLE);
+        if (csend(&idle, 0) == MS_OK) {
+            C.idle_sent = true;
+            C.st.idles++;
+            C.st.quiet_idles++;
+        }
+        return 1000;
+    }
+    int ms = (int)(C.idle_ns / 2000000ull);
+    return ms > 0 ? ms : 1;
+}
+
 static void *service(void *arg)
 {
     (void)arg;
@@ -805,12 +869,13 @@ static void *service(void *arg)
             last_words();
             break;
         }
+        int tmo = check_quiet();
         struct pollfd p[2] = {
             {.fd = C.conn.fd, .events = POLLIN | (ms_conn_out_pending(&C.conn) ? POLLOUT : 0)},
             {.fd = C.wakefd, .events = POLLIN},
         };
         pthread_mutex_unlock(mu);
-        int n = poll(p, 2, 1000);
+        int n = poll(p, 2, tmo);
         int err = errno;
         pthread_mutex_lock(mu);
         if (C.quit)

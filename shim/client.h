@@ -28,6 +28,14 @@
  *       works), POPULATE and CREDIT (runs mapped while their cumulative bytes stay within the
  *       credit; one POPULATED per batch), STOP (admissions stop, admitted commands reach the
  *       driver, the real cuCtxSynchronize, then STOPPED; IDLE too when no thread waits).
+ *   Idle. A running task that goes quiet tells the daemon (IDLE), so a waiting task can have
+ *     the GPU without waiting for the slice to end, and a high-priority task that serves
+ *     requests does not hold the GPU between them. Quiet: for idle_ms (MSCHED_IDLE_MS, default
+ *     20) no command was admitted or finished, none is in flight, no thread is inside a
+ *     synchronizing call (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize: waiting
+ *     for the GPU is not idleness) and no thread waits at the gate. The service thread checks
+ *     every idle_ms / 2 while running. The next admitted command, if the task still holds
+ *     RUN, sends a DEMAND of its chunks so the daemon counts the task runnable again.
  *   When the daemon goes away (the socket closes, BYE, ERROR, a malformed frame, a failed
  *   send) the service thread tells the engine, which runs alone (engine.h, "daemon gone"):
  *   nothing waits for the daemon again, and one line on stderr says so.
@@ -37,7 +45,8 @@
  * so no admitted command can reach the driver after STOPPED.
  *
  * Locking: the client has no lock of its own. Every function here except ms_client_configure,
- * ms_client_gate_end, ms_client_shutdown and ms_client_atfork_child is called with the engine's
+ * ms_client_gate_end, ms_client_sync_begin/_end, ms_client_shutdown and ms_client_atfork_child
+ * is called with the engine's
  * lock held (ms__engine_mutex()); the service thread takes that lock for everything but its
  * poll(). Waits (RUN, populations, admitted commands) are condition waits on that lock.
  *
@@ -60,8 +69,10 @@
 
 /* ---- the client, called by the engine ----------------------------------------------------- */
 
-/* Read the configuration once, at the shim's initialisation (no lock; values may be NULL). */
-void ms_client_configure(const char *daemon, const char *priority, const char *weight);
+/* Read the configuration once, at the shim's initialisation (no lock; values may be NULL).
+ * idle_ms: MSCHED_IDLE_MS (see "Idle" above; NULL: 20, 0: never report idleness). */
+void ms_client_configure(const char *daemon, const char *priority, const char *weight,
+                         const char *idle_ms);
 /* MSCHED_DAEMON allows a daemon (it is not "off"). */
 bool ms_client_allowed(void);
 /* Allowed and the socket exists now (a stat, no connection). */
@@ -100,6 +111,10 @@ int ms_client_gate(struct ms_chunk_set **need, struct ms_chunk_set *own, bool un
                    struct ms_shim_stream stream, bool *alone);
 /* The hook that the gate admitted returned (no lock held; cheap when nothing was admitted). */
 void ms_client_gate_end(void);
+/* A synchronizing call (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize) begins or
+ * has returned: waiting for the GPU is not idleness ("Idle" above). No lock; any thread. */
+void ms_client_sync_begin(void);
+void ms_client_sync_end(void);
 
 /* At exit (no lock held): stop the service thread (bounded wait) and close the connection. */
 void ms_client_shutdown(void);
@@ -108,6 +123,7 @@ void ms_client_atfork_child(void);
 
 struct ms_client_stats {
     uint64_t slices, stops, demands, idles, evict_orders, pop_orders, waits, wait_ns;
+    uint64_t quiet_idles; /* of idles: sent while running because the task went quiet */
 };
 void ms_client_stats_get(struct ms_client_stats *out);
 

@@ -17,6 +17,8 @@
  */
 #include "shim/shim_int.h"
 
+#include "shim/client.h"
+
 #include "shim/shim_events.h"
 
 CUresult CUDAAPI cuInit(unsigned int Flags)
@@ -46,7 +48,9 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
 
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
+    ms_client_sync_begin();
     CUresult rc = MS_REAL(cuCtxSynchronize)();
+    ms_client_sync_end();
     if (rc == CUDA_SUCCESS)
         ms_shim_on_sync();
     return rc;
@@ -55,7 +59,9 @@ CUresult CUDAAPI cuCtxSynchronize(void)
 /* CUDA 13's cuCtxSynchronize for cudaVersion >= 13000, with an explicit context. */
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
 {
+    ms_client_sync_begin();
     CUresult rc = MS_REAL(cuCtxSynchronize_v2)(ctx);
+    ms_client_sync_end();
     if (rc == CUDA_SUCCESS)
         ms_shim_on_sync();
     return rc;
@@ -64,7 +70,9 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
 /* Stream and event waits are "sync" records too (docs/trace-format.md, version 1). */
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
+    ms_client_sync_begin();
     CUresult rc = MS_REAL(cuStreamSynchronize)(hStream);
+    ms_client_sync_end();
     if (rc == CUDA_SUCCESS)
         ms_shim_on_sync();
     return rc;
@@ -72,7 +80,9 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
 {
+    ms_client_sync_begin();
     CUresult rc = MS_REAL(cuStreamSynchronize_ptsz)(hStream);
+    ms_client_sync_end();
     if (rc == CUDA_SUCCESS)
         ms_shim_on_sync();
     return rc;
@@ -80,7 +90,9 @@ CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
 
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
+    ms_client_sync_begin();
     CUresult rc = MS_REAL(cuEventSynchronize)(hEvent);
+    ms_client_sync_end();
     if (rc == CUDA_SUCCESS)
         ms_shim_on_sync();
     return rc;

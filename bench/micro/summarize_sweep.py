@@ -14,36 +14,90 @@ Where the same pressure also has a `slice` run (time slicing under a budget abov
 memory moves), a stricter ideal is that run's throughput times (1 - t / W): time slicing as it
 is, plus OPT's bytes at the link's speed.
 Prints a Markdown table (and --json: one JSON object per pressure). --workload NAME selects the
-records of one workload (default micro; records without the field are micro)."""
+records of one workload (default micro; records without the field are micro).
+
+Design: the computation is a library for bench/paper/make_page.py (which builds the evaluation
+page from the same records) and this file's command line is a thin layer over it:
+  read_records(paths)          the JSON lines of the files (read_located: with file and line); a
+                               malformed line is an InputError naming the file and line
+  group(records, workload)     per (pressure, system): the process records by process index, and
+                               the daemon's window record (the last of each wins)
+  systems_of(records, workload) the daemon systems measured, in table order
+  link_seconds(in, out)        the time the link needs for those bytes (the Ideal's t)
+  compute_rows(records, workload) one dict per pressure: normalized throughput per system,
+                               <system>_switch_ms, and for opt: ideal, opt_gib_moved, link_s,
+                               window_s, then ideal_slice where slice was measured
+A failed or missing process counts as nothing done (a ratio of 0 over the four)."""
 import json
 import sys
 
 POP, EVI, SWAP = 53.5e9, 55.1e9, 93.4e9
 PAPER = {100: 99.41, 150: 73.0, 200: 60.0, 300: 43.0}  # section 7.1, approximate read-offs
+SYSTEMS = ("slice", "opt", "lru", "whole", "demand")  # the daemon systems, in table order
+NPROCS = 4  # processes per sweep run
 
 
-def main(paths):
-    as_json = "--json" in paths
-    workload = "micro"
-    if "--workload" in paths:
-        k = paths.index("--workload")
-        workload = paths[k + 1]
-        del paths[k:k + 2]
-    paths = [p for p in paths if p != "--json"]
-    procs, wins = {}, {}
+class InputError(Exception):
+    """Bad input: the message names the file and line."""
+
+
+def read_located(paths):
+    """(path, line number, object) for every JSON line of the files, in order; blank lines are
+    skipped."""
+    out = []
     for path in paths:
-        for line in open(path):
-            r = json.loads(line)
-            if r.get("workload", "micro") != workload:
-                continue
-            key = (r["pressure"], r["system"])
-            if "proc" in r:
-                procs.setdefault(key, {})[r["proc"]] = r
-            else:
-                wins[key] = r
-    paper = PAPER if workload == "micro" else {}
+        try:
+            f = open(path, encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"{path}: {e.strerror}") from None
+        with f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except ValueError as e:
+                    raise InputError(f"{path}:{n}: malformed JSON ({e})") from None
+                if not isinstance(r, dict):
+                    raise InputError(f"{path}:{n}: expected a JSON object")
+                out.append((path, n, r))
+    return out
+
+
+def read_records(paths):
+    """All JSON objects of the files, in order."""
+    return [r for _, _, r in read_located(paths)]
+
+
+def group(records, workload="micro"):
+    """(procs, wins): procs[(pressure, system)][proc] = record, wins[(pressure, system)] = record."""
+    procs, wins = {}, {}
+    for r in records:
+        if r.get("workload", "micro") != workload:
+            continue
+        key = (r["pressure"], r["system"])
+        if "proc" in r:
+            procs.setdefault(key, {})[r["proc"]] = r
+        else:
+            wins[key] = r
+    return procs, wins
+
+
+def systems_of(records, workload="micro"):
+    procs, _ = group(records, workload)
+    return [s for s in SYSTEMS if any(k[1] == s for k in procs)]
+
+
+def link_seconds(in_bytes, out_bytes):
+    """Time to move the bytes at the link's measured populate, evict and swap rates."""
+    return max(in_bytes / POP, out_bytes / EVI, (in_bytes + out_bytes) / SWAP)
+
+
+def compute_rows(records, workload="micro"):
+    """One dict per pressure (ascending); see the module's docstring for the keys."""
+    procs, wins = group(records, workload)
     pressures = sorted({k[0] for k in procs})
-    systems = [s for s in ("slice", "opt", "lru", "whole", "demand") if any(k[1] == s for k in procs)]
+    systems = systems_of(records, workload)
     rows = []
     for p in pressures:
         ref = procs.get((p, "ref"), {})
@@ -59,31 +113,30 @@ def main(paths):
                     ratios.append(r["tasks_per_s"] / base)
                 else:
                     ratios.append(0.0)  # failed or missing: counts as nothing done
-            row[s] = 100 * sum(ratios) / 4
+            row[s] = 100 * sum(ratios) / NPROCS
             w = wins.get((p, s), {})
             d = w.get("daemon", {})
             if d.get("msched_switches_total"):
                 row[s + "_switch_ms"] = 1000 * d["msched_switch_seconds_total"] / d["msched_switches_total"]
             if s == "opt" and w:
                 i_b, o_b = d.get("msched_populated_bytes_total", 0), d.get("msched_evicted_bytes_total", 0)
-                t = max(i_b / POP, o_b / EVI, (i_b + o_b) / SWAP)
+                t = link_seconds(i_b, o_b)
                 row["ideal"] = 100 * max(0.0, 1 - t / w["window_s"])
                 row["opt_gib_moved"] = (i_b + o_b) / 2**30
                 row["link_s"] = t
                 row["window_s"] = w["window_s"]
+        if row.get("slice") is not None and row.get("ideal") is not None:
+            row["ideal_slice"] = row["slice"] * row["ideal"] / 100
         rows.append(row)
-    if as_json:
-        for r in rows:
-            print(json.dumps(r))
-        return
-    for r in rows:
-        if r.get("slice") is not None and r.get("ideal") is not None:
-            r["ideal_slice"] = r["slice"] * r["ideal"] / 100
+    return rows
+
+
+def table(rows, systems, paper):
+    """The Markdown table's lines."""
     head = ["pressure"] + [s for s in systems] + ["Ideal", "opt / Ideal", "Ideal x slice",
                                                   "opt / (Ideal x slice)", "paper", "opt / whole",
                                                   "opt / demand", "opt switch (ms)"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + " --- |" * len(head))
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         f = lambda v: "-" if v is None else f"{v:.1f}"
         cells = [f"{r['pressure']} %"] + [f(r.get(s)) for s in systems]
@@ -98,8 +151,43 @@ def main(paths):
             v = r.get(b)
             cells.append(f"{opt / v:.1f}x" if v and opt is not None else "-")
         cells.append(f(r.get("opt_switch_ms")))
-        print("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(args):
+    if "-h" in args or "--help" in args:
+        print(__doc__)
+        return 0
+    as_json = "--json" in args
+    workload = "micro"
+    if "--workload" in args:
+        k = args.index("--workload")
+        if k + 1 >= len(args):
+            print("summarize_sweep.py: --workload needs a name", file=sys.stderr)
+            return 2
+        workload = args[k + 1]
+        del args[k:k + 2]
+    paths = [p for p in args if p != "--json"]
+    try:
+        located = read_located(paths)
+        for path, n, r in located:
+            if r.get("workload", "micro") == workload and ("pressure" not in r or "system" not in r):
+                raise InputError(f"{path}:{n}: a {workload} record without pressure or system")
+        records = [r for _, _, r in located]
+        rows = compute_rows(records, workload)
+    except InputError as e:
+        print(f"summarize_sweep.py: {e}", file=sys.stderr)
+        return 2
+    if as_json:
+        for r in rows:
+            print(json.dumps({k: v for k, v in r.items() if k != "ideal_slice"}))
+        return 0
+    paper = PAPER if workload == "micro" else {}
+    for line in table(rows, systems_of(records, workload), paper):
+        print(line)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

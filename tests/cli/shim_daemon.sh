@@ -249,3 +249,24 @@ for n in f g; do
 done
 pass "daemon stopped: clients told goodbye, finish alone"
 check_log_clean
+
+# ---- priority: a request-serving task leaves the GPU between requests ------------------------
+# A real-time client serving bursts (60 ms apart) beside a best-effort cycle under the priority
+# policy: the rt client reports itself idle between bursts (MSCHED_IDLE_MS), so the be client
+# gets slices while the rt one is alive, and every burst takes the GPU back.
+start_daemon --budget 48MiB --slice 20ms --policy prio
+client rt MSCHED_PRIORITY=rt MSCHED_IDLE_MS=10 -- 20 2 burst
+client be MSCHED_PRIORITY=be -- 1000000 5 cycle
+wait_shim rt 0 "$LIMIT"
+grep -q "ENGINE_BURST bursts=20" "$T/rt.out" || fail "rt: $(tail -n 3 "$T/rt.out")"
+quiet=$(grep -o "idles ([0-9]* quiet)" "$T/rt.out" | grep -o "[0-9]*" | tail -n 1)
+rt_slices=$(grep -o "daemon: connected, [0-9]* slices" "$T/rt.out" | grep -o "[0-9]* slices" | grep -o "[0-9]*")
+be_runs=$("$MSCHED" status --prometheus |
+    awk -v p="pid=\"$PID_be\"" '$1 ~ /^msched_task_slices_total/ && index($1, p) { print $2; exit }')
+[ "${quiet:-0}" -ge 10 ] || fail "rt reported quiet $quiet times (want >= 10): $(grep msched "$T/rt.out" | tail -n 2)"
+[ "${rt_slices:-0}" -ge 10 ] || fail "rt got $rt_slices slices (want one per burst)"
+[ "${be_runs:-0}" -ge 10 ] || fail "be got $be_runs slices while rt was alive (want >= 10)"
+kill -9 "$PID_be"
+wait "$PID_be" 2>/dev/null
+pass "priority: the rt client idles between bursts ($quiet times), be runs meanwhile ($be_runs slices)"
+check_log_clean

@@ -18,6 +18,8 @@
  *          graph reaches: the driver may not even implement the call), once more at 48 MiB
  *          (now the whole footprint is needed: refused, not run on missing memory).
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
+ *   burst: a request-serving task: ops bursts of two fills of 4 MiB buffers and a sync, each
+ *          followed by 60 ms without GPU work. Prints "ENGINE_BURST bursts=N".
  *   vmm:   the application's own VMM memory: one reservation, 24 handles of 4 MiB mapped into
  *          it with a 4 MiB hole after each, access set with one call over the whole range,
  *          then ops rounds filling every buffer in turn; then two more handles mapped side by
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu/fakecuda/fakecuda.h"
 
@@ -412,6 +415,28 @@ int main(int argc, char **argv)
         for (int i = 0; i < NBUF; i++)
             CK(p_free(b[i].d));
         printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
+        return 0;
+    }
+    if (argc > 3 && strcmp(argv[3], "burst") == 0) {
+        /* A request-serving task: ops bursts, each filling two 4 MiB buffers and waiting for
+         * them, then 60 ms without GPU work (between requests). */
+        for (int i = 0; i < 2; i++) {
+            b[i].words = MIB;
+            CK(p_alloc(&b[i].d, b[i].words * 4));
+        }
+        for (op = 0; op < ops; op++) {
+            for (int i = 0; i < 2; i++) {
+                uint32_t seed = (uint32_t)op;
+                void *args[] = {&b[i].d, &b[i].words, &seed};
+                CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+            }
+            CK(p_sync());
+            struct timespec pause = {0, 60000000};
+            nanosleep(&pause, NULL);
+        }
+        for (int i = 0; i < 2; i++)
+            CK(p_free(b[i].d));
+        printf("ENGINE_BURST bursts=%d\n", ops);
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "graph") == 0)
