@@ -1201,10 +1201,41 @@ undo:
     return rc;
 }
 
+/*
+ * PRIO: a task of higher priority than the one about to run that is idle now (a service between
+ * requests) preempts as soon as it demands again, so for eviction it comes next: insert it at
+ * position 1 of the planning timeline (fill_future gives it its last `next` set). OPT then
+ * evicts the running task's other chunks before the returner's, and a returning request finds
+ * its memory resident as far as the budget allows. Only the plan sees these entries; who runs
+ * is still the policy's timeline (make_timeline is called afresh for every decision).
+ */
+static int add_returners(struct ms_sched *s)
+{
+    if (s->cfg.policy != MS_SCHED_PRIO || s->tl.n == 0)
+        return MS_OK;
+    struct ms_stask *run = find_task(s, s->tl.e[0].task);
+    if (!run)
+        return MS_OK;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        struct ms_stask *t = s->tasks[i];
+        if (t == run || t->runnable || t->prio <= run->prio || t->next_ws.n == 0)
+            continue;
+        int rc = ms_grow((void **)&s->tl.e, &s->tl.cap, s->tl.n + 1, sizeof(s->tl.e[0]));
+        if (rc)
+            return rc;
+        memmove(&s->tl.e[2], &s->tl.e[1], (s->tl.n - 1) * sizeof(s->tl.e[0]));
+        s->tl.e[1] = (struct ms_tl_entry){.task = t->id, .slice_ns = s->tl.e[0].slice_ns};
+        s->tl.n++;
+    }
+    return MS_OK;
+}
+
 /* Plan and start the switch to the policy's next task. Phase IDLE, no orders outstanding. */
 static int plan_switch(struct ms_sched *s, uint64_t now)
 {
     int rc = make_timeline(s, s->last, s->cfg.horizon);
+    if (!rc)
+        rc = add_returners(s);
     if (rc || s->tl.n == 0)
         return rc;
     struct ms_stask *t = find_task(s, s->tl.e[0].task);

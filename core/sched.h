@@ -22,7 +22,9 @@
  *                preemption at once), or A goes IDLE while others wait ->
  *     STOPPING   STOP{epoch} sent to A; wait for STOPPED (timeout: A is dropped) ->
  *     (planning) the policy's timeline (core/timeline.h) names B = entry 0 and the tasks after
- *                it; ws[k] = the demanded working set of entry k's task (its `next` set at its
+ *                it; under PRIO, idle tasks of higher priority than B (services between
+ *                requests: they preempt as soon as they demand) are planned right after B;
+ *                ws[k] = the demanded working set of entry k's task (its `next` set at its
  *                first appearance, its `recent` set after); ms_plan_build (OPT/LRU/WHOLE across
  *                all tasks) gives the evictions and B's populations ->
  *     MIGRATING  EVICT orders to the victims' owners (one order per owner), POPULATE to B with

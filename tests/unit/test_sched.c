@@ -589,6 +589,42 @@ static void test_priority_preemption(void **state)
     world_fini(&w);
 }
 
+/*
+ * PRIO: an idle higher-priority task (a service between requests) is planned to come back next,
+ * so OPT evicts a runnable best-effort task's chunks before the service's.
+ */
+static void test_priority_returner_kept(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_PRIO, MS_EVICT_OPT, 12 * CH);
+    uint32_t four[] = {4}, six[] = {6};
+    struct fshim *rt = add_task(&w, "rt", MS_PRIO_RT, 0, four, 1);
+    struct fshim *c = add_task(&w, "c", MS_PRIO_BE, 0, four, 1);
+    struct fshim *be = add_task(&w, "be", MS_PRIO_BE, 0, six, 1);
+    demand_all(&w, rt);
+    assert_ptr_equal(running(&w), rt);
+    idle(&w, rt); /* between requests */
+    demand_all(&w, c);
+    assert_ptr_equal(running(&w), c);
+    demand_all(&w, be);
+    assert_int_equal(w.s.rt.resident_bytes, 8 * CH);
+    int mark = w.nlog;
+    advance_to_deadline(&w, 1000 * MS); /* c's slice ends: be needs 6, 4 free: 2 must go */
+    assert_ptr_equal(running(&w), be);
+    assert_int_equal(ms_sched_task_resident(&w.s, be->task), 6 * CH);
+    /* Without the returner rt's chunks have no next use and would be the victims. */
+    assert_int_equal(ms_sched_task_resident(&w.s, rt->task), 4 * CH);
+    assert_int_equal(ms_sched_task_resident(&w.s, c->task), 2 * CH);
+    assert_int_equal(count_log(&w, mark, MS_MSG_EVICT, rt->task), 0);
+    /* The service's next request preempts and finds its memory resident: nothing moves. */
+    mark = w.nlog;
+    demand_all(&w, rt);
+    assert_ptr_equal(running(&w), rt);
+    assert_int_equal(count_log(&w, mark, MS_MSG_EVICT, MS_TASK_NONE), 0);
+    world_fini(&w);
+}
+
 /* OPT evicts what the timeline needs furthest in the future, across tasks; LRU does not. */
 static void opt_vs_lru(enum ms_evict_policy ev, uint32_t *out_victim)
 {
@@ -1337,6 +1373,7 @@ int main(void)
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_stop_time),
+        cmocka_unit_test(test_priority_returner_kept),
         cmocka_unit_test(test_limit),
         cmocka_unit_test(test_whole_swapping),
         cmocka_unit_test(test_incremental_and_early_run),
