@@ -84,6 +84,9 @@ static struct {
     /* scheduling */
     bool running, hold;
     bool idle_sent;     /* running, and IDLE was sent for quietness ("Idle" in client.h) */
+    uint64_t hang_ns;   /* a probe unanswered this long: the daemon is hung; 0: never */
+    uint64_t last_rx;   /* when the daemon last sent anything */
+    uint64_t probe_at;  /* when the unanswered liveness probe went out; 0: none */
     uint64_t idle_ns;   /* quiet this long means idle; 0: never */
     uint64_t quiet_t0;  /* running: when the task was last seen busy */
     uint32_t run_epoch;
@@ -135,8 +138,17 @@ static void cond_init(void)
 }
 
 void ms_client_configure(const char *daemon, const char *priority, const char *weight,
-                         const char *idle_ms)
+                         const char *idle_ms, const char *hang_ms)
 {
+    C.hang_ns = 30000000000ull;
+    if (hang_ms) {
+        char *end = NULL;
+        unsigned long long v = strtoull(hang_ms, &end, 10);
+        if (end != hang_ms && !*end && v <= 3600000)
+            C.hang_ns = v * 1000000ull;
+        else
+            ms__engine_say("MSCHED_DAEMON_TIMEOUT_MS=%s is not 0..3600000; using 30000", hang_ms);
+    }
     C.idle_ns = 20000000ull;
     if (idle_ms) {
         char *end = NULL;
@@ -761,7 +773,10 @@ static void gone(const char *why)
 
 static void handle(struct ms_msg *m)
 {
+    C.last_rx = now_ns();
+    C.probe_at = 0;
     switch (m->type) {
+    case MS_MSG_STATUS: break; /* the answer to a liveness probe */
     case MS_MSG_RUN: on_run(m); break;
     case MS_MSG_STOP: on_stop(m); break;
     case MS_MSG_EVICT: on_evict(m); break;
@@ -858,6 +873,31 @@ static int check_quiet(void)
     return ms > 0 ? ms : 1;
 }
 
+/* A thread waits on the daemon and it has said nothing for a while: probe it (STATUS_REQ, which
+ * any session may send); a probe unanswered for hang_ns means the daemon is hung ("Hung" in
+ * client.h). Lock held. */
+static void check_hang(void)
+{
+    if (!C.up || C.broken || !C.hang_ns)
+        return;
+    if (C.waiters == 0 && !C.pop_active) {
+        C.probe_at = 0;
+        return;
+    }
+    uint64_t now = now_ns(), every = MS_MIN(C.hang_ns / 2, 5000000000ull);
+    if (C.probe_at && now - C.probe_at >= C.hang_ns) {
+        char why[96];
+        snprintf(why, sizeof(why), "it has not answered for %llu s",
+                 (unsigned long long)((now - C.probe_at) / 1000000000ull));
+        gone(why);
+    } else if (!C.probe_at && now - C.last_rx >= every) {
+        struct ms_msg m;
+        ms_msg_init(&m, MS_MSG_STATUS_REQ);
+        if (csend(&m, 0) == MS_OK)
+            C.probe_at = now;
+    }
+}
+
 static void *service(void *arg)
 {
     (void)arg;
@@ -869,6 +909,9 @@ static void *service(void *arg)
             last_words();
             break;
         }
+        check_hang();
+        if (!C.up)
+            break;
         int tmo = check_quiet();
         struct pollfd p[2] = {
             {.fd = C.conn.fd, .events = POLLIN | (ms_conn_out_pending(&C.conn) ? POLLOUT : 0)},
@@ -933,6 +976,8 @@ int ms_client_connect(unsigned gpu, uint64_t limit, struct ms_client_welcome *ou
         return rc;
     }
     C.task = reply.welcome.task;
+    C.last_rx = now_ns();
+    C.probe_at = 0;
     C.budget = reply.welcome.budget;
     C.slice_ns = reply.welcome.slice_ns;
     C.cap = limit && limit < C.budget ? limit : C.budget;

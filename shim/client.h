@@ -36,6 +36,11 @@
  *     for the GPU is not idleness) and no thread waits at the gate. The service thread checks
  *     every idle_ms / 2 while running. The next admitted command, if the task still holds
  *     RUN, sends a DEMAND of its chunks so the daemon counts the task runnable again.
+ *   Hung. While a thread waits on the daemon (for RUN or a POPULATE) and the daemon has sent
+ *     nothing for min(hang_ms / 2, 5 s), the service thread sends STATUS_REQ as a liveness
+ *     probe; any message from the daemon answers it. A probe unanswered for hang_ms
+ *     (MSCHED_DAEMON_TIMEOUT_MS, default 30 s) means a daemon that is stopped or stuck with its
+ *     socket open: it is treated as gone ("it has not answered for N s").
  *   When the daemon goes away (the socket closes, BYE, ERROR, a malformed frame, a failed
  *   send) the service thread tells the engine, which runs alone (engine.h, "daemon gone"):
  *   nothing waits for the daemon again, and one line on stderr says so.
@@ -70,9 +75,10 @@
 /* ---- the client, called by the engine ----------------------------------------------------- */
 
 /* Read the configuration once, at the shim's initialisation (no lock; values may be NULL).
- * idle_ms: MSCHED_IDLE_MS (see "Idle" above; NULL: 20, 0: never report idleness). */
+ * idle_ms: MSCHED_IDLE_MS (see "Idle" above; NULL: 20, 0: never report idleness); hang_ms:
+ * MSCHED_DAEMON_TIMEOUT_MS (see "Hung" above; NULL: 30000, 0: never give up on the daemon). */
 void ms_client_configure(const char *daemon, const char *priority, const char *weight,
-                         const char *idle_ms);
+                         const char *idle_ms, const char *hang_ms);
 /* MSCHED_DAEMON allows a daemon (it is not "off"). */
 bool ms_client_allowed(void);
 /* Allowed and the socket exists now (a stat, no connection). */

@@ -335,7 +335,7 @@ static void init_once_fn(void)
         budget = 0;
     }
     ms_client_configure(env("MSCHED_DAEMON"), env("MSCHED_PRIORITY"), env("MSCHED_WEIGHT"),
-                        env("MSCHED_IDLE_MS"));
+                        env("MSCHED_IDLE_MS"), env("MSCHED_DAEMON_TIMEOUT_MS"));
     ms_engine_configure(budget, env("MSCHED_ENGINE"));
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0)
         ms__shim_log("pthread_atfork failed; a forked child may inherit a held lock");

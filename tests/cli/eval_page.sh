@@ -160,6 +160,11 @@ fi
 has "$T/summary.md" "| 150 % | 130.0 | 120.0 | 90.0 | 30.0 | 90.0 | 133 % | 117.0 | 103 % | 73.0 | 1.3x | 4.0x | 50.0 |"
 pass "summarize_sweep.py agrees"
 
+# The real page is up to date with the real results (its tables are never edited by hand).
+python3 "$GEN" --check 2>/dev/null ||
+    fail "docs/evaluation.md is stale against bench/results/gpu/paper: run bench/paper/make_page.py"
+pass "docs/evaluation.md matches bench/results/gpu/paper"
+
 # Plots, with a python3 that has matplotlib.
 MPL=
 for p in "$PY" python3 /usr/bin/python3; do

@@ -270,3 +270,27 @@ kill -9 "$PID_be"
 wait "$PID_be" 2>/dev/null
 pass "priority: the rt client idles between bursts ($quiet times), be runs meanwhile ($be_runs slices)"
 check_log_clean
+
+# ---- a hung daemon ---------------------------------------------------------------------------
+# The daemon stops answering with its socket open (SIGSTOP): waiting clients probe it and, after
+# MSCHED_DAEMON_TIMEOUT_MS without an answer, run alone and finish.
+client hw MSCHED_DAEMON_TIMEOUT_MS=1500 -- "$LONG" 4 cycle
+client hx MSCHED_DAEMON_TIMEOUT_MS=1500 -- "$LONG" 6 cycle
+for i in $(seq 1 200); do
+    [ -n "$(status_row "$PID_hw")" ] && [ -n "$(status_row "$PID_hx")" ] &&
+        [ "$(metric msched_switches_total)" -gt 30 ] && break
+    sleep 0.05
+done
+kill -STOP "$DAEMON"
+wait_shim hw 0 "$LIMIT"
+wait_shim hx 0 "$LIMIT"
+kill -CONT "$DAEMON"
+n=0
+for c in hw hx; do
+    grep -q "ENGINE_CYCLE" "$T/$c.out" || fail "$c: $(tail -n 3 "$T/$c.out")"
+    grep -q "the daemon is gone (it has not answered for [0-9]* s)" "$T/$c.out" && n=$((n + 1))
+done
+# At least one was waiting when the daemon stopped (the other may have held the GPU and
+# finished without needing it).
+[ "$n" -ge 1 ] || fail "no client noticed the stopped daemon: $(grep -h msched "$T/hw.out" "$T/hx.out" | tail -n 4)"
+pass "a stopped daemon: waiting clients give up on it after the timeout and finish alone ($n of 2)"
