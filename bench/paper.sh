@@ -17,6 +17,8 @@
 #   rtbe             bench/workloads/run_rtbe.sh: ref msched tslice slice
 # SYSTEMS="ref opt ..." in the environment narrows the sweep parts' systems (a part rerun with
 # fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part.
+# SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
+# bench/micro/run_sweep.sh); default 1s round-robin.
 # Run from the repository root on the GPU machine; builds what it needs first.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -26,6 +28,7 @@ PAGE=1
 ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150 B-200 B-300 C-150 C-200
 C-300 D-150 D-200 D-300 rtbe"
 SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
+SLICE=${SLICE:-1s}
 
 usage() {
     sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
@@ -65,7 +68,7 @@ log() { echo "[$(date +%T)] paper: $*" >&2; }
 
 part_env() {
     python3 - "$OUT/env.json" <<'PY'
-import json, subprocess, sys, datetime, platform
+import datetime, json, os, platform, subprocess, sys
 def sh(cmd):
     try:
         return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=60).stdout.strip()
@@ -78,7 +81,7 @@ env = {"gpu": sh("nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
        "transformers": sh("python3 -c 'import transformers; print(transformers.__version__)'"),
        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
        "host": f"{platform.machine()}, {sh('nproc')} CPUs",
-       "budget_gib": 16, "slice": "1s"}
+       "budget_gib": 16, "slice": os.environ.get("SLICE", "1s")}
 json.dump(env, open(sys.argv[1], "w"), indent=1)
 PY
 }
@@ -104,7 +107,7 @@ run_part() {
     *)
         local w=${p%%-*} pr=${p#*-} secs=25
         case $w in C | D) secs=50 ;; B) secs=35 ;; esac
-        WORKLOAD=$w bench/micro/run_sweep.sh "$tmp" "${pr//-/ }" "$SYSTEMS" "$secs" || rc=$?
+        WORKLOAD=$w bench/micro/run_sweep.sh "$tmp" "${pr//-/ }" "$SYSTEMS" "$secs" "$SLICE" || rc=$?
         mv "$tmp/sweep.jsonl" "$tmp/out.jsonl" 2>/dev/null
         ;;
     esac

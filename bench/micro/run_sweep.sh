@@ -15,7 +15,10 @@
 #   whole   mschedd, 16 GiB budget, whole-process swapping
 #   demand  mschedd, 16 GiB budget, LRU eviction, managed memory faulted in (--engine demand):
 #           the demand-paging baseline, its device emulated by the budget (which flatters it)
-# Every daemon system uses the same round-robin slice (SLICE, default 1s). Each process runs
+# Every daemon system uses the same round-robin slice (SLICE, default 1s). SLICE=adaptive: at
+# each pressure `opt` runs first under `--policy adaptive` (base slice 1 s), and the slice it
+# chose (its tasks' GPU time over its switches in the window) is then every other system's
+# round-robin slice: all systems at the slice msched's adaptive policy picks. Each process runs
 # SECONDS (default 25) of tasks after one warm-up task and prints tasks per second. The daemon's
 # metrics are read twice inside the window when all four are in their timed loops (from W s
 # after the start, default 8, 15 for B, 30 for C and D, to SECONDS-4 s), so the bytes moved and switch times cover steady
@@ -31,7 +34,8 @@ PRESSURES=${2:?pressures, e.g. "100 150"}
 SYSTEMS=${3:?systems, e.g. "ref opt whole demand"}
 SECS=${4:-25}
 SLICE=${5:-1s}
-BUDGET_GIB=16
+# The budget the pressures are relative to (BUDGET_MIB, default 16 GiB).
+BUDGET_MIB=${BUDGET_MIB:-16384}
 MSCHED=$PWD/build/bin/msched
 MSCHEDD=$PWD/build/bin/mschedd
 WORKLOAD=${WORKLOAD:-micro}
@@ -80,8 +84,12 @@ cmd() {
 prom() { "$MSCHED" status --prometheus >"$1" 2>&1; }
 
 for p in $PRESSURES; do
-    gib=$(python3 -c "print(round($BUDGET_GIB * $p / 100 / 4, 3))")
-    for sys in $SYSTEMS; do
+    gib=$(python3 -c "print(round($BUDGET_MIB / 1024 * $p / 100 / 4, 3))")
+    order=$SYSTEMS chosen=1s
+    # adaptive: opt first, the others at the slice it picks
+    [ "$SLICE" = adaptive ] && order="$(for s in $SYSTEMS; do [ "$s" = opt ] && echo opt; done)
+$(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
+    for sys in $order; do
         dir=$RAW/p${p}_$sys
         [ "$WORKLOAD" = micro ] || dir=$RAW/${WORKLOAD}_p${p}_$sys
         mkdir -p "$dir"
@@ -94,7 +102,11 @@ for p in $PRESSURES; do
             done
             wait
         else
-            budget=${BUDGET_GIB}GiB evict=opt engine=vmm
+            budget=${BUDGET_MIB}MiB evict=opt engine=vmm policy=rr slice=$SLICE
+            if [ "$SLICE" = adaptive ]; then
+                slice=$chosen
+                [ "$sys" = opt ] && { policy=adaptive; slice=1s; }
+            fi
             case $sys in
             slice) budget=200GiB ;;
             lru) evict=lru ;;
@@ -102,7 +114,7 @@ for p in $PRESSURES; do
             demand) evict=lru engine=demand ;;
             esac
             export MSCHED_SOCKET=$BIN/gpu0.sock
-            "$MSCHEDD" --socket "$MSCHED_SOCKET" --budget "$budget" --slice "$SLICE" \
+            "$MSCHEDD" --socket "$MSCHED_SOCKET" --budget "$budget" --slice "$slice" --policy "$policy" \
                 --evict "$evict" --foreground >"$dir/mschedd.log" 2>&1 &
             dpid=$!
             for k in $(seq 1 50); do [ -S "$MSCHED_SOCKET" ] && break; sleep 0.1; done
@@ -128,7 +140,35 @@ for p in $PRESSURES; do
             unset MSCHED_SOCKET
         fi
         t1=$(date +%s.%N)
-        WORKLOAD=$WORKLOAD python3 - "$dir" "$p" "$sys" "$gib" "$SLICE" "$t0" "$t1" "$W" "$D" >>"$OUT/sweep.jsonl" <<'PY'
+        # The slice the adaptive opt run chose: its tasks' GPU time over its switches (window).
+        label=$SLICE
+        if [ "$SLICE" = adaptive ] && [ "$sys" != ref ]; then
+            if [ "$sys" = opt ]; then
+                ms=$(python3 - "$dir" <<'PY'
+import re, sys
+def tot(name):
+    run = sw = 0.0
+    try:
+        for l in open(f"{sys.argv[1]}/{name}"):
+            f = l.split()
+            if len(f) == 2 and f[0].startswith("msched_task_run_seconds_total{"):
+                run += float(f[1])
+            elif len(f) == 2 and re.fullmatch(r'msched_switches_total(\{.*\})?', f[0]):
+                sw += float(f[1])
+    except OSError:
+        pass
+    return run, sw
+(r0, s0), (r1, s1) = tot("m0.prom"), tot("m1.prom")
+print(max(1, round(1000 * (r1 - r0) / (s1 - s0))) if s1 > s0 else 1000)
+PY
+)
+                chosen=${ms}ms
+                label="adaptive:$chosen"
+            else
+                label=$chosen
+            fi
+        fi
+        WORKLOAD=$WORKLOAD python3 - "$dir" "$p" "$sys" "$gib" "$label" "$t0" "$t1" "$W" "$D" >>"$OUT/sweep.jsonl" <<'PY'
 import json, os, re, sys
 d, p, sysname, gib, slice_, t0, t1, w, dwin = sys.argv[1:]
 for i in range(4):

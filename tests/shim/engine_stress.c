@@ -18,6 +18,8 @@
  *          graph reaches: the driver may not even implement the call), once more at 48 MiB
  *          (now the whole footprint is needed: refused, not run on missing memory).
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
+ *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
+ *          ("tasks_per_s"), as a benchmark program does.
  *   burst: a request-serving task: ops bursts of two fills of 4 MiB buffers and a sync, each
  *          followed by 60 ms without GPU work. Prints "ENGINE_BURST bursts=N".
  *   vmm:   the application's own VMM memory: one reservation, 24 handles of 4 MiB mapped into
@@ -415,6 +417,35 @@ int main(int argc, char **argv)
         for (int i = 0; i < NBUF; i++)
             CK(p_free(b[i].d));
         printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
+        return 0;
+    }
+    if (argc > 3 && strcmp(argv[3], "timed") == 0) {
+        /* The cycle for `ops` seconds; one JSON line with rounds per second (the output of a
+         * benchmark program, for bench/micro/run_sweep.sh on the fake driver). */
+        for (int i = 0; i < NBUF; i++) {
+            b[i].words = MIB;
+            CK(p_alloc(&b[i].d, b[i].words * 4));
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double el = 0;
+        long rounds = 0;
+        do {
+            for (int i = 0; i < NBUF; i++) {
+                uint32_t seed = (uint32_t)rounds;
+                void *args[] = {&b[i].d, &b[i].words, &seed};
+                CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+            }
+            CK(p_sync());
+            rounds++;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        } while (el < ops);
+        for (int i = 0; i < NBUF; i++)
+            CK(p_free(b[i].d));
+        printf("{\"program\": \"engine_stress\", \"tasks\": %ld, \"seconds\": %.3f, "
+               "\"tasks_per_s\": %.3f}\n",
+               rounds, el, (double)rounds / el);
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "burst") == 0) {
