@@ -717,6 +717,8 @@ static const struct {
     FK_ENTRY(cuGetProcAddress),
     FK_ENTRY(cuGetProcAddress_v2),
     FK_ENTRY(cuInit),
+    FK_ENTRY(cuKernelGetName),
+    FK_ENTRY(cuKernelGetParamInfo),
     FK_ENTRY(cuLaunchCooperativeKernel),
     FK_ENTRY(cuLaunchCooperativeKernel_ptsz),
     FK_ENTRY(cuLaunchKernel),

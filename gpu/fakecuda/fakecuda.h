@@ -71,6 +71,11 @@ typedef void (*ms_fake_kernel_fn)(const struct ms_fake_launch *l);
 CUresult ms_fake_register_kernel(const char *name, ms_fake_kernel_fn fn, const size_t *param_sizes,
                                  size_t nparams, void *user, CUfunction *out);
 
+/* The CUkernel handle of a registered kernel (what cuLibraryGetKernel would give): accepted by
+ * the launch entry points and cuKernelGetParamInfo / cuKernelGetName, refused by the CUfunction
+ * queries. Errors: CUDA_ERROR_INVALID_VALUE (not a registered CUfunction, NULL out). */
+CUresult ms_fake_kernel_handle(CUfunction f, CUkernel *out);
+
 /* What the fake driver has done since it was loaded (its own record, to check interposers). */
 struct ms_fake_stats {
     uint64_t launches;      /* kernels run (graph nodes included) */
@@ -94,5 +99,6 @@ void ms_fake_get_stats(struct ms_fake_stats *out);
 typedef CUresult (*ms_fake_register_kernel_fn)(const char *, ms_fake_kernel_fn, const size_t *,
                                                size_t, void *, CUfunction *);
 typedef void (*ms_fake_get_stats_fn)(struct ms_fake_stats *);
+typedef CUresult (*ms_fake_kernel_handle_fn)(CUfunction, CUkernel *);
 
 #endif /* MS_FAKECUDA_H */

@@ -12,6 +12,11 @@
  *   when the kernel has parameters), then call the function synchronously. With `extra`, the
  *   function gets args[] pointing into the caller's buffer, so kernels are written once for
  *   both ways of passing parameters.
+ *   Each kernel also has a CUkernel handle (ms_fake_kernel_handle: the address of a byte in its
+ *   record), as the driver's library API hands out: cuKernelGetParamInfo / cuKernelGetName
+ *   answer for it, the launch entry points accept it in place of a CUfunction (as CUDA 12+
+ *   does), and the CUfunction queries refuse it (CUDA_ERROR_INVALID_HANDLE), so an interposer
+ *   must try the CUkernel query.
  *
  * Invariants
  *   - Registration records are never freed: a CUfunction stays valid until exit.
@@ -35,20 +40,38 @@ struct fk_kernel {
     size_t nparams;
     size_t *offsets, *sizes;
     size_t param_bytes;
+    char as_kernel; /* its address is the kernel's CUkernel handle */
 };
 
 static struct fk_kernel *kernels[MAX_KERNELS]; /* reachable for leak checkers; under ms__fk_lock */
 static size_t nkernels;
 
-static struct fk_kernel *kernel_of(CUfunction f)
+/* The kernel whose CUfunction (as_function) and/or CUkernel (as_kernel) handle is h. */
+static struct fk_kernel *lookup(const void *h, bool as_function, bool as_kernel)
 {
     pthread_mutex_lock(&ms__fk_lock);
     struct fk_kernel *k = NULL;
     for (size_t i = 0; i < nkernels && !k; i++)
-        if ((CUfunction)kernels[i] == f)
+        if ((as_function && (const void *)kernels[i] == h) ||
+            (as_kernel && (const void *)&kernels[i]->as_kernel == h))
             k = kernels[i];
     pthread_mutex_unlock(&ms__fk_lock);
     return k;
+}
+
+/* For launches: a CUfunction, or a CUkernel passed as one. */
+static struct fk_kernel *kernel_of(CUfunction f)
+{
+    return lookup(f, true, true);
+}
+
+MS_FK_EXPORT CUresult ms_fake_kernel_handle(CUfunction f, CUkernel *out)
+{
+    struct fk_kernel *k = lookup(f, true, false);
+    if (!k || !out)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = (CUkernel)&k->as_kernel;
+    return CUDA_SUCCESS;
 }
 
 static size_t param_align(size_t size)
@@ -113,13 +136,9 @@ MS_FK_EXPORT CUresult ms_fake_register_kernel(const char *name, ms_fake_kernel_f
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
-                                    size_t *paramSize)
+static CUresult param_info(struct fk_kernel *k, size_t paramIndex, size_t *paramOffset,
+                           size_t *paramSize)
 {
-    CUresult rc = ms__fk_inited();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    struct fk_kernel *k = kernel_of(func);
     if (!k)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!k->has_info)
@@ -131,6 +150,38 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *
     return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                    size_t *paramSize)
+{
+    CUresult rc = ms__fk_inited();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return param_info(lookup(func, true, false), paramIndex, paramOffset, paramSize);
+}
+
+CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset,
+                                      size_t *paramSize)
+{
+    CUresult rc = ms__fk_inited();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return param_info(lookup(kernel, false, true), paramIndex, paramOffset, paramSize);
+}
+
+CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
+{
+    CUresult rc = ms__fk_inited();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fk_kernel *k = lookup(hfunc, false, true);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = k->name;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
 {
     CUresult rc = ms__fk_inited();
@@ -138,7 +189,7 @@ CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
         return rc;
     if (!name)
         return CUDA_ERROR_INVALID_VALUE;
-    struct fk_kernel *k = kernel_of(hfunc);
+    struct fk_kernel *k = lookup(hfunc, true, false);
     if (!k)
         return CUDA_ERROR_INVALID_HANDLE;
     *name = k->name;

@@ -18,6 +18,8 @@
  *          graph reaches: the driver may not even implement the call), once more at 48 MiB
  *          (now the whole footprint is needed: refused, not run on missing memory).
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
+ *   kcycle: the cycle, launching through the fill kernel's CUkernel handle (passed where a
+ *          CUfunction goes, as CUDA 12+ allows): its layout must come from cuKernelGetParamInfo.
  *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
  *          ("tasks_per_s"), as a benchmark program does.
  *   burst: a request-serving task: ops bursts of two fills of 4 MiB buffers and a sync, each
@@ -400,7 +402,18 @@ int main(int argc, char **argv)
 
     struct buf b[NBUF];
     memset(b, 0, sizeof(b));
-    if (argc > 3 && strcmp(argv[3], "cycle") == 0) {
+    if (argc > 3 && strcmp(argv[3], "kcycle") == 0) {
+        /* The cycle with the fill kernel launched through its CUkernel handle. */
+        ms_fake_kernel_handle_fn kh;
+        *(void **)&kh = dlsym(fh, "ms_fake_kernel_handle");
+        CUkernel k;
+        if (!kh || kh(f_fill, &k) != CUDA_SUCCESS) {
+            printf("FAIL: the fake has no CUkernel handles\n");
+            return 1;
+        }
+        f_fill = (CUfunction)k;
+    }
+    if (argc > 3 && (strcmp(argv[3], "cycle") == 0 || strcmp(argv[3], "kcycle") == 0)) {
         /* A loop over every buffer in the same order, ops times: the access pattern of decode
          * steps and training iterations, where OPT keeps a fixed part resident. */
         for (int i = 0; i < NBUF; i++) {

@@ -316,6 +316,19 @@ else
     fail engine/budget-stress "rc=$rc seed=$seed $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# A kernel launched through its CUkernel handle (CUDA 12+ lets it stand for a CUfunction): the
+# fake's CUfunction queries refuse it, so the layout must come from cuKernelGetParamInfo; else
+# every launch would need the whole 96 MiB footprint and be refused under the 40 MiB budget.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 kcycle 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "ENGINE_CYCLE rounds=3" <<<"$out" &&
+    grep -q " unknown_layout=0 " <<<"$out" && grep -q " 0 unbounded launches" <<<"$out"; then
+    pass "engine/cukernel (layout from cuKernelGetParamInfo, evicted and brought back)"
+else
+    fail engine/cukernel "rc=$rc $(grep -E 'ENGINE|engine|FAIL|refused' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+
 # CUDA graphs: at instantiation the shim walks the graph and records what it reaches. Two
 # buffers partly pushed out by a third (since freed) come back for every launch (the fake's
 # oracle faults otherwise); with the footprint above the budget the graph still runs (it
