@@ -4,8 +4,9 @@
  *
  * Design
  *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of
- *   plain pinned device memory on the current device (no compression or usage flags; export
- *   handle types none, POSIX file descriptor or fabric) returns a *virtual* handle: a record with the requested size and
+ *   plain pinned device memory on the current device (no compression or usage flags, no export
+ *   handle type or RDMA capability; with MSCHED_VMM_EXPORTABLE=1 also a POSIX file descriptor
+ *   or fabric export type and RDMA capability) returns a *virtual* handle: a record with the requested size and
  *   properties and a pinned host backing store of that size, allocated once here; no device
  *   memory is taken. cuMemMap of a virtual handle adopts the range as an engine region (kind
  *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory
@@ -15,12 +16,13 @@
  *   releases the device memory; cuMemRelease frees the record once it is neither referenced
  *   nor mapped. Retaining, property and access queries are answered from the record. Export
  *   of a virtual handle is refused (CUDA_ERROR_NOT_SUPPORTED, one line on stderr): its memory
- *   moves, so another process could not hold it. PyTorch's expandable segments ask for a POSIX
- *   file descriptor type but export only when a tensor is shared with another process, so they
- *   are virtualized and work until such sharing, which then fails cleanly. They also ask for
- *   GPUDirect RDMA capability where the GPU has it; a virtual handle ignores that request
- *   (memory that moves cannot be registered with a network adapter; multi-node jobs that
- *   need it run with the engine off). Any other cuMemCreate goes to the driver, and the first
+ *   moves, so another process could not hold it. Exportable handles are therefore passed to
+ *   the driver by default: NCCL creates its buffers exportable and exports them to the other
+ *   ranks, and RDMA-capable memory may be registered with a network adapter. PyTorch's
+ *   expandable segments ask for the same (a POSIX file descriptor type, RDMA capability where
+ *   the GPU has it) but export only when a tensor is shared with another process; with
+ *   MSCHED_VMM_EXPORTABLE=1 they are virtualized (the RDMA request ignored) and work until such
+ *   sharing, which then fails cleanly. Any other cuMemCreate goes to the driver, and the first
  *   one says why on stderr, as that memory stays resident.
  *   Everything else, and every handle that is not virtual, goes to the driver; ranges that mix
  *   adopted and driver mappings are split, the driver getting the parts that are its own.
@@ -102,6 +104,16 @@ static const char *not_virtualizable(size_t size, const CUmemAllocationProp *p,
         return "unusual size or flags";
     if (p->type != CU_MEM_ALLOCATION_TYPE_PINNED || p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return "not plain device memory";
+    static int exportable = -1; /* MSCHED_VMM_EXPORTABLE, read once (a benign race) */
+    if (exportable < 0) {
+        const char *v = getenv("MSCHED_VMM_EXPORTABLE");
+        exportable = v && *v && strcmp(v, "0") != 0;
+    }
+    if (!exportable && (p->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE ||
+                        p->allocFlags.gpuDirectRDMACapable))
+        return "it asks for an exportable or RDMA-capable handle, as NCCL and PyTorch's "
+               "expandable segments do; MSCHED_VMM_EXPORTABLE=1 virtualizes those too, and "
+               "refuses their export";
     if (p->requestedHandleTypes &
         ~(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
         return "an export handle type other than a file descriptor or fabric handle";

@@ -364,7 +364,7 @@ else
     fail engine/vmm-direct "$(tail -n 2 <<<"$out" | tr '\n' ' ')"
 fi
 out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
-    MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+    MSCHED_VMM_EXPORTABLE=1 MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
 rc=$?
 evicted=$(grep -o "out [0-9]* MiB" <<<"$out" | grep -o "[0-9]*")
 faults=$(grep -o "[0-9]* faults" <<<"$out" | grep -o "[0-9]*")
@@ -375,6 +375,19 @@ if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0
     pass "engine/vmm-budget ($faults faults, $evicted MiB evicted)"
 else
     fail engine/vmm-budget "rc=$rc $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+# Without MSCHED_VMM_EXPORTABLE the two exportable, RDMA-capable handles (what NCCL creates and
+# exports to other ranks) go to the driver: neither their export nor an IPC handle to them is
+# refused by msched (the fake has neither call: 500), the reason is said once, and the data is
+# still right.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=500 export=500 mismatches=0" <<<"$out" &&
+    [ "$(grep -c "cuMemCreate passed to the driver, not moved by msched (it asks for an exportable" <<<"$out")" -eq 1 ]; then
+    pass "engine/vmm-exportable-passthrough"
+else
+    fail engine/vmm-exportable-passthrough "rc=$rc $(grep -E 'ENGINE|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
 # The unified-memory engines on the same program: managed regions under the same 40 MiB budget.
