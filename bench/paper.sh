@@ -13,7 +13,8 @@
 #   engine           tests/gpu/migrate_bench: evict / populate / swap GB/s, mapping cost
 #   micro-LO-HI ...  bench/micro/run_sweep.sh for one workload at two pressures (LO HI) or one
 #                    (W-P): workloads micro, A, B, C, D; pressures 100, 150, 200, 300; systems
-#                    ref slice opt lru whole demand
+#                    ref slice opt lru whole demand; C and D in two parts per pressure, W-P-a
+#                    (ref slice opt) and W-P-b (lru whole demand, normalized by part a's ref)
 #   rtbe             bench/workloads/run_rtbe.sh: ref msched tslice slice
 # SYSTEMS="ref opt ..." in the environment narrows the sweep parts' systems (a part rerun with
 # fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part.
@@ -25,13 +26,14 @@ cd "$(dirname "$0")/.." || exit 1
 OUT=bench/results/gpu/paper
 PARTS=()
 PAGE=1
-ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150 B-200 B-300 C-150 C-200
-C-300 D-150 D-200 D-300 rtbe"
+ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150 B-200 B-300 C-150-a
+C-150-b C-200-a C-200-b C-300-a C-300-b D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe"
+USER_SYSTEMS=${SYSTEMS:-}
 SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
 SLICE=${SLICE:-1s}
 
 usage() {
-    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-2}"
 }
 
@@ -46,6 +48,8 @@ while [ $# -gt 0 ]; do
             env) printf '%-14s %s\n' "$p" "machine and versions -> env.json" ;;
             engine) printf '%-14s %s\n' "$p" "migrate_bench 4 and 16 GiB in 64 MiB chunks" ;;
             rtbe) printf '%-14s %s\n' "$p" "RT+BE: ref msched tslice slice, 40 s of requests" ;;
+            *-a) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-ref slice opt}" ;;
+            *-b) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-lru whole demand}" ;;
             *) printf '%-14s %s\n' "$p" "workload ${p%%-*} at ${p#*-} %: $SYSTEMS" ;;
             esac
         done
@@ -81,7 +85,8 @@ env = {"gpu": sh("nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
        "transformers": sh("python3 -c 'import transformers; print(transformers.__version__)'"),
        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
        "host": f"{platform.machine()}, {sh('nproc')} CPUs",
-       "budget_gib": 16, "slice": os.environ.get("SLICE", "1s")}
+       "budget_gib": int(os.environ.get("BUDGET_MIB", "16384")) / 1024,
+       "slice": os.environ.get("SLICE", "1s")}
 json.dump(env, open(sys.argv[1], "w"), indent=1)
 PY
 }
@@ -105,9 +110,15 @@ run_part() {
     rtbe) bench/workloads/run_rtbe.sh "$tmp" "${RTBE_SYSTEMS:-ref msched tslice slice}" 40 || rc=$?
         mv "$tmp/rtbe.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
     *)
-        local w=${p%%-*} pr=${p#*-} secs=25
-        case $w in C | D) secs=50 ;; B) secs=35 ;; esac
-        WORKLOAD=$w bench/micro/run_sweep.sh "$tmp" "${pr//-/ }" "$SYSTEMS" "$secs" "$SLICE" || rc=$?
+        local w=${p%%-*} pr=${p#*-} secs=25 sys=$SYSTEMS
+        case $w in C | D) secs=75 ;; B) secs=35 ;; esac
+        # C and D load for long: their systems come in two parts, a (with the normalization)
+        # and b, each under 10 minutes
+        case $pr in
+        *-a) pr=${pr%-a} sys=${USER_SYSTEMS:-ref slice opt} ;;
+        *-b) pr=${pr%-b} sys=${USER_SYSTEMS:-lru whole demand} ;;
+        esac
+        WORKLOAD=$w bench/micro/run_sweep.sh "$tmp" "${pr//-/ }" "$sys" "$secs" "$SLICE" || rc=$?
         mv "$tmp/sweep.jsonl" "$tmp/out.jsonl" 2>/dev/null
         ;;
     esac

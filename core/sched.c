@@ -1202,19 +1202,17 @@ undo:
 }
 
 /*
- * PRIO: a task of higher priority than the one about to run that is idle now (a service between
- * requests) preempts as soon as it demands again, so for eviction it comes next: insert it at
- * position 1 of the planning timeline (fill_future gives it its last `next` set). OPT then
- * evicts the running task's other chunks before the returner's, and a returning request finds
- * its memory resident as far as the budget allows. Only the plan sees these entries; who runs
- * is still the policy's timeline (make_timeline is called afresh for every decision).
+ * PRIO: a task of higher priority than `run` (the task about to run, or running) that is idle
+ * now (a service between requests) preempts as soon as it demands again, so for eviction it
+ * comes next: insert it at position `at` of the planning timeline, the entry right after
+ * `run` (fill_future gives it its last `next` set). OPT then evicts other tasks' chunks before
+ * the returner's, and a returning request finds its memory resident as far as the budget
+ * allows. Only plans see these entries; who runs is still the policy's timeline (make_timeline
+ * is called afresh for every decision).
  */
-static int add_returners(struct ms_sched *s)
+static int add_returners(struct ms_sched *s, const struct ms_stask *run, size_t at)
 {
-    if (s->cfg.policy != MS_SCHED_PRIO || s->tl.n == 0)
-        return MS_OK;
-    struct ms_stask *run = find_task(s, s->tl.e[0].task);
-    if (!run)
+    if (s->cfg.policy != MS_SCHED_PRIO || !run || at > s->tl.n)
         return MS_OK;
     for (size_t i = 0; i < s->ntasks; i++) {
         struct ms_stask *t = s->tasks[i];
@@ -1223,8 +1221,8 @@ static int add_returners(struct ms_sched *s)
         int rc = ms_grow((void **)&s->tl.e, &s->tl.cap, s->tl.n + 1, sizeof(s->tl.e[0]));
         if (rc)
             return rc;
-        memmove(&s->tl.e[2], &s->tl.e[1], (s->tl.n - 1) * sizeof(s->tl.e[0]));
-        s->tl.e[1] = (struct ms_tl_entry){.task = t->id, .slice_ns = s->tl.e[0].slice_ns};
+        memmove(&s->tl.e[at + 1], &s->tl.e[at], (s->tl.n - at) * sizeof(s->tl.e[0]));
+        s->tl.e[at] = (struct ms_tl_entry){.task = t->id, .slice_ns = s->cfg.slice_ns};
         s->tl.n++;
     }
     return MS_OK;
@@ -1234,8 +1232,8 @@ static int add_returners(struct ms_sched *s)
 static int plan_switch(struct ms_sched *s, uint64_t now)
 {
     int rc = make_timeline(s, s->last, s->cfg.horizon);
-    if (!rc)
-        rc = add_returners(s);
+    if (!rc && s->tl.n > 0)
+        rc = add_returners(s, find_task(s, s->tl.e[0].task), 1);
     if (rc || s->tl.n == 0)
         return rc;
     struct ms_stask *t = find_task(s, s->tl.e[0].task);
@@ -1296,6 +1294,8 @@ static uint64_t own_spare(struct ms_sched *s, struct ms_stask *t)
 static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t)
 {
     int rc = make_timeline(s, t->id, s->cfg.horizon);
+    if (!rc)
+        rc = add_returners(s, t, 0);
     if (!rc)
         rc = ws_reserve(s, s->tl.n + 1);
     if (!rc)

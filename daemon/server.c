@@ -17,12 +17,15 @@
  *   through the scheduler, which keeps its memory charged as a ghost until the process exits);
  *   a client whose queued output exceeds session_out_max is dropped the same way; a closing
  *   session that does not read its last messages is closed after a grace second. The input
- *   side never buffers more than one maximal frame (ipc/conn.c).
+ *   side never buffers more than one maximal frame (ipc/conn.c). A task session that closes
+ *   while its process still runs (its pidfd not readable) becomes a ghost too: the process
+ *   still holds its memory.
  */
 #include "daemon/daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +95,21 @@ static void update_out(struct ms_daemon *d, struct ms_session *s)
         s->want_out = pending;
 }
 
-/* Close now. died: the peer's task is gone with it (its memory is released at once). */
+static void task_dropped(struct ms_daemon *d, struct ms_session *s, uint32_t task);
+
+/* The process behind a pidfd has not exited (its pidfd is not readable yet). */
+static bool still_running(int pidfd)
+{
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
+}
+
+/*
+ * Close now. died: the peer's task is gone with it (its memory is released at once), unless
+ * its process still runs (a shim that gave up on a silent daemon, a client that closed its
+ * socket): then it still holds what it mapped, so the task is dropped as a ghost, charged until
+ * the process exits.
+ */
 static void session_close(struct ms_daemon *d, struct ms_session *s, bool died)
 {
     if (s->ev.kind != MS_EV_SESSION)
@@ -100,8 +117,17 @@ static void session_close(struct ms_daemon *d, struct ms_session *s, bool died)
     char who[96];
     ms_log_debug("%s closed", peer(s, who, sizeof(who)));
     if (s->task != MS_TASK_NONE && died) {
-        ms_log_info("task %u (pid %d) is gone; its memory is released", s->task, (int)s->pid);
-        ms_sched_task_gone(&d->sched, now_ns(), s->task);
+        uint32_t task = s->task;
+        if (s->pidfd >= 0 && still_running(s->pidfd) &&
+            ms_sched_task_drop(&d->sched, now_ns(), task, MS_E_IO,
+                               "closed its connection while its process runs") == MS_OK) {
+            ms_log_info("task %u (pid %d) closed its connection but still runs", task,
+                        (int)s->pid);
+            task_dropped(d, s, task); /* takes s->pidfd over */
+        } else {
+            ms_log_info("task %u (pid %d) is gone; its memory is released", task, (int)s->pid);
+            ms_sched_task_gone(&d->sched, now_ns(), task);
+        }
     }
     s->task = MS_TASK_NONE;
     if (s->conn.fd >= 0)
@@ -526,6 +552,9 @@ static void task_dropped(struct ms_daemon *d, struct ms_session *s, uint32_t tas
 {
     if (ms_sched_task_state(&d->sched, task) != MS_TS_DROPPED)
         return; /* BYE: nothing is left */
+    for (struct ms_ghost *g = d->ghosts; g; g = g->next)
+        if (g->task == task)
+            return; /* already a ghost (its session closed while the process runs) */
     struct ms_ghost *g = s && s->pidfd >= 0 ? calloc(1, sizeof(*g)) : NULL;
     if (g) {
         g->ev.kind = MS_EV_GHOST;

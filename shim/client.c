@@ -83,7 +83,7 @@ static struct {
     pthread_cond_t cond;
     /* scheduling */
     bool running, hold;
-    bool idle_sent;     /* running, and IDLE was sent for quietness ("Idle" in client.h) */
+    bool idle_sent;     /* IDLE was the last word on our work (no DEMAND since): "Idle" */
     uint64_t hang_ns;   /* a probe unanswered this long: the daemon is hung; 0: never */
     uint64_t last_rx;   /* when the daemon last sent anything */
     uint64_t probe_at;  /* when the unanswered liveness probe went out; 0: none */
@@ -144,10 +144,11 @@ void ms_client_configure(const char *daemon, const char *priority, const char *w
     if (hang_ms) {
         char *end = NULL;
         unsigned long long v = strtoull(hang_ms, &end, 10);
-        if (end != hang_ms && !*end && v <= 3600000)
+        if (end != hang_ms && !*end && (v == 0 || (v >= 100 && v <= 3600000)))
             C.hang_ns = v * 1000000ull;
         else
-            ms__engine_say("MSCHED_DAEMON_TIMEOUT_MS=%s is not 0..3600000; using 30000", hang_ms);
+            ms__engine_say("MSCHED_DAEMON_TIMEOUT_MS=%s is not 0 or 100..3600000; using 30000",
+                           hang_ms);
     }
     C.idle_ns = 20000000ull;
     if (idle_ms) {
@@ -396,10 +397,17 @@ static int to_runs(const struct ms_chunk_set *s, size_t *n)
 
 /* DEMAND: next = need + predicted future (half of what this task may hold), recent = the last
  * whole of it. */
-static void send_demand(const struct ms_chunk_set *need, bool whole)
+/* DEMAND: next = need and what history predicts after it (exact: need alone), recent = the
+ * chunks used most recently. */
+static void send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exact)
 {
     size_t n = 0;
     int e = ms__engine_predict(need, C.cap / 2, &C.nx, C.cap, &C.rc);
+    if (!e && exact) {
+        ms_chunk_set_clear(&C.nx);
+        for (size_t i = 0; i < need->n && !e; i++)
+            e = ms_chunk_set_add(&C.nx, need->ids[i]);
+    }
     if (!e)
         e = to_runs(&C.nx, &n);
     size_t nnext = n;
@@ -418,8 +426,14 @@ static void send_demand(const struct ms_chunk_set *need, bool whole)
     m.demand.nrecent = (uint32_t)(n - nnext);
     if (csend(&m, 0) == MS_OK) {
         C.dem_pending = true;
+        C.idle_sent = false;
         C.st.demands++;
     }
+}
+
+static void send_demand(const struct ms_chunk_set *need, bool whole)
+{
+    send_demand_ex(need, whole, false);
 }
 
 /* ---- the gate (lock held) ------------------------------------------------------------------ */
@@ -486,11 +500,12 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
         }
         if (C.running && !C.hold && ms__engine_all_ready(need)) {
             if (C.idle_sent) {
-                /* Busy again after an IDLE: runnable once more (no POPULATE will follow). */
+                /* Busy again after an IDLE while still holding RUN: runnable once more. The
+                 * DEMAND names only this command's chunks, all resident, so no POPULATE
+                 * answers it and no DEMAND is pending because of it. */
                 bool pending = C.dem_pending;
-                send_demand(need, unbounded);
+                send_demand_ex(need, unbounded, true);
                 C.dem_pending = pending;
-                C.idle_sent = false;
             }
             __atomic_store_n(&active, 1, __ATOMIC_RELAXED);
             __atomic_add_fetch(&inflight, 1, __ATOMIC_SEQ_CST);
@@ -601,8 +616,7 @@ static void on_run(const struct ms_msg *m)
     C.running = true;
     C.run_epoch = m->run.epoch;
     C.run_t0 = now_ns();
-    C.idle_sent = false;
-    C.quiet_t0 = C.run_t0;
+    C.quiet_t0 = C.run_t0; /* idle_sent stays: an IDLE may have crossed this RUN */
     C.dem_pending = false;
     ms_chunk_set_clear(&C.want);
     C.want_sent = 0;
@@ -616,7 +630,6 @@ static void on_stop(const struct ms_msg *m)
     C.st.stops++;
     bool was = C.running;
     C.running = false; /* no admission from now on */
-    C.idle_sent = false;
     drain();
     struct ms_msg r;
     ms_msg_init(&r, MS_MSG_STOPPED);
@@ -628,8 +641,10 @@ static void on_stop(const struct ms_msg *m)
     if (C.waiters == 0) {
         struct ms_msg idle;
         ms_msg_init(&idle, MS_MSG_IDLE);
-        if (csend(&idle, 0) == MS_OK)
+        if (csend(&idle, 0) == MS_OK) {
             C.st.idles++;
+            C.idle_sent = true;
+        }
     }
     broadcast();
 }

@@ -35,7 +35,11 @@
  *     synchronizing call (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize: waiting
  *     for the GPU is not idleness) and no thread waits at the gate. The service thread checks
  *     every idle_ms / 2 while running. The next admitted command, if the task still holds
- *     RUN, sends a DEMAND of its chunks so the daemon counts the task runnable again.
+ *     RUN, sends a DEMAND of its chunks so the daemon counts the task runnable again. GPU work
+ *     already queued is not looked at: a task that queues more than idle_ms of work and then
+ *     neither submits nor waits (CPU work between steps) looks quiet and may be stopped before
+ *     its slice ends; the STOP drains that work first, so nothing is lost but the rest of the
+ *     slice.
  *   Hung. While a thread waits on the daemon (for RUN or a POPULATE) and the daemon has sent
  *     nothing for min(hang_ms / 2, 5 s), the service thread sends STATUS_REQ as a liveness
  *     probe; any message from the daemon answers it. A probe unanswered for hang_ms

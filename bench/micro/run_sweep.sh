@@ -21,7 +21,7 @@
 # round-robin slice: all systems at the slice msched's adaptive policy picks. Each process runs
 # SECONDS (default 25) of tasks after one warm-up task and prints tasks per second. The daemon's
 # metrics are read twice inside the window when all four are in their timed loops (from W s
-# after the start, default 8, 15 for B, 30 for C and D, to SECONDS-4 s), so the bytes moved and switch times cover steady
+# after the start, default 8, 15 for B, 50 for C and D, to SECONDS-4 s), so the bytes moved and switch times cover steady
 # state.
 # Writes OUTDIR/sweep.jsonl (one line per process and one per daemon window) and
 # OUTDIR/raw-<pressures>.tgz (every output and daemon log); bench/micro/summarize_sweep.py turns
@@ -43,12 +43,16 @@ WORKLOAD=${WORKLOAD:-micro}
 case $WORKLOAD in
 micro | A) W=${W:-8} ;;
 B) W=${W:-15} ;;
-C | D) W=${W:-30} ;;
+C | D) W=${W:-50} ;;
 *) echo "run_sweep.sh: unknown WORKLOAD '$WORKLOAD' (micro, A, B, C, D)" >&2; exit 2 ;;
 esac
 D=$((SECS - 4 - W))
 if [ "$D" -lt 5 ]; then
     echo "run_sweep.sh: SECONDS ($SECS) must exceed the window start W ($W) by at least 9" >&2
+    exit 2
+fi
+if [ "$SLICE" = adaptive ] && ! grep -qw opt <<<"$SYSTEMS"; then
+    echo "run_sweep.sh: SLICE=adaptive needs opt among the systems (it picks the slice)" >&2
     exit 2
 fi
 BIN=$(mktemp -d)
@@ -146,22 +150,26 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
             if [ "$sys" = opt ]; then
                 ms=$(python3 - "$dir" <<'PY'
 import re, sys
-def tot(name):
-    run = sw = 0.0
-    try:
-        for l in open(f"{sys.argv[1]}/{name}"):
-            f = l.split()
-            if len(f) == 2 and f[0].startswith("msched_task_run_seconds_total{"):
-                run += float(f[1])
-            elif len(f) == 2 and re.fullmatch(r'msched_switches_total(\{.*\})?', f[0]):
-                sw += float(f[1])
-    except OSError:
-        pass
+def read(name):
+    run, sw = {}, None
+    for l in open(f"{sys.argv[1]}/{name}"):
+        f = l.split()
+        if len(f) == 2 and f[0].startswith("msched_task_run_seconds_total{"):
+            run[f[0]] = float(f[1])
+        elif len(f) == 2 and re.fullmatch(r'msched_switches_total(\{.*\})?', f[0]):
+            sw = float(f[1])
     return run, sw
-(r0, s0), (r1, s1) = tot("m0.prom"), tot("m1.prom")
-print(max(1, round(1000 * (r1 - r0) / (s1 - s0))) if s1 > s0 else 1000)
+try:
+    (r0, s0), (r1, s1) = read("m0.prom"), read("m1.prom")
+except OSError as e:
+    sys.exit(f"no daemon metrics for the adaptive slice ({e})")
+# tasks present at both ends of the window only (one that exits inside it drops out)
+run = sum(r1[k] - r0[k] for k in r1 if k in r0)
+if s0 is None or s1 is None or s1 <= s0 or run <= 0:
+    sys.exit("the adaptive opt run made no switch in its window: no slice to reuse")
+print(max(1, round(1000 * run / (s1 - s0))))
 PY
-)
+) || { echo "run_sweep.sh: SLICE=adaptive: cannot tell the slice opt picked" >&2; exit 1; }
                 chosen=${ms}ms
                 label="adaptive:$chosen"
             else

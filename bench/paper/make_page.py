@@ -74,8 +74,9 @@ WORKLOAD_TITLE = {"micro": "microbenchmark", "A": "workload A (scientific)",
                   "D": "workload D (multi-LLM)"}
 # The parts of bench/paper.sh (its ALL_PARTS) that measure each block's data, for the notes.
 SWEEP_PARTS = {"micro": ["micro-100-150", "micro-200-300"], "A": ["A-150-200", "A-300"],
-               "B": ["B-150", "B-200", "B-300"], "C": ["C-150", "C-200", "C-300"],
-               "D": ["D-150", "D-200", "D-300"]}
+               "B": ["B-150", "B-200", "B-300"],
+               "C": ["C-150-a", "C-150-b", "C-200-a", "C-200-b", "C-300-a", "C-300-b"],
+               "D": ["D-150-a", "D-150-b", "D-200-a", "D-200-b", "D-300-a", "D-300-b"]}
 RTBE_SYSTEMS = ("ref", "msched", "tslice", "slice")
 RTBE_LABEL = {"ref": "ref (both at once, no msched)",
               "msched": "msched (priority, OPT, VMM engine)",
@@ -648,7 +649,7 @@ def gen_targets(data):
         opt, b = r.get("opt"), r.get(base)
         if opt is None or b is None:
             rows.append([label, "-", f"not measured (needs opt and {base} of D at {fpress(p)}: "
-                         + run_parts([f"D-{p:g}"]) + ")"])
+                         + run_parts([f"D-{p:g}-a", f"D-{p:g}-b"]) + ")"])
             return
         v = opt / b if b > 0 else math.inf
         measured = (f"{v:.1f}x" if b > 0 else "unbounded") + f" (opt {opt:.1f} %, {base} {b:.1f} %)"

@@ -40,6 +40,28 @@ done
 "$MSCHED" status | grep -q "no tasks" || fail "the ghost is still listed"
 pass "a hung task: dropped, memory charged until its process exits"
 
+shim closer --chunks 8 --work 3000 --close-at run:1
+for i in $(seq 1 100); do
+    grep -q "closing at RUN" "$T/closer.out" 2>/dev/null && break
+    sleep 0.05
+done
+grep -q "closing at RUN" "$T/closer.out" || fail "closer did not close at its RUN"
+for i in $(seq 1 100); do
+    "$MSCHED" status | grep " closer$" | grep -q "dropped" && break
+    sleep 0.05
+done
+out=$("$MSCHED" status)
+echo "$out" | grep " closer$" | grep -q "dropped" || fail "the closed task is not shown dropped: $out"
+[ "$(metric msched_resident_bytes)" -eq $((8 * 2097152)) ] ||
+    fail "the memory of a task that closed its socket but runs was not kept charged: $out"
+kill -9 "$PID_closer"
+for i in $(seq 1 100); do
+    [ "$(metric msched_resident_bytes)" -eq 0 ] && break
+    sleep 0.05
+done
+[ "$(metric msched_resident_bytes)" -eq 0 ] || fail "memory not released after the closer died"
+pass "a task that closes its socket while running: memory charged until its process exits"
+
 kill -0 "$DAEMON" || fail "the daemon died"
 check_log_clean
 pass "the daemon survived"

@@ -17,6 +17,8 @@
  *                       populate, credit): a crash mid-migration;
  *     --hang-at EV[:N]  stop answering anything from then on; the process stays, holding
  *                       its memory, until it is killed (or the watchdog fires);
+ *     --close-at EV[:N] close the connection and keep running, holding its memory, until it
+ *                       is killed (or the watchdog fires): a shim that gave up on the daemon;
  *     --garbage MODE    prehello (random bytes instead of HELLO), badframe (a frame whose
  *                       length field lies), oversize (a header announcing 2 MiB), version (a
  *                       frame of protocol version 2), badregion (a DEMAND naming an unknown
@@ -58,8 +60,8 @@ struct reg {
 };
 
 static struct {
-    const char *name, *logpath, *die_ev, *hang_ev, *garbage;
-    int die_n, hang_n;
+    const char *name, *logpath, *die_ev, *hang_ev, *close_ev, *garbage;
+    int die_n, hang_n, close_n;
     int32_t prio;
     uint32_t weight;
     uint64_t limit;
@@ -234,6 +236,14 @@ static bool trigger(const struct ms_msg *m)
         printf("fake_shim %s: dying at %s #%d\n", opt.name, ev, opt.die_n);
         fflush(stdout);
         _exit(3);
+    }
+    if (opt.close_ev && strcasecmp(opt.close_ev, ev) == 0 && counts[m->type] == opt.close_n) {
+        logf_("closing at %s #%d", ev, opt.close_n);
+        printf("fake_shim %s: closing at %s #%d\n", opt.name, ev, opt.close_n);
+        fflush(stdout);
+        close(conn.fd);
+        for (;;)
+            pause(); /* holding its memory; the watchdog or a kill ends it */
     }
     if (opt.hang_ev && strcasecmp(opt.hang_ev, ev) == 0 && counts[m->type] == opt.hang_n) {
         logf_("hanging at %s #%d", ev, opt.hang_n);
@@ -410,6 +420,7 @@ static void usage(void)
             "usage: fake_shim [--socket PATH] [--name N] [--prio be|rt|N] [--weight N]\n"
             "                 [--limit SIZE] [--regions N] [--chunks N] [--ws-regions N]\n"
             "                 [--slices N] [--work MS] [--die-at EV[:N]] [--hang-at EV[:N]]\n"
+            "                 [--close-at EV[:N]]\n"
             "                 [--garbage prehello|badframe|oversize|version|badregion] [--flood]\n"
             "                 [--whole-replies] [--log FILE] [--timeout S]\n");
     exit(1);
@@ -462,6 +473,8 @@ int main(int argc, char **argv)
             parse_ev(v, &opt.die_ev, &opt.die_n);
         else if (ARG("--hang-at"))
             parse_ev(v, &opt.hang_ev, &opt.hang_n);
+        else if (ARG("--close-at"))
+            parse_ev(v, &opt.close_ev, &opt.close_n);
         else if (ARG("--garbage"))
             opt.garbage = v;
         else if (ARG("--log"))
