@@ -11,12 +11,14 @@
 #           demand): time slicing without memory scheduling
 #   slice   mschedd --policy prio with a budget above the total: priority slicing, no memory
 #           moves
-# Each system: both processes start together; the BE job runs SECONDS + 20 s so it is busy for
+# Each system: both processes start together; the BE job runs SECONDS + 20 s (BE_EXTRA) so it is busy for
 # the whole of the service's SECONDS (default 40) of requests. Appends to OUTDIR/rtbe.jsonl one
 # line per process ({"workload": "rtbe", "system": S, "role": rt|be, ...rtbe.py's output}) and
 # one window line per daemon system (the daemon's switch and byte counters over the service's
 # run); raw outputs in OUTDIR/raw-rtbe.tgz. Run from the repository root after
-# `make build/bin/msched build/bin/mschedd shim`.
+# `make build/bin/msched build/bin/mschedd shim`. RTBE_CMD replaces `python3 rtbe.py` (a
+# program taking the same arguments and printing the same JSON: the harness's own test runs
+# one on the fake driver) and BUDGET_MIB the 16 GiB budget.
 set -u
 OUT=${1:?usage: run_rtbe.sh OUTDIR SYSTEMS [SECONDS] [RT_PAD_GIB] [BE_PAD_GIB] [INTERVAL_MS]}
 SYSTEMS=${2:?systems, e.g. "ref msched tslice"}
@@ -24,10 +26,10 @@ SECS=${3:-40}
 RT_PAD=${4:-5.5}
 BE_PAD=${5:-8}
 INTERVAL=${6:-200}
-BUDGET_GIB=16
+BUDGET_MIB=${BUDGET_MIB:-16384}
 MSCHED=$PWD/build/bin/msched
 MSCHEDD=$PWD/build/bin/mschedd
-PROG=$PWD/bench/workloads/rtbe.py
+read -r -a PROG <<<"${RTBE_CMD:-python3 $PWD/bench/workloads/rtbe.py}"
 RAW=$(mktemp -d)
 mkdir -p "$OUT"
 prom() { "$MSCHED" status --prometheus >"$1" 2>&1; }
@@ -36,8 +38,8 @@ for sys in $SYSTEMS; do
     dir=$RAW/rtbe_$sys
     mkdir -p "$dir"
     echo "[$(date +%T)] rtbe: $sys" >&2
-    rt=(python3 "$PROG" rt "$RT_PAD" "$SECS" "$INTERVAL")
-    be=(python3 "$PROG" be "$BE_PAD" $((SECS + 20)))
+    rt=("${PROG[@]}" rt "$RT_PAD" "$SECS" "$INTERVAL")
+    be=("${PROG[@]}" be "$BE_PAD" $((SECS + ${BE_EXTRA:-20})))
     case $sys in
     ref)
         timeout $((SECS + 150)) "${be[@]}" >"$dir/be.json" 2>&1 &
@@ -46,7 +48,7 @@ for sys in $SYSTEMS; do
         wait $bp
         ;;
     msched | tslice | slice)
-        budget=${BUDGET_GIB}GiB evict=opt engine=vmm
+        budget=${BUDGET_MIB}MiB evict=opt engine=vmm
         [ "$sys" = tslice ] && { evict=lru; engine=demand; }
         [ "$sys" = slice ] && budget=200GiB
         export MSCHED_SOCKET=$RAW/gpu0.sock

@@ -22,6 +22,8 @@
  *          CUfunction goes, as CUDA 12+ allows): its layout must come from cuKernelGetParamInfo.
  *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
  *          ("tasks_per_s"), as a benchmark program does.
+ *   serve: a request-serving task for ops seconds (a request every 50 ms, open loop, two fills
+ *          and a sync each); prints latency percentiles as bench/workloads/rtbe.py rt does.
  *   burst: a request-serving task: ops bursts of two fills of 4 MiB buffers and a sync, each
  *          followed by 60 ms without GPU work. Prints "ENGINE_BURST bursts=N".
  *   vmm:   the application's own VMM memory: one reservation, 24 handles of 4 MiB mapped into
@@ -163,6 +165,15 @@ static CUresult buf_free(int i, CUdeviceptr d)
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
+
+/* The p-th percentile of n sorted latencies in seconds, in milliseconds (0 when n is 0). */
+static double pct_ms(const double *lat, size_t n, double p)
+{
+    if (!n)
+        return 0;
+    size_t i = (size_t)(p / 100.0 * (double)n);
+    return 1000 * lat[i < n ? i : n - 1];
+}
 
 /* The "vmm" mode (see the header). */
 static int vmm_mode(int rounds, void *h, CUfunction f_fill)
@@ -459,6 +470,54 @@ int main(int argc, char **argv)
         printf("{\"program\": \"engine_stress\", \"tasks\": %ld, \"seconds\": %.3f, "
                "\"tasks_per_s\": %.3f}\n",
                rounds, el, (double)rounds / el);
+        return 0;
+    }
+    if (argc > 3 && strcmp(argv[3], "serve") == 0) {
+        /* A request-serving task for ops seconds: a request every 50 ms (open loop: its
+         * latency runs from when it was due), each filling two 4 MiB buffers and waiting; one
+         * JSON line with latency percentiles, as bench/workloads/rtbe.py rt prints. */
+        for (int i = 0; i < 2; i++) {
+            b[i].words = MIB;
+            CK(p_alloc(&b[i].d, b[i].words * 4));
+        }
+        static double lat[100000];
+        size_t nl = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            double due = 0.05 * (double)nl;
+            if (due >= ops || nl == sizeof(lat) / sizeof(lat[0]))
+                break;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double now = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+            if (now < due) {
+                double w = due - now;
+                struct timespec ws = {(time_t)w, (long)((w - (double)(time_t)w) * 1e9)};
+                nanosleep(&ws, NULL);
+            }
+            for (int i = 0; i < 2; i++) {
+                uint32_t seed = (uint32_t)nl;
+                void *args[] = {&b[i].d, &b[i].words, &seed};
+                CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+            }
+            CK(p_sync());
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            now = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+            lat[nl++] = now - due;
+        }
+        for (int i = 0; i < 2; i++)
+            CK(p_free(b[i].d));
+        for (size_t i = 1; i < nl; i++) /* insertion sort: a few hundred entries */
+            for (size_t j = i; j > 0 && lat[j] < lat[j - 1]; j--) {
+                double t = lat[j];
+                lat[j] = lat[j - 1];
+                lat[j - 1] = t;
+            }
+        printf("{\"program\": \"engine_stress\", \"role\": \"rt\", \"requests\": %zu, "
+               "\"p50_ms\": %.3f, \"p90_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f, "
+               "\"interval_ms\": 50, \"tasks_per_s\": %.3f, \"mismatches\": 0}\n",
+               nl, pct_ms(lat, nl, 50), pct_ms(lat, nl, 90), pct_ms(lat, nl, 99),
+               nl ? 1000 * lat[nl - 1] : 0, (double)nl / ops);
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "burst") == 0) {
