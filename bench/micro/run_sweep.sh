@@ -38,6 +38,7 @@ SLICE=${5:-1s}
 BUDGET_MIB=${BUDGET_MIB:-16384}
 MSCHED=$PWD/build/bin/msched
 MSCHEDD=$PWD/build/bin/mschedd
+REC=$PWD/bench/records.py
 WORKLOAD=${WORKLOAD:-micro}
 # The window starts once every process is past its start-up: language models load for longer.
 case $WORKLOAD in
@@ -176,40 +177,15 @@ PY
                 label=$chosen
             fi
         fi
-        WORKLOAD=$WORKLOAD python3 - "$dir" "$p" "$sys" "$gib" "$label" "$t0" "$t1" "$W" "$D" >>"$OUT/sweep.jsonl" <<'PY'
-import json, os, re, sys
-d, p, sysname, gib, slice_, t0, t1, w, dwin = sys.argv[1:]
-for i in range(4):
-    rec = {"workload": os.environ.get("WORKLOAD", "micro"), "pressure": int(p),
-           "system": sysname, "proc": i, "gib_each": float(gib)}
-    try:
-        lines = [l for l in open(os.path.join(d, f"proc_{i}.json")) if l.startswith("{")]
-        rec.update(json.loads(lines[-1]))
-    except Exception as e:  # the run failed: say so in the record
-        rec["error"] = f"no result ({e.__class__.__name__})"
-    print(json.dumps(rec))
-def prom(name):
-    m = {}
-    try:
-        for l in open(os.path.join(d, name)):
-            f = l.split()
-            # the daemon's own metrics carry only the gpu label; per-task ones are skipped
-            if len(f) == 2 and not l.startswith("#") and re.fullmatch(r'[a-z_]+(\{gpu="\d+"\})?', f[0]):
-                m[f[0].split("{")[0]] = float(f[1])
-    except OSError:
-        pass
-    return m
-if sysname != "ref":
-    a, b = prom("m0.prom"), prom("m1.prom")
-    keys = ["msched_switches_total", "msched_switch_seconds_total",
-            "msched_switch_stop_seconds_total", "msched_populated_bytes_total",
-            "msched_evicted_bytes_total"]
-    win = {k: b.get(k, 0) - a.get(k, 0) for k in keys}
-    print(json.dumps({"workload": os.environ.get("WORKLOAD", "micro"), "pressure": int(p),
-                      "system": sysname, "window_s": float(dwin),
-                      "slice": slice_, "wall_s": float(t1) - float(t0), "daemon": win,
-                      "switch_seconds_max": prom("m2.prom").get("msched_switch_seconds_max")}))
-PY
+        for i in 0 1 2 3; do
+            python3 "$REC" proc "$dir" "proc_$i.json" workload="$WORKLOAD" pressure="$p" \
+                system="$sys" proc="$i" gib_each="$gib"
+        done >>"$OUT/sweep.jsonl"
+        if [ "$sys" != ref ]; then
+            python3 "$REC" window "$dir" workload="$WORKLOAD" pressure="$p" system="$sys" \
+                window_s="$D" slice="$label" wall_s="$(awk "BEGIN { print $t1 - $t0 }")" \
+                >>"$OUT/sweep.jsonl"
+        fi
     done
 done
 tar -C "$RAW" -czf "$OUT/raw-$WORKLOAD-$(echo $PRESSURES | tr ' ' '-').tgz" .

@@ -29,6 +29,7 @@ INTERVAL=${6:-200}
 BUDGET_MIB=${BUDGET_MIB:-16384}
 MSCHED=$PWD/build/bin/msched
 MSCHEDD=$PWD/build/bin/mschedd
+REC=$PWD/bench/records.py
 read -r -a PROG <<<"${RTBE_CMD:-python3 $PWD/bench/workloads/rtbe.py}"
 RAW=$(mktemp -d)
 mkdir -p "$OUT"
@@ -74,36 +75,10 @@ for sys in $SYSTEMS; do
         exit 2
         ;;
     esac
-    python3 - "$dir" "$sys" >>"$OUT/rtbe.jsonl" <<'PY'
-import json, os, re, sys
-d, sysname = sys.argv[1:]
-for role in ("rt", "be"):
-    rec = {"workload": "rtbe", "system": sysname, "role": role}
-    try:
-        lines = [l for l in open(os.path.join(d, role + ".json")) if l.startswith("{")]
-        rec.update(json.loads(lines[-1]))
-    except Exception as e:  # the run failed: say so in the record
-        rec["error"] = f"no result ({e.__class__.__name__})"
-    print(json.dumps(rec))
-def prom(name):
-    m = {}
-    try:
-        for l in open(os.path.join(d, name)):
-            f = l.split()
-            if len(f) == 2 and not l.startswith("#") and re.fullmatch(r'[a-z_]+(\{gpu="\d+"\})?', f[0]):
-                m[f[0].split("{")[0]] = float(f[1])
-    except OSError:
-        pass
-    return m
-if sysname != "ref":
-    a, b = prom("m0.prom"), prom("m1.prom")
-    keys = ["msched_switches_total", "msched_switch_seconds_total",
-            "msched_switch_stop_seconds_total", "msched_populated_bytes_total",
-            "msched_evicted_bytes_total"]
-    print(json.dumps({"workload": "rtbe", "system": sysname,
-                      "daemon": {k: b.get(k, 0) - a.get(k, 0) for k in keys},
-                      "switch_seconds_max": b.get("msched_switch_seconds_max")}))
-PY
+    for role in rt be; do
+        python3 "$REC" proc "$dir" "$role.json" workload=rtbe system="$sys" role="$role"
+    done >>"$OUT/rtbe.jsonl"
+    [ "$sys" = ref ] || python3 "$REC" window "$dir" workload=rtbe system="$sys" >>"$OUT/rtbe.jsonl"
 done
 tar -C "$RAW" -czf "$OUT/raw-rtbe.tgz" .
 rm -rf "$RAW"

@@ -7,28 +7,19 @@
 # GPU between requests (many switches) while the best-effort job makes progress.
 . "$(dirname "$0")/../daemon/lib.sh"
 
-SHIMDIR=$BUILD/lib/msched
-FAKELIB=$BUILD/lib/fakecuda/libcuda.so.1
-STRESS=$BUILD/tests/shim/engine_stress
-if [ ! -e "$SHIMDIR/libcuda.so.1" ] || [ ! -e "$FAKELIB" ] || [ ! -x "$STRESS" ]; then
-    echo "SKIP: libmsched, the fake driver or engine_stress is not built (no CUDA headers?)"
-    exit 0
-fi
+need_fake_cuda
 
 # rtbe.py's command line: rt PAD SECONDS INTERVAL | be PAD SECONDS
-cat >"$T/standin.sh" <<EOF2
-#!/usr/bin/env bash
-export MS_FAKECUDA=$FAKELIB MSCHED_REAL_LIBCUDA=$FAKELIB
-case "\${LD_LIBRARY_PATH:-}" in
-*msched*) ;;
-*) export LD_LIBRARY_PATH=$BUILD/lib/fakecuda ;;
-esac
+{
+    fake_program_env
+    cat <<EOF
 case "\$1" in
 rt) exec $STRESS "\$3" 1 serve ;;
 be) exec $STRESS "\$3" 1 timed ;;
 esac
 exit 2
-EOF2
+EOF
+} >"$T/standin.sh"
 chmod +x "$T/standin.sh"
 
 (cd "$ROOT" && PATH="$BUILD/bin:$PATH" RTBE_CMD="$T/standin.sh" BUDGET_MIB=64 BE_EXTRA=2 \

@@ -7,26 +7,15 @@
 # daemon moved memory under opt, and that summarize_sweep.py makes its table from them.
 . "$(dirname "$0")/../daemon/lib.sh"
 
-SHIMDIR=$BUILD/lib/msched
-FAKELIB=$BUILD/lib/fakecuda/libcuda.so.1
-STRESS=$BUILD/tests/shim/engine_stress
-if [ ! -e "$SHIMDIR/libcuda.so.1" ] || [ ! -e "$FAKELIB" ] || [ ! -x "$STRESS" ]; then
-    echo "SKIP: libmsched, the fake driver or engine_stress is not built (no CUDA headers?)"
-    exit 0
-fi
+need_fake_cuda
 SECS=12
 case "$BUILD" in *thread* | *address*) SECS=14 ;; esac
 
 # micro's command line is KIND GIB SECONDS; the stand-in runs the fake driver's cycle that long.
-cat >"$T/wrap.sh" <<EOF
-#!/usr/bin/env bash
-export MS_FAKECUDA=$FAKELIB MSCHED_REAL_LIBCUDA=$FAKELIB
-case "\${LD_LIBRARY_PATH:-}" in
-*msched*) ;;
-*) export LD_LIBRARY_PATH=$BUILD/lib/fakecuda ;;
-esac
-exec $STRESS "\$3" 1 timed
-EOF
+{
+    fake_program_env
+    echo "exec $STRESS \"\$3\" 1 timed"
+} >"$T/wrap.sh"
 chmod +x "$T/wrap.sh"
 
 (cd "$ROOT" && PATH="$BUILD/bin:$PATH" MICRO="$T/wrap.sh" W=3 BUDGET_MIB=256 \

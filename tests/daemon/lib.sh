@@ -141,3 +141,28 @@ check_budget() {
     [ -n "$r" ] && [ -n "$b" ] || fail "no metrics"
     [ "$r" -le "$b" ] || fail "resident $r over budget $b"
 }
+
+# need_fake_cuda: sets SHIMDIR, FAKELIB and STRESS for a test that runs libmsched on the fake
+# CUDA driver, or skips the test (exit 0) when they are not built (no CUDA headers).
+need_fake_cuda() {
+    SHIMDIR=$BUILD/lib/msched
+    FAKELIB=$BUILD/lib/fakecuda/libcuda.so.1
+    STRESS=$BUILD/tests/shim/engine_stress
+    if [ ! -e "$SHIMDIR/libcuda.so.1" ] || [ ! -e "$FAKELIB" ] || [ ! -x "$STRESS" ]; then
+        echo "SKIP: libmsched, the fake driver or engine_stress is not built (no CUDA headers?)"
+        exit 0
+    fi
+}
+
+# fake_program_env: the lines a stand-in program's script starts with, so that it runs on the
+# fake driver both under `msched run` (libmsched first on LD_LIBRARY_PATH) and without it.
+fake_program_env() {
+    cat <<EOF
+#!/usr/bin/env bash
+export MS_FAKECUDA=$FAKELIB MSCHED_REAL_LIBCUDA=$FAKELIB
+case "\${LD_LIBRARY_PATH:-}" in
+*msched*) ;;
+*) export LD_LIBRARY_PATH=$BUILD/lib/fakecuda ;;
+esac
+EOF
+}
