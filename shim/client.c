@@ -395,10 +395,8 @@ static int to_runs(const struct ms_chunk_set *s, size_t *n)
     return MS_OK;
 }
 
-/* DEMAND: next = need + predicted future (half of what this task may hold), recent = the last
- * whole of it. */
-/* DEMAND: next = need and what history predicts after it (exact: need alone), recent = the
- * chunks used most recently. */
+/* DEMAND: next = need and what history predicts after it, up to half of what this task may
+ * hold (exact: need alone); recent = the chunks used most recently, up to all of it. */
 static void send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exact)
 {
     size_t n = 0;
