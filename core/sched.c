@@ -1067,6 +1067,8 @@ static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     s->switches++;
     uint64_t d = s->in_switch && now > s->switch_t0 ? now - s->switch_t0 : 0;
     s->in_switch = false;
+    s->stop_ns_total += MS_MIN(s->stop_pending, d);
+    s->stop_pending = 0;
     s->switch_ns_total += d;
     s->switch_ns_max = MS_MAX(s->switch_ns_max, d);
     /* LRU: the working set is in use from now on. */
@@ -1472,8 +1474,10 @@ static void settle(struct ms_sched *s, uint64_t now)
                 s->retry = true;
                 s->retry_at = now + RETRY_NS;
             }
-            if (s->phase == MS_PH_IDLE && !rc)
-                s->in_switch = false;
+            if (s->phase == MS_PH_IDLE && !rc) {
+                s->in_switch = false; /* nobody to run: no switch, no drain to count */
+                s->stop_pending = 0;
+            }
         }
         if (s->phase == before && s->cur == cur && s->next == nx)
             return;
@@ -1505,7 +1509,7 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
             if (s->phase == MS_PH_STOPPING && s->cur == t->id && m->stopped.epoch == t->run_epoch) {
                 t->run_ns += now - t->run_since;
                 if (s->in_switch && now > s->switch_t0)
-                    s->stop_ns_total += now - s->switch_t0;
+                    s->stop_pending = now - s->switch_t0;
                 s->last = t->id;
                 s->cur = NONE;
                 s->phase = MS_PH_IDLE;

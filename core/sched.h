@@ -143,6 +143,7 @@ struct ms_sched {
     uint64_t start_ns, now;
     uint64_t switches, switch_ns_total, switch_ns_max;
     uint64_t stop_ns_total; /* part of switch_ns_total from STOP sent to STOPPED (the drain) */
+    uint64_t stop_pending;  /* this switch's drain, counted once the switch ends in RUN */
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;
 
