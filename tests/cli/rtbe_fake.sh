@@ -41,8 +41,9 @@ for k, r in procs.items():
         assert r["requests"] >= 40, (k, r)
 assert set(wins) == {"msched", "tslice"}, sorted(wins)
 sw = wins["msched"]["daemon"]["msched_switches_total"]
-# 80 requests 50 ms apart: the service goes idle between them and the be job runs meanwhile.
-assert sw >= 20, f"msched made {sw} switches: the service did not leave the GPU between requests"
+# 80 requests 50 ms apart: the service goes idle between them and the be job runs meanwhile
+# (over 100 switches in a plain build, 16 under ThreadSanitizer; 1-2 if the service held the GPU).
+assert sw >= 8, f"msched made {sw} switches: the service did not leave the GPU between requests"
 print(f"ok: msched P99 {procs[('msched', 'rt')]['p99_ms']} ms, {int(sw)} switches")
 PY
 pass "run_rtbe.sh on the fake driver: six records, $(cat "$T/check.txt")"
