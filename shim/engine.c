@@ -26,6 +26,7 @@
  */
 #include "shim/engine.h"
 
+#include "shim/accuracy.h"
 #include "shim/client.h"
 #include "shim/shim_int.h"
 
@@ -96,6 +97,7 @@ static struct {
     struct graph_reach *graphs;
     size_t ngraphs, capgraphs;
     struct ms_engine_stats st;
+    int acc_state; /* 0 not asked, 1 to start (outside the lock), 2 started or refused */
 } E = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Errors the user must see even without MSCHED_VERBOSE (a refused call). */
@@ -245,6 +247,7 @@ static bool start(void)
     ms__shim_log("memory engine on (%s): %s, budget %llu MiB, GPU hash %s",
                  backing_name[E.backing], E.mode == MODE_DAEMON ? "with the daemon" : "alone",
                  (unsigned long long)(E.budget / MS_MIB), E.ops->hash ? "on" : "off");
+    __atomic_store_n(&E.acc_state, 1, __ATOMIC_RELEASE);
     set_flag(&E.active, true);
     return true;
 }
@@ -1138,6 +1141,11 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
 {
     if (!is_active())
         return CUDA_SUCCESS;
+    int want_acc = 1;
+    if (__atomic_compare_exchange_n(&E.acc_state, &want_acc, 2, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        /* Outside the engine lock: CUPTI's start calls into the driver (through the hooks). */
+        ms_acc_start(&E.api, E.backing == BACK_DEMAND && E.mode == MODE_ALONE);
     pthread_mutex_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
     bool unbounded = !l->params_known || !l->layout || l->kind == MS_SHIM_LAUNCH_COOP;
@@ -1156,6 +1164,8 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
             e = add_refs(&E.need);
     }
     int rc = e == MS_OK ? gate(&E.need, unbounded, l->stream) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS && ms_acc_on())
+        ms_acc_begin(&E.rt, &E.need, l->name, unbounded);
     pthread_mutex_unlock(&E.lock);
     return rc;
 }
@@ -1172,6 +1182,8 @@ int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbyt
     if (in >= 0)
         in = ms_predict_range(&E.rt, 0, (struct ms_range){b, bbytes}, &E.need);
     int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false, s);
+    if (rc == CUDA_SUCCESS && ms_acc_on())
+        ms_acc_dirty(&E.rt, &E.need);
     pthread_mutex_unlock(&E.lock);
     return rc;
 }
@@ -1188,6 +1200,8 @@ int ms_engine_gate_rangev(const uint64_t *addr, const uint64_t *bytes, size_t n,
         if (bytes[i])
             in = ms_predict_range(&E.rt, 0, (struct ms_range){addr[i], bytes[i]}, &E.need);
     int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false, s);
+    if (rc == CUDA_SUCCESS && ms_acc_on())
+        ms_acc_dirty(&E.rt, &E.need);
     pthread_mutex_unlock(&E.lock);
     return rc;
 }
@@ -1199,6 +1213,7 @@ int ms_engine_gate_range(uint64_t addr, uint64_t bytes, struct ms_shim_stream s)
 
 void ms_engine_gate_end(void)
 {
+    ms_acc_end();
     ms_client_gate_end();
 }
 
@@ -1255,6 +1270,7 @@ void ms_engine_atfork_child(void)
 
 void ms_engine_exit(bool verbose)
 {
+    ms_acc_finish();
     ms_client_shutdown();
     if (!is_active() || !verbose)
         return;

@@ -419,6 +419,23 @@ for eng in unified demand; do
     fi
 done
 
+# The accuracy probe (shim/accuracy.h) refuses clearly, once, where it cannot measure, and the
+# program runs on unharmed: under the VMM engine, and without CUPTI.
+for eng in vmm demand; do
+    out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+        MSCHED_ENGINE=$eng MSCHED_ACCURACY="$WORK/acc-$eng.jsonl" MSCHED_CUPTI="$WORK/no-cupti.so" \
+        "$T/engine_stress" 200 "$seed" 2>&1)
+    rc=$?
+    want="needs MSCHED_ENGINE=demand"
+    [ $eng = demand ] && want="cannot load libcupti"
+    n=$(grep -c "MSCHED_ACCURACY: not measuring: $want" <<<"$out")
+    if [ $rc -eq 0 ] && grep -q "mismatches=0" <<<"$out" && [ "$n" = 1 ]; then
+        pass "engine/accuracy-refused-$eng"
+    else
+        fail engine/accuracy-refused-$eng "rc=$rc, $n refusals: $(grep -E 'msched|FAIL' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+    fi
+done
+
 if [ $failures -ne 0 ]; then
     echo "$failures shim check(s) failed"
     exit 1

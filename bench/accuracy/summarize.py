@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""summarize.py DIR PROGRAM... - one JSON line per program from its accuracy probe output.
+
+DIR/<program>.jsonl holds one object per measured launch (shim/accuracy.c) and, when the
+program exited normally, a summary object last. The totals are recomputed from the launch lines
+(a program killed by its time limit has no summary); "late" and "error" come from the summary.
+
+Per program: launches measured, the share whose predicted chunks covered every page they
+faulted on, the unbounded ones (reach unknown: the whole footprint predicted), the predicted
+bytes, the touched bytes between the two bounds (faulted 4 KiB pages; faults plus migrated
+bytes), and the over-prediction: predicted / touched, for both bounds."""
+import json
+import os
+import sys
+
+GROUP = {"vecadd": "micro", "matmul": "micro", "hotspot": "A", "dwt2d": "A", "cfd": "A",
+         "nn": "A", "resnet152": "B", "vgg19": "B", "inception_v3": "B",
+         "densenet201": "B", "llama": "D"}
+
+
+def summarize(path, program):
+    n = covered = unbounded = pred = lo = hi = miss = 0
+    summary = {}
+    kernels_missed = set()
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a killed process
+            if r.get("summary"):
+                summary = r
+                continue
+            n += 1
+            covered += bool(r["covered"])
+            unbounded += bool(r["unbounded"])
+            pred += r["pred"]
+            lo += r["touch_lo"]
+            hi += r["touch_hi"]
+            miss += r["miss"]
+            if not r["covered"]:
+                kernels_missed.add(r["kernel"])
+    out = {"workload": GROUP.get(program, "?"), "program": program, "launches": n,
+           "covered": covered, "covered_pct": round(100.0 * covered / n, 2) if n else None,
+           "unbounded": unbounded, "pred_bytes": pred, "touch_lo_bytes": lo,
+           "touch_hi_bytes": hi, "miss_bytes": miss,
+           "over_lo": round(pred / lo, 2) if lo else None,
+           "over_hi": round(pred / hi, 2) if hi else None,
+           "missed_kernels": sorted(kernels_missed)[:5],
+           "late": summary.get("late"), "error": summary.get("error"),
+           "complete": bool(summary)}
+    return out
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit("usage: summarize.py DIR PROGRAM...")
+    d = sys.argv[1]
+    for p in sys.argv[2:]:
+        path = os.path.join(d, p + ".jsonl")
+        if not os.path.exists(path):
+            print(json.dumps({"workload": GROUP.get(p, "?"), "program": p, "launches": 0,
+                              "error": "no output"}))
+            continue
+        print(json.dumps(summarize(path, p)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,474 @@
+/*
+ * accuracy.c - the prediction-accuracy probe (contract: accuracy.h).
+ *
+ * CUPTI hands its unified-memory reports over in buffers, from whichever thread flushes (here:
+ * the measuring thread, inside cuptiActivityFlushAll) or from its own worker; the buffer
+ * callback only appends the reports it cares about to `recs` under `rec_mu`. The measuring
+ * thread takes them after each synchronization and sorts them by time into "this launch" and
+ * "to evict". Built without <cupti.h>, the mode reports that it is unavailable.
+ */
+#include "shim/shim_int.h"
+
+#include "core/accuracy.h"
+#include "gpu/cuda/gpu_cuda.h"
+#include "shim/accuracy.h"
+#include "shim/client.h"
+
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__has_include)
+#if __has_include(<cupti_activity.h>)
+#define MS_HAVE_CUPTI 1
+#endif
+#endif
+
+#define PAGE 4096u
+#define DEFAULT_MAX 2000u
+#define BUF_BYTES (4u << 20)
+
+/* One report: a faulting page (bytes 0) or a host-to-device migration. */
+struct rec {
+    uint64_t ts, addr, bytes;
+};
+
+struct vec_rec {
+    struct rec *v;
+    size_t n, cap;
+};
+
+struct vec_range {
+    struct ms_range *v;
+    size_t n, cap;
+};
+
+static int vr_push(struct vec_range *a, uint64_t addr, uint64_t bytes)
+{
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 256;
+        struct ms_range *v = realloc(a->v, cap * sizeof *v);
+        if (!v)
+            return MS_E_NOMEM;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = (struct ms_range){addr, bytes};
+    return MS_OK;
+}
+
+static struct {
+    pthread_mutex_t lock;   /* one measurement at a time (accuracy.h) */
+    pthread_mutex_t rec_mu; /* recs, rec_nomem */
+    bool on;
+    FILE *out;
+    const struct ms_cuda_api *api;
+    uint64_t max, measured;
+    struct vec_rec recs;
+    bool rec_nomem;
+    struct vec_range dirty;  /* addresses whose regions go back to the host before a launch */
+    struct vec_range pred, lo, hi;
+    char name[256];
+    bool unbounded;
+    uint64_t t0, t_sync, prev_t0, prev_t1; /* CUPTI timestamps; t_sync: the last collect's */
+    /* totals */
+    uint64_t covered, unbounded_n, pred_bytes, lo_bytes, hi_bytes, miss_bytes, faults, late;
+    char err[160];
+} A = {.lock = PTHREAD_MUTEX_INITIALIZER, .rec_mu = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local bool open_here;
+
+bool ms_acc_on(void)
+{
+    return __atomic_load_n(&A.on, __ATOMIC_ACQUIRE);
+}
+
+/* Stop measuring after an error (lock held); the program runs on unmeasured. */
+static void stop(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void write_name(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c >= 0x20 && c < 0x7f)
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+#ifdef MS_HAVE_CUPTI
+#include <cupti_activity.h>
+#include <cupti_result.h>
+
+static struct {
+    __typeof__(&cuptiActivityRegisterCallbacks) reg;
+    __typeof__(&cuptiActivityConfigureUnifiedMemoryCounter) conf;
+    __typeof__(&cuptiActivityEnable) enable;
+    __typeof__(&cuptiActivityDisable) disable;
+    __typeof__(&cuptiActivityFlushAll) flush;
+    __typeof__(&cuptiActivityGetNextRecord) next;
+    __typeof__(&cuptiGetTimestamp) stamp;
+    __typeof__(&cuptiGetResultString) str;
+} C;
+
+static const char *cupti_err(CUptiResult r)
+{
+    const char *s = NULL;
+    if (!C.str || C.str(r, &s) != CUPTI_SUCCESS || !s)
+        return "unknown CUPTI error";
+    return s;
+}
+
+static void CUPTIAPI buf_request(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = aligned_alloc(8, BUF_BYTES);
+    *size = *buffer ? BUF_BYTES : 0;
+    *max_records = 0;
+}
+
+static void rec_push(uint64_t ts, uint64_t addr, uint64_t bytes)
+{
+    struct vec_rec *r = &A.recs;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 1024;
+        struct rec *v = realloc(r->v, cap * sizeof *v);
+        if (!v) {
+            A.rec_nomem = true;
+            return;
+        }
+        r->v = v;
+        r->cap = cap;
+    }
+    r->v[r->n++] = (struct rec){ts, addr, bytes};
+}
+
+static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
+                                  size_t valid)
+{
+    (void)ctx;
+    (void)stream;
+    (void)size;
+    CUpti_Activity *a = NULL;
+    pthread_mutex_lock(&A.rec_mu);
+    while (C.next(buffer, valid, &a) == CUPTI_SUCCESS) {
+        if (a->kind != CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER)
+            continue;
+        const CUpti_ActivityUnifiedMemoryCounter3 *u = (const void *)a;
+        if (u->counterKind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT)
+            rec_push(u->start, u->address & ~(uint64_t)(PAGE - 1), 0);
+        else if (u->counterKind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD)
+            rec_push(u->start, u->address, u->value);
+    }
+    pthread_mutex_unlock(&A.rec_mu);
+    free(buffer);
+}
+
+static void *open_cupti(void)
+{
+    const char *want = getenv("MSCHED_CUPTI");
+    if (want && *want)
+        return dlopen(want, RTLD_NOW | RTLD_LOCAL);
+    static const char *const names[] = {
+        "libcupti.so.13", "libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
+        "/usr/local/cuda/lib64/libcupti.so", "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so"};
+    for (size_t i = 0; i < MS_ARRAY_LEN(names); i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h)
+            return h;
+    }
+    return NULL;
+}
+
+static bool cupti_start(char *why, size_t whylen)
+{
+    void *h = open_cupti();
+    if (!h) {
+        snprintf(why, whylen, "cannot load libcupti (set MSCHED_CUPTI): %s", dlerror());
+        return false;
+    }
+#define SYM(f, n)                                                                                  \
+    if (!(*(void **)&C.f = dlsym(h, n))) {                                                         \
+        snprintf(why, whylen, "libcupti lacks %s", n);                                             \
+        return false;                                                                              \
+    }
+    SYM(reg, "cuptiActivityRegisterCallbacks");
+    SYM(conf, "cuptiActivityConfigureUnifiedMemoryCounter");
+    SYM(enable, "cuptiActivityEnable");
+    SYM(disable, "cuptiActivityDisable");
+    SYM(flush, "cuptiActivityFlushAll");
+    SYM(next, "cuptiActivityGetNextRecord");
+    SYM(stamp, "cuptiGetTimestamp");
+    SYM(str, "cuptiGetResultString");
+#undef SYM
+    CUpti_ActivityUnifiedMemoryCounterConfig cfg[2];
+    memset(cfg, 0, sizeof cfg);
+    cfg[0].scope = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE;
+    cfg[0].kind = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT;
+    cfg[0].enable = 1;
+    cfg[1] = cfg[0];
+    cfg[1].kind = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD;
+    CUptiResult r = C.reg(buf_request, buf_complete);
+    if (r == CUPTI_SUCCESS)
+        r = C.conf(cfg, 2);
+    if (r == CUPTI_SUCCESS)
+        r = C.enable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
+    if (r != CUPTI_SUCCESS) {
+        snprintf(why, whylen, "CUPTI unified-memory counters: %s", cupti_err(r));
+        return false;
+    }
+    return true;
+}
+
+static uint64_t stamp(void)
+{
+    uint64_t t = 0;
+    C.stamp(&t);
+    return t;
+}
+
+/* Synchronize, then collect every report delivered so far into lo / hi (those inside
+ * [from, to], `to` UINT64_MAX: now) and A.dirty (all). Lock held. */
+static int collect(uint64_t from, uint64_t to, struct vec_range *lo, struct vec_range *hi)
+{
+    CUresult cr = MS_REAL(cuCtxSynchronize)();
+    if (cr != CUDA_SUCCESS) {
+        stop("cuCtxSynchronize: error %d", (int)cr);
+        return MS_E_GPU;
+    }
+    A.t_sync = stamp();
+    if (to == UINT64_MAX)
+        to = A.t_sync;
+    CUptiResult r = C.flush(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (r != CUPTI_SUCCESS) {
+        stop("cuptiActivityFlushAll: %s", cupti_err(r));
+        return MS_E_GPU;
+    }
+    pthread_mutex_lock(&A.rec_mu);
+    int e = A.rec_nomem ? MS_E_NOMEM : MS_OK;
+    for (size_t i = 0; i < A.recs.n && e == MS_OK; i++) {
+        const struct rec *x = &A.recs.v[i];
+        uint64_t bytes = x->bytes ? x->bytes : PAGE;
+        e = vr_push(&A.dirty, x->addr, bytes);
+        if (e == MS_OK && lo && x->ts >= from && x->ts <= to) {
+            if (!x->bytes) {
+                A.faults++;
+                e = vr_push(lo, x->addr, PAGE);
+            }
+            if (e == MS_OK)
+                e = vr_push(hi, x->addr, bytes);
+        } else if (x->ts >= A.prev_t0 && x->ts <= A.prev_t1) {
+            A.late++;
+        }
+    }
+    A.recs.n = 0;
+    A.rec_nomem = false;
+    pthread_mutex_unlock(&A.rec_mu);
+    if (e != MS_OK)
+        stop("out of memory collecting reports");
+    return e;
+}
+
+/* Prefetch every region holding a dirty address back to the host. Lock held. */
+static int evict_dirty(const struct ms_rtable *rt)
+{
+    size_t n = ms_range_normalize(A.dirty.v, A.dirty.n);
+    CUmemLocation host;
+    memset(&host, 0, sizeof host);
+    host.type = CU_MEM_LOCATION_TYPE_HOST;
+    uint64_t done_end = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t a = A.dirty.v[i].addr, end = a + A.dirty.v[i].bytes;
+        while (a < end) {
+            uint32_t id;
+            if (a < done_end) {
+                a = done_end;
+                continue;
+            }
+            if (ms_rtable_lookup(rt, 0, a, &id, NULL) != MS_OK) {
+                a = (a | (PAGE - 1)) + 1; /* not a region (freed since): skip the page */
+                continue;
+            }
+            const struct ms_region *r = &rt->regions[id];
+            CUresult cr = A.api->cuMemPrefetchAsync((CUdeviceptr)r->base, r->size, host, 0, NULL);
+            if (cr != CUDA_SUCCESS) {
+                stop("cuMemPrefetchAsync to the host: error %d", (int)cr);
+                return MS_E_GPU;
+            }
+            done_end = r->base + r->size;
+            a = done_end;
+        }
+    }
+    A.dirty.n = 0;
+    return MS_OK;
+}
+
+void ms_acc_start(const struct ms_cuda_api *api, bool ok)
+{
+    const char *path = getenv("MSCHED_ACCURACY");
+    if (!path || !*path)
+        return;
+    char why[256] = "";
+    if (!ok) {
+        snprintf(why, sizeof why, "needs MSCHED_ENGINE=demand, no daemon, and a budget");
+    } else if (!api->cuMemPrefetchAsync) {
+        snprintf(why, sizeof why, "the driver lacks cuMemPrefetchAsync_v2");
+    } else if (!(A.out = fopen(path, "we"))) {
+        snprintf(why, sizeof why, "cannot write %s", path);
+    } else if (!cupti_start(why, sizeof why)) {
+        fclose(A.out);
+        A.out = NULL;
+    }
+    if (!A.out) {
+        ms__engine_say("MSCHED_ACCURACY: not measuring: %s", why);
+        return;
+    }
+    const char *m = getenv("MSCHED_ACCURACY_MAX");
+    A.max = m && *m ? strtoull(m, NULL, 10) : DEFAULT_MAX;
+    A.api = api;
+    __atomic_store_n(&A.on, true, __ATOMIC_RELEASE);
+}
+
+void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, const char *name,
+                  bool unbounded)
+{
+    if (!ms_acc_on() || open_here)
+        return;
+    pthread_mutex_lock(&A.lock);
+    if (!A.on || A.measured >= A.max) {
+        pthread_mutex_unlock(&A.lock);
+        return;
+    }
+    /* Everything the GPU pulled in since the last launch goes back to the host. */
+    if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK || evict_dirty(rt) != MS_OK ||
+        collect(0, UINT64_MAX, NULL, NULL) != MS_OK) {
+        pthread_mutex_unlock(&A.lock);
+        return;
+    }
+    A.dirty.n = 0; /* the eviction's own reports */
+    A.pred.n = 0;
+    for (size_t i = 0; i < need->n; i++) {
+        ms_chunk_id id = need->ids[i];
+        const struct ms_region *r = &rt->regions[MS_CHUNK_REGION(id)];
+        uint32_t k = MS_CHUNK_INDEX(id);
+        if (vr_push(&A.pred, r->base + ms_region_chunk_offset(r, k), r->chunks[k].bytes) != MS_OK) {
+            stop("out of memory");
+            pthread_mutex_unlock(&A.lock);
+            return;
+        }
+    }
+    snprintf(A.name, sizeof A.name, "%s", name ? name : "?");
+    A.unbounded = unbounded;
+    A.t0 = stamp();
+    open_here = true; /* the lock stays held until ms_acc_end */
+}
+
+void ms_acc_end(void)
+{
+    if (!open_here)
+        return;
+    open_here = false;
+    A.lo.n = A.hi.n = 0;
+    uint64_t t0 = A.t0;
+    if (collect(t0, UINT64_MAX, &A.lo, &A.hi) == MS_OK) {
+        struct ms_acc_tally lo, hi;
+        ms_acc_tally(A.pred.v, A.pred.n, A.lo.v, A.lo.n, &lo);
+        /* The pred array is normalized now; tallying it again is cheap. */
+        ms_acc_tally(A.pred.v, A.pred.n, A.hi.v, A.hi.n, &hi);
+        A.measured++;
+        A.covered += lo.covered;
+        A.unbounded_n += A.unbounded;
+        A.pred_bytes += lo.pred_bytes;
+        A.lo_bytes += lo.touched_bytes;
+        A.hi_bytes += hi.touched_bytes;
+        A.miss_bytes += lo.miss_bytes;
+        fprintf(A.out, "{\"kernel\":");
+        write_name(A.out, A.name);
+        fprintf(A.out,
+                ",\"unbounded\":%s,\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
+                ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"miss_at\":%" PRIu64
+                ",\"covered\":%s}\n",
+                A.unbounded ? "true" : "false", lo.pred_bytes, lo.touched_bytes,
+                hi.touched_bytes, lo.miss_bytes, lo.miss_first,
+                lo.covered ? "true" : "false");
+        fflush(A.out);
+    }
+    A.prev_t0 = t0;
+    A.prev_t1 = A.t_sync;
+    pthread_mutex_unlock(&A.lock);
+}
+
+void ms_acc_dirty(const struct ms_rtable *rt, const struct ms_chunk_set *need)
+{
+    if (!ms_acc_on() || open_here)
+        return;
+    pthread_mutex_lock(&A.lock);
+    for (size_t i = 0; i < need->n; i++) {
+        const struct ms_region *r = &rt->regions[MS_CHUNK_REGION(need->ids[i])];
+        if (vr_push(&A.dirty, r->base, r->size) != MS_OK) {
+            stop("out of memory");
+            break;
+        }
+    }
+    pthread_mutex_unlock(&A.lock);
+}
+
+#else /* !MS_HAVE_CUPTI */
+
+void ms_acc_start(const struct ms_cuda_api *api, bool ok)
+{
+    (void)api, (void)ok;
+    const char *path = getenv("MSCHED_ACCURACY");
+    if (path && *path)
+        ms__engine_say("MSCHED_ACCURACY: not measuring: built without CUPTI headers");
+}
+
+void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, const char *name,
+                  bool unbounded)
+{
+    (void)rt, (void)need, (void)name, (void)unbounded;
+}
+
+void ms_acc_end(void) {}
+
+void ms_acc_dirty(const struct ms_rtable *rt, const struct ms_chunk_set *need)
+{
+    (void)rt, (void)need;
+}
+
+#endif /* MS_HAVE_CUPTI */
+
+static void stop(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(A.err, sizeof A.err, fmt, ap);
+    va_end(ap);
+    __atomic_store_n(&A.on, false, __ATOMIC_RELEASE);
+}
+
+void ms_acc_finish(void)
+{
+    pthread_mutex_lock(&A.lock);
+    if (A.out) {
+        fprintf(A.out,
+                "{\"summary\":true,\"launches\":%" PRIu64 ",\"covered\":%" PRIu64
+                ",\"unbounded\":%" PRIu64 ",\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
+                ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"faults\":%" PRIu64
+                ",\"late\":%" PRIu64 ",\"max\":%" PRIu64 ",\"error\":",
+                A.measured, A.covered, A.unbounded_n, A.pred_bytes, A.lo_bytes, A.hi_bytes,
+                A.miss_bytes, A.faults, A.late, A.max);
+        write_name(A.out, A.err);
+        fprintf(A.out, "}\n");
+        fclose(A.out);
+        A.out = NULL;
+    }
+    __atomic_store_n(&A.on, false, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&A.lock);
+}

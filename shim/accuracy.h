@@ -1,0 +1,62 @@
+/*
+ * accuracy.h - measuring the launch predictor against what kernels really touch.
+ *
+ * Design
+ *   A measurement mode of the engine, for the evaluation only: MSCHED_ACCURACY=<file> with
+ *   MSCHED_ENGINE=demand, no daemon, and a budget above the footprint (the engine then never
+ *   evicts by itself). Every region is managed memory the GPU faults in. Before each measured
+ *   launch, every region the GPU may have pulled in since the last one (per the driver's
+ *   reports, and the regions copies and memsets named) is prefetched back to the host, so the
+ *   launch starts with none of the footprint on the device; the launch runs alone (the context
+ *   is synchronized before and after), and the driver's unified-memory reports (CUPTI:
+ *   GPU page faults, host-to-device migrations) timestamped inside its window are what it
+ *   touched. core/accuracy.h compares them with the chunks the engine would have made resident
+ *   for it (the prediction, prefetch excluded).
+ *
+ *   Every region a kernel touches faults at least once (it starts on the host), so a touched
+ *   region outside the prediction is always seen: coverage is exact. The touched bytes are
+ *   bounded: faulted 4 KiB pages from below (the driver migrates more than the faulting page
+ *   and later touches of those do not fault), faults plus migrated bytes from above (the
+ *   driver's speculative prefetch, inside the same allocation). A report delivered after its
+ *   launch's window closed is counted as late, not attributed.
+ *
+ *   Output: one JSON object per measured launch, and a summary object at exit, to the file.
+ *   MSCHED_ACCURACY_MAX (default 2000) measured launches; later ones run unmeasured.
+ *   CUPTI is loaded with dlopen (MSCHED_CUPTI=<path>, else libcupti.so.13 / libcupti.so from
+ *   the library path or /usr/local/cuda); without it the mode says so once and stays off.
+ *
+ * Locking: one measurement at a time. ms_acc_begin (engine lock held) takes the accuracy lock
+ *   and the calling thread keeps it until its ms_acc_end (engine lock not held), so launches
+ *   are serialized; ms_acc_dirty takes it briefly (engine lock held). Order: engine, then
+ *   accuracy. CUPTI's buffer callbacks take only an inner record lock.
+ *
+ * Errors: a failure to start is reported once on stderr and leaves the mode off; a driver or
+ *   CUPTI error during a measurement ends the measuring (the program runs on) and is written
+ *   in the summary.
+ */
+#ifndef MS_SHIM_ACCURACY_H
+#define MS_SHIM_ACCURACY_H
+
+#include "core/predict.h"
+
+#include <stdbool.h>
+
+struct ms_cuda_api; /* gpu/cuda/gpu_cuda.h */
+
+/* Start when MSCHED_ACCURACY is set (engine lock held, at the engine's start). `ok` says the
+ * engine runs alone with demand-paged managed memory; otherwise the mode refuses, once. */
+void ms_acc_start(const struct ms_cuda_api *api, bool ok);
+bool ms_acc_on(void);
+
+/* A launch the engine admitted: `need` is its predicted chunks (normalized). Engine lock held. */
+void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, const char *name,
+                  bool unbounded);
+/* After the real call returned (engine lock not held); a no-op when this thread has no open
+ * measurement. */
+void ms_acc_end(void);
+/* Regions a copy or memset reaches: evicted before the next measured launch. Engine lock held. */
+void ms_acc_dirty(const struct ms_rtable *rt, const struct ms_chunk_set *need);
+/* At exit: the summary line; closes the file. */
+void ms_acc_finish(void);
+
+#endif /* MS_SHIM_ACCURACY_H */
