@@ -16,6 +16,8 @@
 #                    ref slice opt lru whole demand; C and D in two parts per pressure, W-P-a
 #                    (ref slice opt) and W-P-b (lru whole demand, normalized by part a's ref)
 #   rtbe             bench/workloads/run_rtbe.sh: ref msched tslice slice
+#   accuracy         bench/accuracy/run_accuracy.sh: each workload's programs alone, the launch
+#                    predictor against the driver's fault reports (needs CUPTI)
 # SYSTEMS="ref opt ..." in the environment narrows the sweep parts' systems (a part rerun with
 # fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part.
 # SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
@@ -27,13 +29,13 @@ OUT=bench/results/gpu/paper
 PARTS=()
 PAGE=1
 ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150 B-200 B-300 C-150-a
-C-150-b C-200-a C-200-b C-300-a C-300-b D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe"
+C-150-b C-200-a C-200-b C-300-a C-300-b D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe accuracy"
 USER_SYSTEMS=${SYSTEMS:-}
 SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
 SLICE=${SLICE:-1s}
 
 usage() {
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-2}"
 }
 
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
             env) printf '%-14s %s\n' "$p" "machine and versions -> env.json" ;;
             engine) printf '%-14s %s\n' "$p" "migrate_bench 4 and 16 GiB in 64 MiB chunks" ;;
             rtbe) printf '%-14s %s\n' "$p" "RT+BE: ref msched tslice slice, 40 s of requests" ;;
+            accuracy) printf '%-14s %s\n' "$p" "prediction accuracy, 11 programs alone, 20 s each" ;;
             *-a) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-ref slice opt}" ;;
             *-b) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-lru whole demand}" ;;
             *) printf '%-14s %s\n' "$p" "workload ${p%%-*} at ${p#*-} %: $SYSTEMS" ;;
@@ -109,6 +112,8 @@ run_part() {
     engine) part_engine "$tmp" >"$tmp/out.jsonl" || rc=$? ;;
     rtbe) bench/workloads/run_rtbe.sh "$tmp" "${RTBE_SYSTEMS:-ref msched tslice slice}" 40 || rc=$?
         mv "$tmp/rtbe.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
+    accuracy) bench/accuracy/run_accuracy.sh "$tmp" 20 || rc=$?
+        mv "$tmp/accuracy.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
     *)
         local w=${p%%-*} pr=${p#*-} secs=25 sys=$SYSTEMS
         case $w in C | D) secs=75 ;; B) secs=35 ;; esac

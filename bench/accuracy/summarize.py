@@ -40,7 +40,7 @@ def summarize(path, program):
             miss += r["miss"]
             if not r["covered"]:
                 kernels_missed.add(r["kernel"])
-    out = {"workload": GROUP.get(program, "?"), "program": program, "launches": n,
+    out = {"workload": "accuracy", "group": GROUP.get(program, "?"), "program": program, "launches": n,
            "covered": covered, "covered_pct": round(100.0 * covered / n, 2) if n else None,
            "unbounded": unbounded, "pred_bytes": pred, "touch_lo_bytes": lo,
            "touch_hi_bytes": hi, "miss_bytes": miss,
@@ -59,7 +59,8 @@ def main():
     for p in sys.argv[2:]:
         path = os.path.join(d, p + ".jsonl")
         if not os.path.exists(path):
-            print(json.dumps({"workload": GROUP.get(p, "?"), "program": p, "launches": 0,
+            print(json.dumps({"workload": "accuracy", "group": GROUP.get(p, "?"), "program": p,
+                              "launches": 0,
                               "error": "no output"}))
             continue
         print(json.dumps(summarize(path, p)))

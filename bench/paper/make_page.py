@@ -42,6 +42,8 @@ Records (JSON lines; unknown fields are ignored):
           max_ms, requests, interval_ms} and {system, role: be, tasks_per_s}, and per daemon
           system {system, daemon, switch_seconds_max} over the RT service's run.
   engine  workload engine: the JSON lines of tests/gpu/migrate_bench.c.
+  accuracy  bench/accuracy/summarize.py: workload accuracy, per program {group, program,
+          launches, covered, unbounded, pred_bytes, touch_lo_bytes, touch_hi_bytes, late}.
   env.json  {gpu, driver, cuda, torch, transformers, date, budget_gib, slice, host}, any absent.
 When records repeat (the same process of the same run in two files), the last one read wins;
 files are read in name order.
@@ -125,6 +127,7 @@ class Data:
         self.rtbe = {}       # (system, role, proc or 0) -> record
         self.rtbe_win = {}   # system -> window record
         self.engine = {}     # (gib, chunk_mib) -> record
+        self.accuracy = {}   # program -> record
         self.env = None      # env.json's object, None when absent
 
 
@@ -163,6 +166,11 @@ def load(results):
         if w == "engine":
             _need_num(r, ENGINE_NUM, where, required=("gib",))
             data.engine[(r["gib"], r.get("chunk_mib") or 0)] = r
+        elif w == "accuracy":
+            if not isinstance(r.get("program"), str):
+                raise Fatal(f"{where}: an accuracy record without 'program'")
+            _need_num(r, ACC_NUM, where)
+            data.accuracy[r["program"]] = r
         elif w == "rtbe":
             if not isinstance(r.get("system"), str):
                 raise Fatal(f"{where}: an rtbe record without 'system'")
@@ -669,9 +677,53 @@ def gen_targets(data):
     return table(["target", "measured", "verdict"], rows), None
 
 
+# ---------------------------------------------------------------- prediction accuracy
+
+ACC_NUM = ("launches", "covered", "unbounded", "pred_bytes", "touch_lo_bytes", "touch_hi_bytes",
+           "late")
+ACC_GROUPS = ("micro", "A", "B", "C", "D")
+
+
+def gib(v):
+    return "-" if v is None else fsig(v / 2**30)
+
+
+def gen_accuracy(data):
+    recs = sorted(data.accuracy.values(),
+                  key=lambda r: (ACC_GROUPS.index(r.get("group")) if r.get("group") in ACC_GROUPS
+                                 else len(ACC_GROUPS), r["program"]))
+    if not recs:
+        return note("prediction accuracy", ["accuracy"]), None
+    rows = []
+    for r in recs:
+        n = r.get("launches") or 0
+        if not n:
+            rows.append([r.get("group", "?"), r["program"], "0", "-", "-", "-", "-", "-",
+                         str(r.get("error") or "no launch measured")])
+            continue
+        lo, hi, pred = r.get("touch_lo_bytes"), r.get("touch_hi_bytes"), r.get("pred_bytes")
+        over = (f"{ratio(pred, hi):.1f}-{ratio(pred, lo):.1f}x"
+                if lo and hi and pred is not None else "-")
+        notes = []
+        if r.get("unbounded"):
+            notes.append(f"{r['unbounded']} unbounded")
+        if r.get("late"):
+            notes.append(f"{r['late']} late reports")
+        if r.get("error"):
+            notes.append(str(r["error"]))
+        if not r.get("complete", True):
+            notes.append("cut by its time limit")
+        rows.append([r.get("group", "?"), r["program"], str(n),
+                     f"{100.0 * r['covered'] / n:.1f} %", gib(pred), gib(lo), gib(hi), over,
+                     ", ".join(notes) or "-"])
+    return table(["workload", "program", "launches", "covered", "predicted GiB",
+                  "touched GiB (faults)", "touched GiB (faults + migrated)", "over-prediction",
+                  "notes"], rows), None
+
+
 GENERATORS = {"provenance": gen_provenance, "engine": gen_engine}
 GENERATORS.update({f"sweep-{w}": gen_sweep(w) for w in WORKLOADS})
-GENERATORS.update({"rtbe": gen_rtbe, "targets": gen_targets})
+GENERATORS.update({"rtbe": gen_rtbe, "targets": gen_targets, "accuracy": gen_accuracy})
 
 
 # ---------------------------------------------------------------- the page

@@ -101,6 +101,14 @@ has "$D" "| D at 200 %: opt / whole >= 3x | 2.4x (opt 90.0 %, whole 37.5 %) | mi
 has "$D" "| RT P99: tslice P99 / msched P99 >= 3x | 4.0x (40.0 ms against 10.0 ms) | met |"
 pass "rtbe and targets blocks"
 
+# accuracy: workload order (A before B), the over-prediction's two bounds, the notes
+has "$D" "| A | hotspot | 200 | 100.0 % | 4.00 | 1.00 | 2.00 | 2.0-4.0x | - |"
+has "$D" "| B | vgg19 | 4 | 75.0 % | 3.00 | 0.500 | 1.00 | 3.0-6.0x | 1 unbounded, 2 late reports, cut by its time limit |"
+[ "$(grep -n '| A | hotspot' "$D" | cut -d: -f1)" -lt "$(grep -n '| B | vgg19' "$D" | cut -d: -f1)" ] ||
+    fail "accuracy rows not in workload order"
+grep -q "old accuracy table" "$D" && fail "old accuracy block content left in place"
+pass "accuracy block"
+
 cp "$D" "$T/first.md"
 nompl --results "$FIX/results" --doc "$D" --img "$T/img" >/dev/null 2>"$T/run2.err" || fail "second run"
 cmp -s "$D" "$T/first.md" || fail "a second run changed the page"
@@ -140,7 +148,7 @@ pass "unknown block, unterminated block and malformed JSON exit 2 naming the pla
 # Every part a note names is one that bench/paper.sh knows (a page with no results names them all).
 printf '<!-- generated: %s -->\n<!-- end generated: %s -->\n' provenance provenance engine engine \
     sweep-micro sweep-micro sweep-A sweep-A sweep-B sweep-B sweep-C sweep-C sweep-D sweep-D \
-    rtbe rtbe targets targets >"$T/empty.md"
+    rtbe rtbe targets targets accuracy accuracy >"$T/empty.md"
 nompl --results "$T/no-such-dir" --doc "$T/empty.md" --img "$T/img" >/dev/null 2>"$T/empty.err" ||
     fail "a run without results exited $?"
 has "$T/empty.err" "no results directory"
