@@ -74,6 +74,7 @@ static struct {
     struct vec_range pred, lo, hi;
     char name[256];
     bool unbounded;
+    bool primed; /* the whole footprint was sent to the host once */
     uint64_t t0, t_sync, prev_t0, prev_t1; /* CUPTI timestamps; t_sync: the last collect's */
     /* totals */
     uint64_t covered, unbounded_n, pred_bytes, lo_bytes, hi_bytes, miss_bytes, faults, late;
@@ -345,7 +346,12 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
         pthread_mutex_unlock(&A.lock);
         return;
     }
-    /* Everything the GPU pulled in since the last launch goes back to the host. */
+    /* Everything the GPU pulled in since the last launch goes back to the host; before the
+     * first, everything (copies made before the mode started may have placed pages there). */
+    for (size_t i = 0; !A.primed && i < rt->nslots; i++)
+        if (rt->regions[i].live && vr_push(&A.dirty, rt->regions[i].base, rt->regions[i].size))
+            break;
+    A.primed = true;
     if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK || evict_dirty(rt) != MS_OK ||
         collect(0, UINT64_MAX, NULL, NULL) != MS_OK) {
         pthread_mutex_unlock(&A.lock);
