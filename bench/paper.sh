@@ -21,7 +21,8 @@
 # SYSTEMS="ref opt ..." in the environment narrows the sweep parts' systems (a part rerun with
 # fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part.
 # SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
-# bench/micro/run_sweep.sh); default 1s round-robin.
+# bench/micro/run_sweep.sh; a W-P-b part, which has no opt run, takes the slice from W-P-a's
+# results, so run part a first); default 1s round-robin.
 # Run from the repository root on the GPU machine; builds what it needs first.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -35,7 +36,7 @@ SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
 SLICE=${SLICE:-1s}
 
 usage() {
-    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-2}"
 }
 
@@ -119,11 +120,27 @@ run_part() {
         case $w in C | D) secs=75 ;; B) secs=35 ;; esac
         # C and D load for long: their systems come in two parts, a (with the normalization)
         # and b, each under 10 minutes
+        local slice=$SLICE
         case $pr in
         *-a) pr=${pr%-a} sys=${USER_SYSTEMS:-ref slice opt} ;;
-        *-b) pr=${pr%-b} sys=${USER_SYSTEMS:-lru whole demand} ;;
+        *-b) pr=${pr%-b} sys=${USER_SYSTEMS:-lru whole demand}
+            # part b has no opt run: it reuses the slice part a's adaptive opt picked
+            if [ "$SLICE" = adaptive ] && ! grep -qw opt <<<"$sys"; then
+                slice=$(python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    s = str(r.get("slice", ""))
+    if r.get("system") == "opt" and "window_s" in r and s.startswith("adaptive:"):
+        print(s.split(":", 1)[1])' "$OUT/$w-$pr-a.jsonl" 2>/dev/null | tail -n 1)
+                if [ -z "$slice" ]; then
+                    echo "paper.sh: SLICE=adaptive: part $w-$pr-b needs part $w-$pr-a run with SLICE=adaptive first" >&2
+                    rm -rf "$tmp"
+                    return 1
+                fi
+                log "part $p: the slice part $w-$pr-a's adaptive opt picked, $slice"
+            fi ;;
         esac
-        WORKLOAD=$w bench/micro/run_sweep.sh "$tmp" "${pr//-/ }" "$sys" "$secs" "$SLICE" || rc=$?
+        WORKLOAD=$w bench/micro/run_sweep.sh "$tmp" "${pr//-/ }" "$sys" "$secs" "$slice" || rc=$?
         mv "$tmp/sweep.jsonl" "$tmp/out.jsonl" 2>/dev/null
         ;;
     esac
