@@ -40,6 +40,12 @@ def summarize(path, program):
             miss += r["miss"]
             if not r["covered"]:
                 kernels_missed.add(r["kernel"])
+    if n and not lo and not hi:
+        # Every launch touches memory: no report at all means the driver delivered none (the
+        # probe could not see, and it could not send anything back to the host either).
+        return {"workload": "accuracy", "group": GROUP.get(program, "?"), "program": program,
+                "launches": 0, "error": f"no fault or migration report in {n} launches: "
+                "nothing measured", "complete": bool(summary)}
     out = {"workload": "accuracy", "group": GROUP.get(program, "?"), "program": program, "launches": n,
            "covered": covered, "covered_pct": round(100.0 * covered / n, 2) if n else None,
            "unbounded": unbounded, "pred_bytes": pred, "touch_lo_bytes": lo,
