@@ -1068,6 +1068,11 @@ static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     uint64_t d = s->in_switch && now > s->switch_t0 ? now - s->switch_t0 : 0;
     s->in_switch = false;
     s->stop_ns_total += MS_MIN(s->stop_pending, d);
+    s->last_switch.seq = s->switches;
+    s->last_switch.ns = d;
+    s->last_switch.stop_ns = MS_MIN(s->stop_pending, d);
+    s->last_switch.from = s->stop_pending ? s->stop_from : NONE;
+    s->last_switch.to = t->id;
     s->stop_pending = 0;
     s->switch_ns_total += d;
     s->switch_ns_max = MS_MAX(s->switch_ns_max, d);
@@ -1508,8 +1513,10 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         case MS_MSG_STOPPED:
             if (s->phase == MS_PH_STOPPING && s->cur == t->id && m->stopped.epoch == t->run_epoch) {
                 t->run_ns += now - t->run_since;
-                if (s->in_switch && now > s->switch_t0)
+                if (s->in_switch && now > s->switch_t0) {
                     s->stop_pending = now - s->switch_t0;
+                    s->stop_from = t->id;
+                }
                 s->last = t->id;
                 s->cur = NONE;
                 s->phase = MS_PH_IDLE;

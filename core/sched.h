@@ -144,6 +144,13 @@ struct ms_sched {
     uint64_t switches, switch_ns_total, switch_ns_max;
     uint64_t stop_ns_total; /* part of switch_ns_total from STOP sent to STOPPED (the drain) */
     uint64_t stop_pending;  /* this switch's drain, counted once the switch ends in RUN */
+    uint32_t stop_from;     /* the task whose STOPPED ended this switch's drain */
+    /* The last completed switch (seq == switches when it is the latest); the daemon logs the
+     * slow ones. from is MS_TASK_NONE when nothing had to stop. */
+    struct {
+        uint64_t seq, ns, stop_ns;
+        uint32_t from, to;
+    } last_switch;
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;
 

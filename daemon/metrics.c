@@ -95,6 +95,10 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
            "Part of msched_switch_seconds_total spent waiting for the outgoing task to stop "
            "(its queued GPU work to drain).");
     put(&o, "msched_switch_stop_seconds_total{gpu=\"%u\"} %.6f\n", g, sec(ds->switch_stop_ns));
+    family(&o, "msched_slow_switches_total", "counter",
+           "Context switches longer than 100 ms (each one is logged with its stop time).");
+    put(&o, "msched_slow_switches_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->slow_switches);
     family(&o, "msched_populated_bytes_total", "counter", "Bytes copied host to device.");
     put(&o, "msched_populated_bytes_total{gpu=\"%u\"} %llu\n", g, (unsigned long long)st->bytes_in);
     family(&o, "msched_evicted_bytes_total", "counter", "Bytes evicted from the device.");

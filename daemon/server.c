@@ -576,9 +576,31 @@ static void task_dropped(struct ms_daemon *d, struct ms_session *s, uint32_t tas
 
 /* ---- the scheduler's actions ---------------------------------------------------------------- */
 
+/* A switch this long is logged with its parts (where a latency tail comes from). */
+#define MS_SLOW_SWITCH_NS (100 * 1000 * 1000ull)
+
+static void note_switch(struct ms_daemon *d)
+{
+    const __typeof__(d->sched.last_switch) *w = &d->sched.last_switch;
+    if (w->seq == d->st.switch_seen)
+        return;
+    d->st.switch_seen = w->seq;
+    if (w->ns < MS_SLOW_SWITCH_NS)
+        return;
+    d->st.slow_switches++;
+    if (w->from == MS_TASK_NONE)
+        ms_log_info("slow switch %llu: task %u ran after %.1f ms (nothing to stop)",
+                    (unsigned long long)w->seq, w->to, (double)w->ns / 1e6);
+    else
+        ms_log_info("slow switch %llu: task %u ran after %.1f ms, %.1f ms of them waiting for "
+                    "task %u to stop", (unsigned long long)w->seq, w->to, (double)w->ns / 1e6,
+                    (double)w->stop_ns / 1e6, w->from);
+}
+
 static void run_actions(struct ms_daemon *d)
 {
     struct ms_action a;
+    note_switch(d);
     while (ms_sched_next_action(&d->sched, &a)) {
         struct ms_session *s = session_of_task(d, a.task);
         if (a.kind == MS_ACT_SEND) {

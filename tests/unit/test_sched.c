@@ -1026,6 +1026,12 @@ static void test_stop_time(void **state)
     assert_ptr_equal(running(&w), b);
     assert_true(w.s.stop_ns_total == 20 * MS);
     assert_true(w.s.switch_ns_total - sw0 >= 20 * MS);
+    /* The last switch names who had to stop, who runs, and its parts. */
+    assert_true(w.s.last_switch.seq == w.s.switches);
+    assert_int_equal(w.s.last_switch.from, a->task);
+    assert_int_equal(w.s.last_switch.to, b->task);
+    assert_true(w.s.last_switch.stop_ns == 20 * MS);
+    assert_true(w.s.last_switch.ns >= 20 * MS && w.s.last_switch.ns == w.s.switch_ns_total - sw0);
     world_fini(&w);
 }
 
