@@ -119,7 +119,7 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
             demand) evict=lru engine=demand ;;
             esac
             export MSCHED_SOCKET=$BIN/gpu0.sock
-            "$MSCHEDD" --socket "$MSCHED_SOCKET" --budget "$budget" --slice "$slice" --policy "$policy" \
+            "$MSCHEDD" -v --socket "$MSCHED_SOCKET" --budget "$budget" --slice "$slice" --policy "$policy" \
                 --evict "$evict" --foreground >"$dir/mschedd.log" 2>&1 &
             dpid=$!
             for k in $(seq 1 50); do [ -S "$MSCHED_SOCKET" ] && break; sleep 0.1; done

@@ -53,7 +53,7 @@ for sys in $SYSTEMS; do
         [ "$sys" = tslice ] && { evict=lru; engine=demand; }
         [ "$sys" = slice ] && budget=200GiB
         export MSCHED_SOCKET=$RAW/gpu0.sock
-        "$MSCHEDD" --socket "$MSCHED_SOCKET" --budget "$budget" --policy prio --evict "$evict" \
+        "$MSCHEDD" -v --socket "$MSCHED_SOCKET" --budget "$budget" --policy prio --evict "$evict" \
             --foreground >"$dir/mschedd.log" 2>&1 &
         dpid=$!
         for k in $(seq 1 50); do [ -S "$MSCHED_SOCKET" ] && break; sleep 0.1; done
