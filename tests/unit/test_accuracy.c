@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "core/accuracy.h"
+#include "tests/support/ms_testutil.h"
 
 static void check_tally(const struct ms_acc_tally *t, uint64_t pred, uint64_t touched, uint64_t hit,
                         uint64_t miss_first)
@@ -205,14 +206,8 @@ static void top_of_address_space(void **state)
 #define WIN 4096
 #define MAXR 24
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static struct ms_rng rng;
+static uint64_t rnd(void) { return ms_rng_next(&rng); }
 
 /* Random ranges inside [base, base + WIN]; some run past the window (clamped at the top). */
 static size_t random_ranges(struct ms_range *r, uint64_t base)
@@ -256,10 +251,7 @@ static void check_normalized(const struct ms_range *r, size_t n, const uint8_t *
 
 static void random_against_bitmap(void **state)
 {
-    const char *env = getenv("MS_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 10) : 12345;
-    printf("seed=%llu\n", (unsigned long long)seed);
-    rng_state = seed | 1;
+    ms_rng_seed(&rng, ms_test_seed(12345));
     uint64_t live = ms_alloc_live();
     for (int trial = 0; trial < 200; trial++) {
         uint64_t base = (trial % 2) ? UINT64_MAX - (WIN - 1) : 0;
