@@ -71,10 +71,12 @@ static struct {
     struct vec_rec recs;
     bool rec_nomem;
     struct vec_range dirty;  /* addresses whose regions go back to the host before a launch */
+    struct vec_range regs;   /* the live regions when the launch was admitted */
     struct vec_range pred, lo, hi;
     char name[256];
     bool unbounded;
-    bool primed; /* the whole footprint was sent to the host once */
+    bool primed;   /* the whole footprint was sent to the host once */
+    bool prepared; /* ms_acc_prepare readied the open measurement */
     uint64_t t0, t_sync, prev_t0, prev_t1; /* CUPTI timestamps; t_sync: the last collect's */
     /* totals */
     uint64_t covered, unbounded_n, pred_bytes, lo_bytes, hi_bytes, miss_bytes, faults, late;
@@ -276,34 +278,32 @@ static int collect(uint64_t from, uint64_t to, struct vec_range *lo, struct vec_
     return e;
 }
 
-/* Prefetch every region holding a dirty address back to the host. Lock held. */
-static int evict_dirty(const struct ms_rtable *rt)
+static int by_addr(const void *a, const void *b)
 {
-    size_t n = ms_range_normalize(A.dirty.v, A.dirty.n);
+    uint64_t x = ((const struct ms_range *)a)->addr, y = ((const struct ms_range *)b)->addr;
+    return x < y ? -1 : x > y;
+}
+
+/* Prefetch every region of the snapshot that a dirty range overlaps back to the host: one
+ * merge of the two sorted lists (regions are disjoint; each goes whole). Lock held. */
+static int evict_dirty(void)
+{
+    size_t nd = ms_range_normalize(A.dirty.v, A.dirty.n);
+    qsort(A.regs.v, A.regs.n, sizeof *A.regs.v, by_addr);
     CUmemLocation host;
     memset(&host, 0, sizeof host);
     host.type = CU_MEM_LOCATION_TYPE_HOST;
-    uint64_t done_end = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t a = A.dirty.v[i].addr, end = a + A.dirty.v[i].bytes;
-        while (a < end) {
-            uint32_t id;
-            if (a < done_end) {
-                a = done_end;
-                continue;
-            }
-            if (ms_rtable_lookup(rt, 0, a, &id, NULL) != MS_OK) {
-                a = (a | (PAGE - 1)) + 1; /* not a region (freed since): skip the page */
-                continue;
-            }
-            const struct ms_region *r = &rt->regions[id];
-            CUresult cr = A.api->cuMemPrefetchAsync((CUdeviceptr)r->base, r->size, host, 0, NULL);
-            if (cr != CUDA_SUCCESS) {
-                stop("cuMemPrefetchAsync to the host: error %d", (int)cr);
-                return MS_E_GPU;
-            }
-            done_end = r->base + r->size;
-            a = done_end;
+    size_t i = 0;
+    for (size_t k = 0; k < A.regs.n && i < nd; k++) {
+        uint64_t b = A.regs.v[k].addr, e = b + A.regs.v[k].bytes;
+        while (i < nd && A.dirty.v[i].addr + A.dirty.v[i].bytes <= b)
+            i++;
+        if (i == nd || A.dirty.v[i].addr >= e)
+            continue;
+        CUresult cr = A.api->cuMemPrefetchAsync((CUdeviceptr)b, e - b, host, 0, NULL);
+        if (cr != CUDA_SUCCESS) {
+            stop("cuMemPrefetchAsync to the host: error %d", (int)cr);
+            return MS_E_GPU;
         }
     }
     A.dirty.n = 0;
@@ -346,33 +346,47 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
         pthread_mutex_unlock(&A.lock);
         return;
     }
-    /* Everything the GPU pulled in since the last launch goes back to the host; before the
-     * first, everything (copies made before the mode started may have placed pages there). */
-    for (size_t i = 0; !A.primed && i < rt->nslots; i++)
-        if (rt->regions[i].live && vr_push(&A.dirty, rt->regions[i].base, rt->regions[i].size))
-            break;
-    A.primed = true;
-    if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK || evict_dirty(rt) != MS_OK ||
-        collect(0, UINT64_MAX, NULL, NULL) != MS_OK) {
-        pthread_mutex_unlock(&A.lock);
-        return;
+    /* Snapshots for ms_acc_prepare, which runs without the engine lock: the live regions, the
+     * predicted chunks, and before the first launch the whole footprint as dirty (copies made
+     * before the mode started may have placed pages on the device). */
+    int e = MS_OK;
+    A.regs.n = A.pred.n = 0;
+    for (size_t i = 0; e == MS_OK && i < rt->nslots; i++) {
+        const struct ms_region *r = &rt->regions[i];
+        if (r->live)
+            e = vr_push(&A.regs, r->base, r->size);
+        if (e == MS_OK && r->live && !A.primed)
+            e = vr_push(&A.dirty, r->base, r->size);
     }
-    A.dirty.n = 0; /* the eviction's own reports */
-    A.pred.n = 0;
-    for (size_t i = 0; i < need->n; i++) {
+    A.primed = true;
+    for (size_t i = 0; e == MS_OK && i < need->n; i++) {
         ms_chunk_id id = need->ids[i];
         const struct ms_region *r = &rt->regions[MS_CHUNK_REGION(id)];
         uint32_t k = MS_CHUNK_INDEX(id);
-        if (vr_push(&A.pred, r->base + ms_region_chunk_offset(r, k), r->chunks[k].bytes) != MS_OK) {
-            stop("out of memory");
-            pthread_mutex_unlock(&A.lock);
-            return;
-        }
+        e = vr_push(&A.pred, r->base + ms_region_chunk_offset(r, k), r->chunks[k].bytes);
+    }
+    if (e != MS_OK) {
+        stop("out of memory");
+        pthread_mutex_unlock(&A.lock);
+        return;
     }
     snprintf(A.name, sizeof A.name, "%s", name ? name : "?");
     A.unbounded = unbounded;
-    A.t0 = stamp();
+    A.prepared = false;
     open_here = true; /* the lock stays held until ms_acc_end */
+}
+
+void ms_acc_prepare(void)
+{
+    if (!open_here)
+        return;
+    /* Everything the GPU pulled in since the last launch goes back to the host. */
+    if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK || evict_dirty() != MS_OK ||
+        collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
+        return;
+    A.dirty.n = 0; /* the eviction's own reports */
+    A.t0 = stamp();
+    A.prepared = true;
 }
 
 void ms_acc_end(void)
@@ -382,7 +396,7 @@ void ms_acc_end(void)
     open_here = false;
     A.lo.n = A.hi.n = 0;
     uint64_t t0 = A.t0;
-    if (collect(t0, UINT64_MAX, &A.lo, &A.hi) == MS_OK) {
+    if (A.prepared && collect(t0, UINT64_MAX, &A.lo, &A.hi) == MS_OK) {
         struct ms_acc_tally lo, hi;
         ms_acc_tally(A.pred.v, A.pred.n, A.lo.v, A.lo.n, &lo);
         /* The pred array is normalized now; tallying it again is cheap. */
@@ -440,6 +454,8 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
 {
     (void)rt, (void)need, (void)name, (void)unbounded;
 }
+
+void ms_acc_prepare(void) {}
 
 void ms_acc_end(void) {}
 

@@ -26,9 +26,11 @@
  *   the library path or /usr/local/cuda); without it the mode says so once and stays off.
  *
  * Locking: one measurement at a time. ms_acc_begin (engine lock held) takes the accuracy lock
- *   and the calling thread keeps it until its ms_acc_end (engine lock not held), so launches
- *   are serialized; ms_acc_dirty takes it briefly (engine lock held). Order: engine, then
- *   accuracy. CUPTI's buffer callbacks take only an inner record lock.
+ *   and only copies what it needs (predicted ranges, live regions); the calling thread keeps the
+ *   lock through ms_acc_prepare and ms_acc_end (engine lock not held: the driver and CUPTI
+ *   calls never run under it), so launches are serialized; ms_acc_dirty takes it briefly
+ *   (engine lock held). Order: engine, then accuracy. CUPTI's buffer callbacks take only an
+ *   inner record lock.
  *
  * Errors: a failure to start is reported once on stderr and leaves the mode off; a driver or
  *   CUPTI error during a measurement ends the measuring (the program runs on) and is written
@@ -51,6 +53,9 @@ bool ms_acc_on(void);
 /* A launch the engine admitted: `need` is its predicted chunks (normalized). Engine lock held. */
 void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, const char *name,
                   bool unbounded);
+/* After the engine lock is released, before the real call: the slow part (synchronize, send
+ * the dirty regions to the host, start the window). A no-op without an open measurement. */
+void ms_acc_prepare(void);
 /* After the real call returned (engine lock not held); a no-op when this thread has no open
  * measurement. */
 void ms_acc_end(void);

@@ -1167,6 +1167,8 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
     if (rc == CUDA_SUCCESS && ms_acc_on())
         ms_acc_begin(&E.rt, &E.need, l->name, unbounded);
     pthread_mutex_unlock(&E.lock);
+    if (rc == CUDA_SUCCESS)
+        ms_acc_prepare();
     return rc;
 }
 
