@@ -175,7 +175,7 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffe
 
 static void *open_cupti(void)
 {
-    const char *want = getenv("MSCHED_CUPTI");
+    const char *want = secure_getenv("MSCHED_CUPTI");
     if (want && *want)
         return dlopen(want, RTLD_NOW | RTLD_LOCAL);
     static const char *const names[] = {
@@ -312,7 +312,7 @@ static int evict_dirty(void)
 
 void ms_acc_start(const struct ms_cuda_api *api, bool ok)
 {
-    const char *path = getenv("MSCHED_ACCURACY");
+    const char *path = secure_getenv("MSCHED_ACCURACY");
     if (!path || !*path)
         return;
     char why[256] = "";
@@ -330,7 +330,7 @@ void ms_acc_start(const struct ms_cuda_api *api, bool ok)
         ms__engine_say("MSCHED_ACCURACY: not measuring: %s", why);
         return;
     }
-    const char *m = getenv("MSCHED_ACCURACY_MAX");
+    const char *m = secure_getenv("MSCHED_ACCURACY_MAX");
     A.max = m && *m ? strtoull(m, NULL, 10) : DEFAULT_MAX;
     A.api = api;
     __atomic_store_n(&A.on, true, __ATOMIC_RELEASE);
@@ -444,7 +444,7 @@ void ms_acc_dirty(const struct ms_rtable *rt, const struct ms_chunk_set *need)
 void ms_acc_start(const struct ms_cuda_api *api, bool ok)
 {
     (void)api, (void)ok;
-    const char *path = getenv("MSCHED_ACCURACY");
+    const char *path = secure_getenv("MSCHED_ACCURACY");
     if (path && *path)
         ms__engine_say("MSCHED_ACCURACY: not measuring: built without CUPTI headers");
 }
