@@ -5,7 +5,7 @@
  * the measuring thread, inside cuptiActivityFlushAll) or from its own worker; the buffer
  * callback only appends the reports it cares about to `recs` under `rec_mu`. The measuring
  * thread takes them after each synchronization and sorts them by time into "this launch" and
- * "to evict". Built without <cupti.h>, the mode reports that it is unavailable.
+ * "to evict". Built without CUPTI's headers, the mode reports that it is unavailable.
  */
 #include "shim/shim_int.h"
 
