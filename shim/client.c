@@ -599,14 +599,26 @@ void ms_client_sync_end(void)
 
 /* ---- orders (service thread, lock held) ---------------------------------------------------- */
 
+/* A drain this long is logged with its two parts (where a switch's stop time goes). */
+#define SLOW_DRAIN_NS 50000000ull
+
 /* Admitted commands reach the driver and finish: nothing in flight may use a victim. */
-static void drain(void)
+static void drain(const char *why)
 {
+    uint64_t t0 = now_ns();
+    int n0 = __atomic_load_n(&inflight, __ATOMIC_SEQ_CST);
     __atomic_store_n(&stopping, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&inflight, __ATOMIC_SEQ_CST) > 0 && !C.quit)
         timed_wait(10000000ull);
     __atomic_store_n(&stopping, 0, __ATOMIC_SEQ_CST);
+    uint64_t t1 = now_ns();
     MS_REAL(cuCtxSynchronize)();
+    uint64_t t2 = now_ns();
+    if (t2 - t0 >= SLOW_DRAIN_NS)
+        ms__shim_log("slow %s: %.1f ms waiting for %d admitted command(s) to return "
+                     "(%u thread(s) in a synchronizing call), %.1f ms for the GPU to finish",
+                     why, (double)(t1 - t0) / 1e6, n0,
+                     __atomic_load_n(&insync, __ATOMIC_RELAXED), (double)(t2 - t1) / 1e6);
 }
 
 static void on_run(const struct ms_msg *m)
@@ -628,7 +640,7 @@ static void on_stop(const struct ms_msg *m)
     C.st.stops++;
     bool was = C.running;
     C.running = false; /* no admission from now on */
-    drain();
+    drain("stop");
     struct ms_msg r;
     ms_msg_init(&r, MS_MSG_STOPPED);
     r.stopped.epoch = m->stop.epoch;
@@ -664,7 +676,7 @@ static void on_evict(const struct ms_msg *m)
     C.st.evict_orders++;
     /* The daemon evicts from tasks that do not run; if this one runs, hold its admissions. */
     C.hold = true;
-    drain();
+    drain("evict");
     uint64_t freed = 0, batch = 0;
     uint32_t nbatch = 0;
     ms_chunk_set_clear(&C.batch);
@@ -933,7 +945,12 @@ static void *service(void *arg)
         pthread_mutex_unlock(mu);
         int n = poll(p, 2, tmo);
         int err = errno;
+        uint64_t t0 = now_ns();
         pthread_mutex_lock(mu);
+        uint64_t waited = now_ns() - t0;
+        if (waited >= SLOW_DRAIN_NS)
+            ms__shim_log("slow service: the engine's lock was held %.1f ms by another thread",
+                         (double)waited / 1e6);
         if (C.quit)
             break;
         if (n < 0 && err != EINTR) {

@@ -13,7 +13,8 @@ Both fill their buffer with int32 ones once and check its sum on every request o
 sums first, so the reduction allocates no copy of the buffer), so data
 lost or corrupted while the memory is moved is counted ("mismatches"). After one warm-up
 request or pass the loop runs SECONDS of wall time and prints one JSON line: for rt the latency
-percentiles in milliseconds, requests and requests per second; for be images per second. Both
+percentiles in milliseconds, requests and requests per second, and "slow": [due time (Unix
+seconds), latency ms] of each request over 500 ms; for be images per second. Both
 carry "tasks_per_s", so bench/micro/run_sweep.sh's tools read them."""
 import json
 import sys
@@ -59,7 +60,7 @@ step()
 torch.cuda.synchronize()
 t0 = time.time()
 if role == "rt":
-    lat, i = [], 0
+    lat, slow, i = [], [], 0
     while True:
         due = t0 + i * interval
         now = time.time()
@@ -69,6 +70,8 @@ if role == "rt":
             time.sleep(due - now)
         step()
         lat.append(time.time() - due)
+        if lat[-1] > 0.5:  # a tail request: when it was due (wall clock) and how long it took
+            slow.append([round(due, 3), round(1000 * lat[-1], 1)])
         i += 1
     el = time.time() - t0
     lat.sort()
@@ -83,7 +86,7 @@ if role == "rt":
                       "mean_ms": round(1000 * sum(lat) / len(lat), 3),
                       "tasks_per_s": round(len(lat) / el, 3),
                       "max_reserved_bytes": torch.cuda.max_memory_reserved(),
-                      "mismatches": mismatches}), flush=True)
+                      "mismatches": mismatches, "slow": slow}), flush=True)
 else:
     n = 0
     while time.time() - t0 < seconds:
