@@ -63,7 +63,7 @@ static int vr_push(struct vec_range *a, uint64_t addr, uint64_t bytes)
 
 static struct {
     pthread_mutex_t lock;   /* one measurement at a time (accuracy.h) */
-    pthread_mutex_t rec_mu; /* recs, rec_nomem */
+    pthread_mutex_t rec_mu; /* recs, rec_nomem, dirty, reports, buffers */
     bool on;
     FILE *out;
     const struct ms_cuda_api *api;
@@ -71,6 +71,7 @@ static struct {
     struct vec_rec recs;
     bool rec_nomem;
     struct vec_range dirty;  /* addresses whose regions go back to the host before a launch */
+    struct vec_range evict;  /* the measuring thread's copy of dirty, taken under rec_mu */
     struct vec_range regs;   /* the live regions when the launch was admitted */
     struct vec_range pred, lo, hi;
     char name[256];
@@ -80,6 +81,9 @@ static struct {
     uint64_t t0, t_sync, prev_t0, prev_t1; /* CUPTI timestamps; t_sync: the last collect's */
     /* totals */
     uint64_t covered, unbounded_n, pred_bytes, lo_bytes, hi_bytes, miss_bytes, faults, late;
+    uint64_t reports, buffers; /* every CUPTI record and buffer delivered (diagnosis) */
+    int early;                 /* atomic: 0 not tried, 1 starting, 2 CUPTI on, 3 failed */
+    char early_why[256];
     char err[160];
 } A = {.lock = PTHREAD_MUTEX_INITIALIZER, .rec_mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -160,7 +164,9 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffe
     (void)size;
     CUpti_Activity *a = NULL;
     pthread_mutex_lock(&A.rec_mu);
+    A.buffers++;
     while (C.next(buffer, valid, &a) == CUPTI_SUCCESS) {
+        A.reports++;
         if (a->kind != CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER)
             continue;
         const CUpti_ActivityUnifiedMemoryCounter3 *u = (const void *)a;
@@ -288,7 +294,14 @@ static int by_addr(const void *a, const void *b)
  * merge of the two sorted lists (regions are disjoint; each goes whole). Lock held. */
 static int evict_dirty(void)
 {
-    size_t nd = ms_range_normalize(A.dirty.v, A.dirty.n);
+    pthread_mutex_lock(&A.rec_mu);
+    struct vec_range t = A.evict;
+    A.evict = A.dirty;
+    A.dirty = t;
+    A.dirty.n = 0;
+    pthread_mutex_unlock(&A.rec_mu);
+    const struct vec_range *d = &A.evict;
+    size_t nd = ms_range_normalize(d->v, d->n);
     qsort(A.regs.v, A.regs.n, sizeof *A.regs.v, by_addr);
     CUmemLocation host;
     memset(&host, 0, sizeof host);
@@ -296,9 +309,9 @@ static int evict_dirty(void)
     size_t i = 0;
     for (size_t k = 0; k < A.regs.n && i < nd; k++) {
         uint64_t b = A.regs.v[k].addr, e = b + A.regs.v[k].bytes;
-        while (i < nd && A.dirty.v[i].addr + A.dirty.v[i].bytes <= b)
+        while (i < nd && d->v[i].addr + d->v[i].bytes <= b)
             i++;
-        if (i == nd || A.dirty.v[i].addr >= e)
+        if (i == nd || d->v[i].addr >= e)
             continue;
         CUresult cr = A.api->cuMemPrefetchAsync((CUdeviceptr)b, e - b, host, 0, NULL);
         if (cr != CUDA_SUCCESS) {
@@ -306,8 +319,19 @@ static int evict_dirty(void)
             return MS_E_GPU;
         }
     }
-    A.dirty.n = 0;
+    A.evict.n = 0;
     return MS_OK;
+}
+
+void ms_acc_early(void)
+{
+    int want = 0;
+    if (!__atomic_compare_exchange_n(&A.early, &want, 1, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return; /* done, or CUPTI's own cuInit while starting */
+    const char *path = secure_getenv("MSCHED_ACCURACY");
+    bool on = path && *path && cupti_start(A.early_why, sizeof A.early_why);
+    __atomic_store_n(&A.early, on ? 2 : 3, __ATOMIC_RELEASE);
 }
 
 void ms_acc_start(const struct ms_cuda_api *api, bool ok)
@@ -316,17 +340,20 @@ void ms_acc_start(const struct ms_cuda_api *api, bool ok)
     if (!path || !*path)
         return;
     char why[256] = "";
+    int early = __atomic_load_n(&A.early, __ATOMIC_ACQUIRE);
     if (!ok) {
         snprintf(why, sizeof why, "needs MSCHED_ENGINE=demand, no daemon, and a budget");
     } else if (!api->cuMemPrefetchAsync) {
         snprintf(why, sizeof why, "the driver lacks cuMemPrefetchAsync_v2");
+    } else if (early != 2) {
+        snprintf(why, sizeof why, "%s",
+                 early == 3 ? A.early_why : "CUPTI was not started at cuInit");
     } else if (!(A.out = fopen(path, "we"))) {
         snprintf(why, sizeof why, "cannot write %s", path);
-    } else if (!cupti_start(why, sizeof why)) {
-        fclose(A.out);
-        A.out = NULL;
     }
     if (!A.out) {
+        if (early == 2)
+            C.disable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
         ms__engine_say("MSCHED_ACCURACY: not measuring: %s", why);
         return;
     }
@@ -351,6 +378,7 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
      * before the mode started may have placed pages on the device). */
     int e = MS_OK;
     A.regs.n = A.pred.n = 0;
+    pthread_mutex_lock(&A.rec_mu);
     for (size_t i = 0; e == MS_OK && i < rt->nslots; i++) {
         const struct ms_region *r = &rt->regions[i];
         if (r->live)
@@ -358,6 +386,7 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
         if (e == MS_OK && r->live && !A.primed)
             e = vr_push(&A.dirty, r->base, r->size);
     }
+    pthread_mutex_unlock(&A.rec_mu);
     A.primed = true;
     for (size_t i = 0; e == MS_OK && i < need->n; i++) {
         ms_chunk_id id = need->ids[i];
@@ -376,15 +405,33 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
     open_here = true; /* the lock stays held until ms_acc_end */
 }
 
+/* The first launches' steps are logged (verbose), so a probe that stops shows where. */
+#define TRACE_LAUNCHES 3
+#define STEP(what)                                                                                 \
+    do {                                                                                           \
+        if (A.measured < TRACE_LAUNCHES)                                                           \
+            ms__shim_log("MSCHED_ACCURACY: launch %" PRIu64 " (%s): %s", A.measured, A.name,       \
+                         what);                                                                    \
+    } while (0)
+
 void ms_acc_prepare(void)
 {
     if (!open_here)
         return;
     /* Everything the GPU pulled in since the last launch goes back to the host. */
-    if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK || evict_dirty() != MS_OK ||
-        collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
+    STEP("collecting");
+    if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
         return;
+    STEP("evicting");
+    if (evict_dirty() != MS_OK)
+        return;
+    STEP("collecting the eviction");
+    if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
+        return;
+    STEP("launching");
+    pthread_mutex_lock(&A.rec_mu);
     A.dirty.n = 0; /* the eviction's own reports */
+    pthread_mutex_unlock(&A.rec_mu);
     A.t0 = stamp();
     A.prepared = true;
 }
@@ -396,6 +443,8 @@ void ms_acc_end(void)
     open_here = false;
     A.lo.n = A.hi.n = 0;
     uint64_t t0 = A.t0;
+    if (A.prepared)
+        STEP("collecting its reports");
     if (A.prepared && collect(t0, UINT64_MAX, &A.lo, &A.hi) == MS_OK) {
         struct ms_acc_tally lo, hi;
         ms_acc_tally(A.pred.v, A.pred.n, A.lo.v, A.lo.n, &lo);
@@ -428,18 +477,22 @@ void ms_acc_dirty(const struct ms_rtable *rt, const struct ms_chunk_set *need)
 {
     if (!ms_acc_on() || open_here)
         return;
-    pthread_mutex_lock(&A.lock);
+    /* Only the record lock: a measurement in progress (holding the accuracy lock through its
+     * driver and CUPTI calls) never waits on a copy, and a copy never waits on it. */
+    pthread_mutex_lock(&A.rec_mu);
     for (size_t i = 0; i < need->n; i++) {
         const struct ms_region *r = &rt->regions[MS_CHUNK_REGION(need->ids[i])];
         if (vr_push(&A.dirty, r->base, r->size) != MS_OK) {
-            stop("out of memory");
+            A.rec_nomem = true; /* the next collect stops the measuring */
             break;
         }
     }
-    pthread_mutex_unlock(&A.lock);
+    pthread_mutex_unlock(&A.rec_mu);
 }
 
 #else /* !MS_HAVE_CUPTI */
+
+void ms_acc_early(void) {}
 
 void ms_acc_start(const struct ms_cuda_api *api, bool ok)
 {
@@ -478,14 +531,18 @@ static void stop(const char *fmt, ...)
 void ms_acc_finish(void)
 {
     pthread_mutex_lock(&A.lock);
+    pthread_mutex_lock(&A.rec_mu);
+    uint64_t reports = A.reports, buffers = A.buffers;
+    pthread_mutex_unlock(&A.rec_mu);
     if (A.out) {
         fprintf(A.out,
                 "{\"summary\":true,\"launches\":%" PRIu64 ",\"covered\":%" PRIu64
                 ",\"unbounded\":%" PRIu64 ",\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"faults\":%" PRIu64
-                ",\"late\":%" PRIu64 ",\"max\":%" PRIu64 ",\"error\":",
+                ",\"late\":%" PRIu64 ",\"max\":%" PRIu64 ",\"reports\":%" PRIu64
+                ",\"buffers\":%" PRIu64 ",\"error\":",
                 A.measured, A.covered, A.unbounded_n, A.pred_bytes, A.lo_bytes, A.hi_bytes,
-                A.miss_bytes, A.faults, A.late, A.max);
+                A.miss_bytes, A.faults, A.late, A.max, reports, buffers);
         write_name(A.out, A.err);
         fprintf(A.out, "}\n");
         fclose(A.out);

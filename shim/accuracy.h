@@ -23,14 +23,15 @@
  *   Output: one JSON object per measured launch, and a summary object at exit, to the file.
  *   MSCHED_ACCURACY_MAX (default 2000) measured launches; later ones run unmeasured.
  *   CUPTI is loaded with dlopen (MSCHED_CUPTI=<path>, else libcupti.so.13 / libcupti.so from
- *   the library path or /usr/local/cuda); without it the mode says so once and stays off.
+ *   the library path or /usr/local/cuda); without it the mode says so once and stays off. CUPTI starts at cuInit; the summary counts every
+ *   record and buffer it delivered ("reports", "buffers"), so a driver that sends none shows.
  *
  * Locking: one measurement at a time. ms_acc_begin (engine lock held) takes the accuracy lock
  *   and only copies what it needs (predicted ranges, live regions); the calling thread keeps the
  *   lock through ms_acc_prepare and ms_acc_end (engine lock not held: the driver and CUPTI
- *   calls never run under it), so launches are serialized; ms_acc_dirty takes it briefly
- *   (engine lock held). Order: engine, then accuracy. CUPTI's buffer callbacks take only an
- *   inner record lock.
+ *   calls never run under it), so launches are serialized. ms_acc_dirty (engine lock held) and
+ *   CUPTI's buffer callbacks take only an inner record lock, never held across a driver or
+ *   CUPTI call. Order: engine, then accuracy, then record.
  *
  * Errors: a failure to start is reported once on stderr and leaves the mode off; a driver or
  *   CUPTI error during a measurement ends the measuring (the program runs on) and is written
@@ -45,8 +46,13 @@
 
 struct ms_cuda_api; /* gpu/cuda/gpu_cuda.h */
 
-/* Start when MSCHED_ACCURACY is set (engine lock held, at the engine's start). `ok` says the
- * engine runs alone with demand-paged managed memory; otherwise the mode refuses, once. */
+/* At the first successful cuInit, before any context exists (enabled at the first launch, after
+ * the context, the counters delivered no report on the H200): when MSCHED_ACCURACY is set, load
+ * CUPTI and enable the counters. Any thread, no lock; CUPTI's own cuInit re-entering returns. */
+void ms_acc_early(void);
+/* At the first launch (no lock held): when MSCHED_ACCURACY is set, measure if ms_acc_early
+ * started CUPTI and `ok` (the engine runs alone with demand-paged managed memory); otherwise
+ * say why once and disable the counters. */
 void ms_acc_start(const struct ms_cuda_api *api, bool ok);
 bool ms_acc_on(void);
 

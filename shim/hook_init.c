@@ -2,6 +2,7 @@
  * hook_init.c - hooks for initialisation, entry-point resolution and lifetime events.
  *
  * Design
+ *   cuInit starts the accuracy probe's CUPTI counters (shim/accuracy.h) before any context.
  *   cuGetProcAddress(_v2) is how cudart (and through it PyTorch) reaches every driver function:
  *   it asks for cuGetProcAddress itself first and uses what it gets for everything after
  *   (docs/h200-measurements.md). So both variants call the real one first (it validates the
@@ -17,6 +18,7 @@
  */
 #include "shim/shim_int.h"
 
+#include "shim/accuracy.h"
 #include "shim/client.h"
 
 #include "shim/shim_events.h"
@@ -24,8 +26,10 @@
 CUresult CUDAAPI cuInit(unsigned int Flags)
 {
     CUresult rc = MS_REAL(cuInit)(Flags);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         ms_shim_on_init(Flags);
+        ms_acc_early();
+    }
     return rc;
 }
 
