@@ -451,12 +451,12 @@ void ms_acc_end(void)
         /* The pred array is normalized now; tallying it again is cheap. */
         ms_acc_tally(A.pred.v, A.pred.n, A.hi.v, A.hi.n, &hi);
         A.measured++;
-        A.covered += lo.covered;
+        A.covered += hi.covered;
         A.unbounded_n += A.unbounded;
         A.pred_bytes += lo.pred_bytes;
         A.lo_bytes += lo.touched_bytes;
         A.hi_bytes += hi.touched_bytes;
-        A.miss_bytes += lo.miss_bytes;
+        A.miss_bytes += hi.miss_bytes;
         fprintf(A.out, "{\"kernel\":");
         write_name(A.out, A.name);
         fprintf(A.out,
@@ -464,8 +464,8 @@ void ms_acc_end(void)
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"miss_at\":%" PRIu64
                 ",\"covered\":%s}\n",
                 A.unbounded ? "true" : "false", lo.pred_bytes, lo.touched_bytes,
-                hi.touched_bytes, lo.miss_bytes, lo.miss_first,
-                lo.covered ? "true" : "false");
+                hi.touched_bytes, hi.miss_bytes, hi.miss_first,
+                hi.covered ? "true" : "false");
         fflush(A.out);
     }
     A.prev_t0 = t0;

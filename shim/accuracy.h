@@ -13,11 +13,13 @@
  *   touched. core/accuracy.h compares them with the chunks the engine would have made resident
  *   for it (the prediction, prefetch excluded).
  *
- *   Every region a kernel touches faults at least once (it starts on the host), so a touched
- *   region outside the prediction is always seen: coverage is exact. The touched bytes are
- *   bounded: faulted 4 KiB pages from below (the driver migrates more than the faulting page
- *   and later touches of those do not fault), faults plus migrated bytes from above (the
- *   driver's speculative prefetch, inside the same allocation). A report delivered after its
+ *   Every region a kernel touches starts on the host, so the driver must fault or migrate some
+ *   of it in: a touched region outside the prediction is always seen. A launch is covered when
+ *   every byte reported faulted or migrated in its window lies in the prediction (strict: the
+ *   driver's speculative prefetch of a neighbouring chunk of the same allocation counts as a
+ *   miss). The touched bytes are bounded: faulted 4 KiB pages from below (the driver migrates
+ *   more than the faulting page and reports only some faults), faults plus migrated bytes from
+ *   above (the driver's speculative prefetch, inside the same allocation). A report delivered after its
  *   launch's window closed is counted as late, not attributed.
  *
  *   Output: one JSON object per measured launch, and a summary object at exit, to the file.

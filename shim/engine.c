@@ -360,9 +360,13 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
         r = managed_room(span) ? E.api.cuMemAllocManaged(&va, span, CU_MEM_ATTACH_GLOBAL)
                                : CUDA_ERROR_OUT_OF_MEMORY;
     } else {
+        /* Pinning GiBs of host backing takes seconds: not under the lock, where the service
+         * thread (a STOP, an order) and every launch would wait for it. */
+        pthread_mutex_unlock(&E.lock);
         r = MS_REAL(cuMemAddressReserve)(&va, span, 0, 0, 0);
         if (r == CUDA_SUCCESS)
             r = MS_REAL(cuMemHostAlloc)(&host, span, 0);
+        pthread_mutex_lock(&E.lock);
     }
     uint32_t id = 0;
     int e = MS_OK;
@@ -415,10 +419,12 @@ int ms_engine_free(uint64_t dptr, bool *handled)
         say("cannot release an allocation: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
         return CUDA_ERROR_UNKNOWN;
     }
+    pthread_mutex_unlock(&E.lock);
+    /* The region is forgotten: its range and host backing are this thread's to release, and
+     * unpinning takes long enough (as pinning does) to keep it out of the lock. */
     release_va(dptr, span);
     if (host)
         MS_REAL(cuMemFreeHost)(host);
-    pthread_mutex_unlock(&E.lock);
     return CUDA_SUCCESS;
 }
 

@@ -5,8 +5,8 @@ DIR/<program>.jsonl holds one object per measured launch (shim/accuracy.c) and, 
 program exited normally, a summary object last. The totals are recomputed from the launch lines
 (a program killed by its time limit has no summary); "late" and "error" come from the summary.
 
-Per program: launches measured, the share whose predicted chunks covered every page they
-faulted on, the unbounded ones (reach unknown: the whole footprint predicted), the predicted
+Per program: launches measured, the share whose predicted chunks covered every byte the
+driver reported faulting or migrating for them, the unbounded ones (reach unknown: the whole footprint predicted), the predicted
 bytes, the touched bytes between the two bounds (faulted 4 KiB pages; faults plus migrated
 bytes), and the over-prediction: predicted / touched, for both bounds."""
 import json
