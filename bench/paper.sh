@@ -19,7 +19,8 @@
 #   accuracy         bench/accuracy/run_accuracy.sh: each workload's programs alone, the launch
 #                    predictor against the driver's fault reports (needs CUPTI)
 # SYSTEMS="ref opt ..." in the environment narrows the sweep parts' systems (a part rerun with
-# fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part.
+# fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part;
+# ACC_SECS (default 15) is how long each accuracy program runs.
 # SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
 # bench/micro/run_sweep.sh; a W-P-b part, which has no opt run, takes the slice from W-P-a's
 # results, so run part a first); default 1s round-robin.
@@ -51,7 +52,7 @@ while [ $# -gt 0 ]; do
             env) printf '%-14s %s\n' "$p" "machine and versions -> env.json" ;;
             engine) printf '%-14s %s\n' "$p" "migrate_bench 4 and 16 GiB in 64 MiB chunks" ;;
             rtbe) printf '%-14s %s\n' "$p" "RT+BE: ref msched tslice slice, 40 s of requests" ;;
-            accuracy) printf '%-14s %s\n' "$p" "prediction accuracy, 11 programs alone, 15 s each" ;;
+            accuracy) printf '%-14s %s\n' "$p" "prediction accuracy, 11 programs alone, ${ACC_SECS:-15} s each" ;;
             *-a) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-ref slice opt}" ;;
             *-b) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-lru whole demand}" ;;
             *) printf '%-14s %s\n' "$p" "workload ${p%%-*} at ${p#*-} %: $SYSTEMS" ;;
@@ -113,7 +114,7 @@ run_part() {
     engine) part_engine "$tmp" >"$tmp/out.jsonl" || rc=$? ;;
     rtbe) bench/workloads/run_rtbe.sh "$tmp" "${RTBE_SYSTEMS:-ref msched tslice slice}" 40 || rc=$?
         mv "$tmp/rtbe.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
-    accuracy) bench/accuracy/run_accuracy.sh "$tmp" 15 || rc=$?
+    accuracy) bench/accuracy/run_accuracy.sh "$tmp" "${ACC_SECS:-15}" || rc=$?
         mv "$tmp/accuracy.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
     *)
         local w=${p%%-*} pr=${p#*-} secs=25 sys=$SYSTEMS
