@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__has_include)
 #if __has_include(<cupti_activity.h>)
@@ -31,6 +32,7 @@
 #define PAGE 4096u
 #define DEFAULT_MAX 2000u
 #define BUF_BYTES (4u << 20)
+#define GAP_NS 2000000L /* between a launch's eviction and the launch */
 
 /* One report: a faulting page (bytes 0) or a host-to-device migration. */
 struct rec {
@@ -63,7 +65,7 @@ static int vr_push(struct vec_range *a, uint64_t addr, uint64_t bytes)
 
 static struct {
     pthread_mutex_t lock;   /* one measurement at a time (accuracy.h) */
-    pthread_mutex_t rec_mu; /* recs, rec_nomem, dirty, reports, buffers */
+    pthread_mutex_t rec_mu; /* recs, rec_nomem, dirty, reports, buffers, thrash, remote */
     bool on;
     FILE *out;
     const struct ms_cuda_api *api;
@@ -82,6 +84,8 @@ static struct {
     /* totals */
     uint64_t covered, unbounded_n, pred_bytes, lo_bytes, hi_bytes, miss_bytes, faults, late;
     uint64_t reports, buffers; /* every CUPTI record and buffer delivered (diagnosis) */
+    uint64_t thrash, remote;   /* the driver's thrashing / throttling and remote-map reports */
+    bool mitigation;           /* those counters could be enabled */
     int early;                 /* atomic: 0 not tried, 1 starting, 2 CUPTI on, 3 failed */
     char early_why[256];
     char err[160];
@@ -170,10 +174,25 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffe
         if (a->kind != CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER)
             continue;
         const CUpti_ActivityUnifiedMemoryCounter3 *u = (const void *)a;
-        if (u->counterKind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT)
+        switch (u->counterKind) {
+        case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT:
             rec_push(u->start, u->address & ~(uint64_t)(PAGE - 1), 0);
-        else if (u->counterKind == CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD)
+            break;
+        case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD:
             rec_push(u->start, u->address, u->value);
+            break;
+        case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP:
+            /* The GPU reaches these bytes where they are, without a migration or (later) a
+             * fault: touched all the same. */
+            A.remote++;
+            rec_push(u->start, u->address, u->value ? u->value : PAGE);
+            break;
+        case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING:
+        case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING:
+            A.thrash++;
+            break;
+        default: break;
+        }
     }
     pthread_mutex_unlock(&A.rec_mu);
     free(buffer);
@@ -216,15 +235,24 @@ static bool cupti_start(char *why, size_t whylen)
     SYM(stamp, "cuptiGetTimestamp");
     SYM(str, "cuptiGetResultString");
 #undef SYM
-    CUpti_ActivityUnifiedMemoryCounterConfig cfg[2];
+    /* Faults and host-to-device migrations are required; the driver's thrashing mitigation
+     * (throttling, remote mapping instead of migrating) is watched where CUPTI offers it. */
+    static const CUpti_ActivityUnifiedMemoryCounterKind kinds[] = {
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING};
+    CUpti_ActivityUnifiedMemoryCounterConfig cfg[MS_ARRAY_LEN(kinds)];
     memset(cfg, 0, sizeof cfg);
-    cfg[0].scope = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE;
-    cfg[0].kind = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT;
-    cfg[0].enable = 1;
-    cfg[1] = cfg[0];
-    cfg[1].kind = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD;
+    for (size_t i = 0; i < MS_ARRAY_LEN(kinds); i++) {
+        cfg[i].scope = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE;
+        cfg[i].kind = kinds[i];
+        cfg[i].enable = 1;
+    }
     CUptiResult r = C.reg(buf_request, buf_complete);
-    if (r == CUPTI_SUCCESS)
+    A.mitigation = r == CUPTI_SUCCESS && C.conf(cfg, MS_ARRAY_LEN(kinds)) == CUPTI_SUCCESS;
+    if (r == CUPTI_SUCCESS && !A.mitigation)
         r = C.conf(cfg, 2);
     if (r == CUPTI_SUCCESS)
         r = C.enable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
@@ -428,6 +456,11 @@ void ms_acc_prepare(void)
     STEP("collecting the eviction");
     if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
         return;
+    /* The driver takes a page that moves to the host and back within its thrashing lapse
+     * (500 us in NVIDIA's open kernel modules) for thrashing, and may then pin it and map it
+     * remotely: no more faults or migrations to see. Let the lapse pass. */
+    struct timespec gap = {0, GAP_NS};
+    nanosleep(&gap, NULL);
     STEP("launching");
     pthread_mutex_lock(&A.rec_mu);
     A.dirty.n = 0; /* the eviction's own reports */
@@ -532,7 +565,7 @@ void ms_acc_finish(void)
 {
     pthread_mutex_lock(&A.lock);
     pthread_mutex_lock(&A.rec_mu);
-    uint64_t reports = A.reports, buffers = A.buffers;
+    uint64_t reports = A.reports, buffers = A.buffers, thrash = A.thrash, remote = A.remote;
     pthread_mutex_unlock(&A.rec_mu);
     if (A.out) {
         fprintf(A.out,
@@ -540,9 +573,11 @@ void ms_acc_finish(void)
                 ",\"unbounded\":%" PRIu64 ",\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"faults\":%" PRIu64
                 ",\"late\":%" PRIu64 ",\"max\":%" PRIu64 ",\"reports\":%" PRIu64
-                ",\"buffers\":%" PRIu64 ",\"error\":",
+                ",\"buffers\":%" PRIu64 ",\"thrashing\":%" PRIu64 ",\"remote_maps\":%" PRIu64
+                ",\"mitigation_watched\":%s,\"error\":",
                 A.measured, A.covered, A.unbounded_n, A.pred_bytes, A.lo_bytes, A.hi_bytes,
-                A.miss_bytes, A.faults, A.late, A.max, reports, buffers);
+                A.miss_bytes, A.faults, A.late, A.max, reports, buffers, thrash, remote,
+                A.mitigation ? "true" : "false");
         write_name(A.out, A.err);
         fprintf(A.out, "}\n");
         fclose(A.out);

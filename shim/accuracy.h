@@ -22,6 +22,12 @@
  *   above (the driver's speculative prefetch, inside the same allocation). A report delivered after its
  *   launch's window closed is counted as late, not attributed.
  *
+ *   The probe bounces every page between host and GPU, which the driver's thrashing detection
+ *   may answer by pinning pages and mapping them remotely, so that they neither fault nor
+ *   migrate: 2 ms pass between the eviction and the launch (the detection's lapse is 500 us in
+ *   NVIDIA's open kernel modules), remote mappings reported in the window count as touched, and
+ *   the summary counts the driver's thrashing and throttling reports.
+ *
  *   Output: one JSON object per measured launch, and a summary object at exit, to the file.
  *   MSCHED_ACCURACY_MAX (default 2000) measured launches; later ones run unmeasured.
  *   CUPTI is loaded with dlopen (MSCHED_CUPTI=<path>, else libcupti.so.13 / libcupti.so from

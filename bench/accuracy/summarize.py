@@ -53,7 +53,8 @@ def summarize(path, program):
            "over_lo": round(pred / lo, 2) if lo else None,
            "over_hi": round(pred / hi, 2) if hi else None,
            "missed_kernels": sorted(kernels_missed)[:5],
-           "late": summary.get("late"), "error": summary.get("error"),
+           "late": summary.get("late"), "thrashing": summary.get("thrashing"),
+           "remote_maps": summary.get("remote_maps"), "error": summary.get("error"),
            "complete": bool(summary)}
     return out
 

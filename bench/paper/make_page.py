@@ -709,6 +709,8 @@ def gen_accuracy(data):
             notes.append(f"{r['unbounded']} unbounded")
         if r.get("late"):
             notes.append(f"{r['late']} late reports")
+        if r.get("thrashing"):
+            notes.append(f"{r['thrashing']} thrashing reports from the driver")
         if r.get("error"):
             notes.append(str(r["error"]))
         if not r.get("complete", True):
