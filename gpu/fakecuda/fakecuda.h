@@ -27,7 +27,8 @@
  *   (ms_fake_stats.um_*), never an error; cuMemPrefetchAsync_v2 moves pages either way.
  *
  *   Environment: MSCHED_FAKE_MEM_BYTES sets the device memory size (default 16 GiB; reserved
- *   lazily, so only touched bytes cost host memory).
+ *   lazily, so only touched bytes cost host memory); MSCHED_FAKE_PIN_MS makes each
+ *   cuMemHostAlloc of 64 MiB or more take that many milliseconds (pinning is slow on a GPU).
  *
  * Getting at these functions: a test linked against the fake may call them directly. Under
  * libmsched (which does not export them) a test dlopens the fake by absolute path and uses

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PAGE 4096ull
@@ -945,7 +946,9 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Pinned host memory: plain page-aligned host memory here (nothing to pin).                   */
+/* Pinned host memory: plain page-aligned host memory here (nothing to pin). Pinning a real
+ * driver's GiBs takes seconds; MSCHED_FAKE_PIN_MS makes every allocation of 64 MiB or more
+ * take that long (outside the fake's lock), so tests can see who waits for it.               */
 
 CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
@@ -955,6 +958,12 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
         return rc;
     if (!pp || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    const char *slow = getenv("MSCHED_FAKE_PIN_MS");
+    long ms = slow ? strtol(slow, NULL, 10) : 0;
+    if (ms > 0 && bytesize >= (64u << 20)) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     void *p = NULL;
     if (posix_memalign(&p, 4096, bytesize) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;

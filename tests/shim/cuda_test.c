@@ -10,6 +10,8 @@
  *   gpa-check         which functions cuGetProcAddress_v2 returns, per version and flag
  *   oracle            memory that is not resident faults (SIGSEGV in a forked child)
  *   fork              a forked child exits normally without touching its parent's trace
+ *   pin-lock          under the engine, a slow host-backing pin in one thread does not hold
+ *                     up another thread's command (MSCHED_FAKE_PIN_MS)
  *   tramp-float, tramp-stack   the first driver call is to a forwarded function taking floats
  *                     (or a stack argument): the trampolines' slow path must keep them
  *   nodriver          cuInit reports CUDA_ERROR_NO_DEVICE (run under libmsched with no driver)
@@ -20,10 +22,12 @@
 #include "tests/shim/workload.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static void *driver(void)
@@ -333,6 +337,71 @@ static int fork_mode(const struct ms_api *a)
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* pin-lock                                                                                     */
+
+struct pin_arg {
+    const struct ms_api *a;
+    CUcontext ctx;
+    CUresult rc;
+    CUdeviceptr d;
+};
+
+static void *pin_alloc(void *p)
+{
+    struct pin_arg *x = p;
+    x->rc = x->a->CtxSetCurrent(x->ctx);
+    if (x->rc == CUDA_SUCCESS)
+        x->rc = x->a->MemAlloc(&x->d, 128u << 20);
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Under the engine (VMM backing) with MSCHED_FAKE_PIN_MS=1500: while one thread allocates 128
+ * MiB (its host backing takes 1.5 s to pin), a memset on another buffer must not wait for it:
+ * the engine's lock is not held across the pinning. */
+static int pin_lock(const struct ms_api *a)
+{
+    CUcontext ctx;
+    CUdeviceptr d;
+    MS_CK(a->Init(0));
+    MS_CK(a->PrimaryCtxRetain(&ctx, 0));
+    MS_CK(a->CtxSetCurrent(ctx));
+    MS_CK(a->MemAlloc(&d, 1u << 20));
+    MS_CK(a->MemsetD8(d, 1, 1u << 20));
+    struct pin_arg x = {.a = a, .ctx = ctx};
+    pthread_t t;
+    double t0 = now_s();
+    if (pthread_create(&t, NULL, pin_alloc, &x))
+        return printf("FAIL: pthread_create\n"), 1;
+    struct timespec settle = {0, 200000000L};
+    nanosleep(&settle, NULL);
+    double m0 = now_s();
+    MS_CK(a->MemsetD8(d, 2, 1u << 20));
+    double waited = now_s() - m0;
+    pthread_join(t, NULL);
+    double alloc = now_s() - t0;
+    MS_CK(x.rc);
+    MS_CK(a->MemsetD8(x.d, 3, 128u << 20));
+    MS_CK(a->MemFree(x.d));
+    MS_CK(a->MemFree(d));
+    MS_CK(a->PrimaryCtxRelease(0));
+    printf("pin-lock: allocation %.2f s, memset during it %.3f s\n", alloc, waited);
+    if (alloc < 1.2)
+        return printf("FAIL: the allocation took %.2f s: the slow pinning did not happen\n",
+                      alloc), 1;
+    if (waited > 0.6)
+        return printf("FAIL: a memset waited %.2f s for another thread's allocation\n", waited),
+               1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -360,6 +429,8 @@ int main(int argc, char **argv)
             rc = oracle(&a, &fk);
         else if (strcmp(mode, "fork") == 0)
             rc = fork_mode(&a);
+        else if (strcmp(mode, "pin-lock") == 0)
+            rc = pin_lock(&a);
         else
             rc = ms_workload_run(&a, &fk);
     }

@@ -253,6 +253,8 @@ for m in tramp-float tramp-stack; do
 done
 simple direct/oracle cuda_test_linked oracle "${DIRECT[@]}"
 simple shim/oracle cuda_test_linked oracle "${SHIM[@]}"
+# A host backing that takes 1.5 s to pin must not hold up another thread's command.
+simple shim/pin-lock cuda_test_dl pin-lock "${SHIM[@]}" MSCHED_BUDGET=1GiB MSCHED_FAKE_PIN_MS=1500
 
 # ---- robustness ------------------------------------------------------------------------------
 if run shim/fork cuda_test_linked fork "${SHIM[@]}" MSCHED_TRACE="$WORK/fork.trace" &&
