@@ -2,7 +2,10 @@
  * engine.c - virtual device memory under a budget, inside the application (contract: engine.h).
  *
  * State: one region table (task 0 = this process), the CUDA seam (gpu/cuda), a history ring of
- * the chunks recent launches used, and statistics, all under E.lock.
+ * the chunks recent launches used, and statistics, all under E.lock. The daemon client's
+ * service thread needs the lock to answer any order, a STOP included, so slow driver calls that
+ * touch none of this state (reserving an allocation's range, pinning or unpinning its host
+ * backing: seconds for GiBs) run without it.
  *
  * History and the predicted future. Every gated command appends the chunks it uses to a ring
  * (consecutive repeats skipped). At a fault the future is predicted by assuming the process

@@ -83,7 +83,7 @@ RTBE_SYSTEMS = ("ref", "msched", "tslice", "slice")
 RTBE_LABEL = {"ref": "ref (both at once, no msched)",
               "msched": "msched (priority, OPT, VMM engine)",
               "tslice": "tslice (priority time slicing, demand paging)",
-              "slice": "slice (round-robin, no budget pressure)"}
+              "slice": "slice (priority slicing, no budget pressure)"}
 COLORS = {"slice": "tab:gray", "opt": "tab:blue", "lru": "tab:purple", "whole": "tab:orange",
           "demand": "tab:red", "ref": "tab:green", "msched": "tab:blue", "tslice": "tab:red"}
 # Engine targets: (field, label, comparison, bound, unit).
