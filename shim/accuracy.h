@@ -14,13 +14,13 @@
  *   for it (the prediction, prefetch excluded).
  *
  *   Every region a kernel touches starts on the host, so the driver must fault or migrate some
- *   of it in: a touched region outside the prediction is always seen. A launch is covered when
- *   every byte reported faulted or migrated in its window lies in the prediction (strict: the
- *   driver's speculative prefetch of a neighbouring chunk of the same allocation counts as a
- *   miss). The touched bytes are bounded: faulted 4 KiB pages from below (the driver migrates
+ *   of it in (or map it remotely, below): a touched region outside the prediction is seen. A
+ *   launch is covered when every byte reported faulted, migrated or remotely mapped in its
+ *   window lies in the prediction (strict: the driver's speculative prefetch of a neighbouring
+ *   chunk of the same allocation counts as a miss). The touched bytes are bounded: faulted 4 KiB pages from below (the driver migrates
  *   more than the faulting page and reports only some faults), faults plus migrated bytes from
- *   above (the driver's speculative prefetch, inside the same allocation). A report delivered after its
- *   launch's window closed is counted as late, not attributed.
+ *   above (the driver's speculative prefetch, inside the same allocation). A report delivered
+ *   after its launch's window closed is counted as late, not attributed.
  *
  *   The probe bounces every page between host and GPU, which the driver's thrashing detection
  *   may answer by pinning pages and mapping them remotely, so that they neither fault nor
@@ -31,8 +31,9 @@
  *   Output: one JSON object per measured launch, and a summary object at exit, to the file.
  *   MSCHED_ACCURACY_MAX (default 2000) measured launches; later ones run unmeasured.
  *   CUPTI is loaded with dlopen (MSCHED_CUPTI=<path>, else libcupti.so.13 / libcupti.so from
- *   the library path or /usr/local/cuda); without it the mode says so once and stays off. CUPTI starts at cuInit; the summary counts every
- *   record and buffer it delivered ("reports", "buffers"), so a driver that sends none shows.
+ *   the library path or /usr/local/cuda); without it the mode says so once and stays off.
+ *   CUPTI starts at cuInit; the summary counts every record and buffer it delivered
+ *   ("reports", "buffers"), so a driver that sends none shows.
  *
  * Locking: one measurement at a time. ms_acc_begin (engine lock held) takes the accuracy lock
  *   and only copies what it needs (predicted ranges, live regions); the calling thread keeps the
