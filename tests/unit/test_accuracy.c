@@ -29,6 +29,12 @@ static void check_tally(const struct ms_acc_tally *t, uint64_t pred, uint64_t to
     assert_int_equal(t->covered, touched == hit);
 }
 
+static void check_range(const struct ms_range *r, uint64_t addr, uint64_t bytes)
+{
+    assert_int_equal(r->addr, addr);
+    assert_int_equal(r->bytes, bytes);
+}
+
 static void empty_inputs(void **state)
 {
     struct ms_acc_tally t;
@@ -104,16 +110,11 @@ static void many_ranges(void **state)
     assert_int_equal(t.miss_bytes, 100);
 
     /* The caller's arrays now start with the normalized lists. */
-    assert_int_equal(pred[0].addr, 100);
-    assert_int_equal(pred[0].bytes, 120);
-    assert_int_equal(pred[1].addr, 300);
-    assert_int_equal(pred[1].bytes, 50);
-    assert_int_equal(touched[0].addr, 90);
-    assert_int_equal(touched[0].bytes, 20);
-    assert_int_equal(touched[1].addr, 210);
-    assert_int_equal(touched[1].bytes, 100);
-    assert_int_equal(touched[2].addr, 340);
-    assert_int_equal(touched[2].bytes, 20);
+    check_range(&pred[0], 100, 120);
+    check_range(&pred[1], 300, 50);
+    check_range(&touched[0], 90, 20);
+    check_range(&touched[1], 210, 100);
+    check_range(&touched[2], 340, 20);
 
     /* Tallying the same (now normalized, same count) arrays again gives the same answer. */
     struct ms_acc_tally again;
@@ -133,12 +134,9 @@ static void normalize_exact(void **state)
     /* [0,10)+[10,15) adjacent -> [0,15); [20,21); [40,50)+[50,60)+[55,56) -> [40,60). */
     size_t n = ms_range_normalize(r, MS_ARRAY_LEN(r));
     assert_int_equal(n, 3);
-    assert_int_equal(r[0].addr, 0);
-    assert_int_equal(r[0].bytes, 15);
-    assert_int_equal(r[1].addr, 20);
-    assert_int_equal(r[1].bytes, 1);
-    assert_int_equal(r[2].addr, 40);
-    assert_int_equal(r[2].bytes, 20);
+    check_range(&r[0], 0, 15);
+    check_range(&r[1], 20, 1);
+    check_range(&r[2], 40, 20);
     /* Normalizing the whole array again (stale tail included) gives the same list. */
     assert_int_equal(ms_range_normalize(r, MS_ARRAY_LEN(r)), 3);
     assert_int_equal(r[0].bytes, 15);
