@@ -4,8 +4,12 @@
  * CUPTI hands its unified-memory reports over in buffers, from whichever thread flushes (here:
  * the measuring thread, inside cuptiActivityFlushAll) or from its own worker; the buffer
  * callback only appends the reports it cares about to `recs` under `rec_mu`. The measuring
- * thread takes them after each synchronization and sorts them by time into "this launch" and
- * "to evict". Built without CUPTI's headers, the mode reports that it is unavailable.
+ * thread takes them after each synchronization and sorts them by time: inside the launch's
+ * window (touched), inside the previous launch's (late), or elsewhere (counted, so a clock
+ * offset between the reports and the window shows). Before every launch every live region goes
+ * back to the host, whatever the reports said: a region the driver touched without a report
+ * must not stay resident and hide later touches. Built without CUPTI's headers, the mode
+ * reports that it is unavailable.
  */
 #include "shim/shim_int.h"
 
@@ -65,24 +69,23 @@ static int vr_push(struct vec_range *a, uint64_t addr, uint64_t bytes)
 
 static struct {
     pthread_mutex_t lock;   /* one measurement at a time (accuracy.h) */
-    pthread_mutex_t rec_mu; /* recs, rec_nomem, dirty, reports, buffers, thrash, remote */
+    pthread_mutex_t rec_mu; /* recs, rec_nomem, reports, buffers, thrash, remote */
     bool on;
     FILE *out;
     const struct ms_cuda_api *api;
     uint64_t max, measured;
     struct vec_rec recs;
     bool rec_nomem;
-    struct vec_range dirty;  /* addresses whose regions go back to the host before a launch */
-    struct vec_range evict;  /* the measuring thread's copy of dirty, taken under rec_mu */
     struct vec_range regs;   /* the live regions when the launch was admitted */
     struct vec_range pred, lo, hi;
     char name[256];
     bool unbounded;
-    bool primed;   /* the whole footprint was sent to the host once */
     bool prepared; /* ms_acc_prepare readied the open measurement */
     uint64_t t0, t_sync, prev_t0, prev_t1; /* CUPTI timestamps; t_sync: the last collect's */
     /* totals */
     uint64_t covered, unbounded_n, pred_bytes, lo_bytes, hi_bytes, miss_bytes, faults, late;
+    uint64_t before_bytes, after_bytes; /* reported during a measurement, stamped outside it */
+    uint64_t launch_before, launch_after; /* the same for the open measurement */
     uint64_t reports, buffers; /* every CUPTI record and buffer delivered (diagnosis) */
     uint64_t thrash, remote;   /* the driver's thrashing / throttling and remote-map reports */
     bool mitigation;           /* those counters could be enabled */
@@ -270,8 +273,9 @@ static uint64_t stamp(void)
     return t;
 }
 
-/* Synchronize, then collect every report delivered so far into lo / hi (those inside
- * [from, to], `to` UINT64_MAX: now) and A.dirty (all). Lock held. */
+/* Synchronize, then collect every report delivered so far: into lo / hi those inside [from,
+ * to] (`to` UINT64_MAX: now); with lo, the others' bytes into launch_before / launch_after;
+ * without, they are dropped. Lock held. */
 static int collect(uint64_t from, uint64_t to, struct vec_range *lo, struct vec_range *hi)
 {
     CUresult cr = MS_REAL(cuCtxSynchronize)();
@@ -292,8 +296,7 @@ static int collect(uint64_t from, uint64_t to, struct vec_range *lo, struct vec_
     for (size_t i = 0; i < A.recs.n && e == MS_OK; i++) {
         const struct rec *x = &A.recs.v[i];
         uint64_t bytes = x->bytes ? x->bytes : PAGE;
-        e = vr_push(&A.dirty, x->addr, bytes);
-        if (e == MS_OK && lo && x->ts >= from && x->ts <= to) {
+        if (lo && x->ts >= from && x->ts <= to) {
             if (!x->bytes) {
                 A.faults++;
                 e = vr_push(lo, x->addr, PAGE);
@@ -302,6 +305,8 @@ static int collect(uint64_t from, uint64_t to, struct vec_range *lo, struct vec_
                 e = vr_push(hi, x->addr, bytes);
         } else if (x->ts >= A.prev_t0 && x->ts <= A.prev_t1) {
             A.late++;
+        } else if (lo) {
+            *(x->ts < from ? &A.launch_before : &A.launch_after) += bytes;
         }
     }
     A.recs.n = 0;
@@ -312,42 +317,20 @@ static int collect(uint64_t from, uint64_t to, struct vec_range *lo, struct vec_
     return e;
 }
 
-static int by_addr(const void *a, const void *b)
+/* Prefetch every live region of the snapshot back to the host. Lock held. */
+static int evict_all(void)
 {
-    uint64_t x = ((const struct ms_range *)a)->addr, y = ((const struct ms_range *)b)->addr;
-    return x < y ? -1 : x > y;
-}
-
-/* Prefetch every region of the snapshot that a dirty range overlaps back to the host: one
- * merge of the two sorted lists (regions are disjoint; each goes whole). Lock held. */
-static int evict_dirty(void)
-{
-    pthread_mutex_lock(&A.rec_mu);
-    struct vec_range t = A.evict;
-    A.evict = A.dirty;
-    A.dirty = t;
-    A.dirty.n = 0;
-    pthread_mutex_unlock(&A.rec_mu);
-    const struct vec_range *d = &A.evict;
-    size_t nd = ms_range_normalize(d->v, d->n);
-    qsort(A.regs.v, A.regs.n, sizeof *A.regs.v, by_addr);
     CUmemLocation host;
     memset(&host, 0, sizeof host);
     host.type = CU_MEM_LOCATION_TYPE_HOST;
-    size_t i = 0;
-    for (size_t k = 0; k < A.regs.n && i < nd; k++) {
-        uint64_t b = A.regs.v[k].addr, e = b + A.regs.v[k].bytes;
-        while (i < nd && d->v[i].addr + d->v[i].bytes <= b)
-            i++;
-        if (i == nd || d->v[i].addr >= e)
-            continue;
-        CUresult cr = A.api->cuMemPrefetchAsync((CUdeviceptr)b, e - b, host, 0, NULL);
+    for (size_t k = 0; k < A.regs.n; k++) {
+        CUresult cr = A.api->cuMemPrefetchAsync((CUdeviceptr)A.regs.v[k].addr,
+                                                A.regs.v[k].bytes, host, 0, NULL);
         if (cr != CUDA_SUCCESS) {
             stop("cuMemPrefetchAsync to the host: error %d", (int)cr);
             return MS_E_GPU;
         }
     }
-    A.evict.n = 0;
     return MS_OK;
 }
 
@@ -401,21 +384,13 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
         pthread_mutex_unlock(&A.lock);
         return;
     }
-    /* Snapshots for ms_acc_prepare, which runs without the engine lock: the live regions, the
-     * predicted chunks, and before the first launch the whole footprint as dirty (copies made
-     * before the mode started may have placed pages on the device). */
+    /* Snapshots for ms_acc_prepare, which runs without the engine lock: the live regions and
+     * the predicted chunks. */
     int e = MS_OK;
     A.regs.n = A.pred.n = 0;
-    pthread_mutex_lock(&A.rec_mu);
-    for (size_t i = 0; e == MS_OK && i < rt->nslots; i++) {
-        const struct ms_region *r = &rt->regions[i];
-        if (r->live)
-            e = vr_push(&A.regs, r->base, r->size);
-        if (e == MS_OK && r->live && !A.primed)
-            e = vr_push(&A.dirty, r->base, r->size);
-    }
-    pthread_mutex_unlock(&A.rec_mu);
-    A.primed = true;
+    for (size_t i = 0; e == MS_OK && i < rt->nslots; i++)
+        if (rt->regions[i].live)
+            e = vr_push(&A.regs, rt->regions[i].base, rt->regions[i].size);
     for (size_t i = 0; e == MS_OK && i < need->n; i++) {
         ms_chunk_id id = need->ids[i];
         const struct ms_region *r = &rt->regions[MS_CHUNK_REGION(id)];
@@ -446,12 +421,12 @@ void ms_acc_prepare(void)
 {
     if (!open_here)
         return;
-    /* Everything the GPU pulled in since the last launch goes back to the host. */
+    /* The whole footprint goes back to the host (prefetching what is there already is cheap). */
     STEP("collecting");
     if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
         return;
     STEP("evicting");
-    if (evict_dirty() != MS_OK)
+    if (evict_all() != MS_OK)
         return;
     STEP("collecting the eviction");
     if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
@@ -462,9 +437,7 @@ void ms_acc_prepare(void)
     struct timespec gap = {0, GAP_NS};
     nanosleep(&gap, NULL);
     STEP("launching");
-    pthread_mutex_lock(&A.rec_mu);
-    A.dirty.n = 0; /* the eviction's own reports */
-    pthread_mutex_unlock(&A.rec_mu);
+    A.launch_before = A.launch_after = 0;
     A.t0 = stamp();
     A.prepared = true;
 }
@@ -490,37 +463,22 @@ void ms_acc_end(void)
         A.lo_bytes += lo.touched_bytes;
         A.hi_bytes += hi.touched_bytes;
         A.miss_bytes += hi.miss_bytes;
+        A.before_bytes += A.launch_before;
+        A.after_bytes += A.launch_after;
         fprintf(A.out, "{\"kernel\":");
         write_name(A.out, A.name);
         fprintf(A.out,
                 ",\"unbounded\":%s,\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"miss_at\":%" PRIu64
-                ",\"covered\":%s}\n",
+                ",\"covered\":%s,\"before\":%" PRIu64 ",\"after\":%" PRIu64 "}\n",
                 A.unbounded ? "true" : "false", lo.pred_bytes, lo.touched_bytes,
                 hi.touched_bytes, hi.miss_bytes, hi.miss_first,
-                hi.covered ? "true" : "false");
+                hi.covered ? "true" : "false", A.launch_before, A.launch_after);
         fflush(A.out);
     }
     A.prev_t0 = t0;
     A.prev_t1 = A.t_sync;
     pthread_mutex_unlock(&A.lock);
-}
-
-void ms_acc_dirty(const struct ms_rtable *rt, const struct ms_chunk_set *need)
-{
-    if (!ms_acc_on() || open_here)
-        return;
-    /* Only the record lock: a measurement in progress (holding the accuracy lock through its
-     * driver and CUPTI calls) never waits on a copy, and a copy never waits on it. */
-    pthread_mutex_lock(&A.rec_mu);
-    for (size_t i = 0; i < need->n; i++) {
-        const struct ms_region *r = &rt->regions[MS_CHUNK_REGION(need->ids[i])];
-        if (vr_push(&A.dirty, r->base, r->size) != MS_OK) {
-            A.rec_nomem = true; /* the next collect stops the measuring */
-            break;
-        }
-    }
-    pthread_mutex_unlock(&A.rec_mu);
 }
 
 #else /* !MS_HAVE_CUPTI */
@@ -545,11 +503,6 @@ void ms_acc_prepare(void) {}
 
 void ms_acc_end(void) {}
 
-void ms_acc_dirty(const struct ms_rtable *rt, const struct ms_chunk_set *need)
-{
-    (void)rt, (void)need;
-}
-
 #endif /* MS_HAVE_CUPTI */
 
 static void stop(const char *fmt, ...)
@@ -572,11 +525,12 @@ void ms_acc_finish(void)
                 "{\"summary\":true,\"launches\":%" PRIu64 ",\"covered\":%" PRIu64
                 ",\"unbounded\":%" PRIu64 ",\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"faults\":%" PRIu64
-                ",\"late\":%" PRIu64 ",\"max\":%" PRIu64 ",\"reports\":%" PRIu64
+                ",\"late\":%" PRIu64 ",\"before\":%" PRIu64 ",\"after\":%" PRIu64
+                ",\"max\":%" PRIu64 ",\"reports\":%" PRIu64
                 ",\"buffers\":%" PRIu64 ",\"thrashing\":%" PRIu64 ",\"remote_maps\":%" PRIu64
                 ",\"mitigation_watched\":%s,\"error\":",
                 A.measured, A.covered, A.unbounded_n, A.pred_bytes, A.lo_bytes, A.hi_bytes,
-                A.miss_bytes, A.faults, A.late, A.max, reports, buffers, thrash, remote,
+                A.miss_bytes, A.faults, A.late, A.before_bytes, A.after_bytes, A.max, reports, buffers, thrash, remote,
                 A.mitigation ? "true" : "false");
         write_name(A.out, A.err);
         fprintf(A.out, "}\n");

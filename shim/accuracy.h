@@ -5,22 +5,25 @@
  *   A measurement mode of the engine, for the evaluation only: MSCHED_ACCURACY=<file> with
  *   MSCHED_ENGINE=demand, no daemon, and a budget above the footprint (the engine then never
  *   evicts by itself). Every region is managed memory the GPU faults in. Before each measured
- *   launch, every region the GPU may have pulled in since the last one (per the driver's
- *   reports, and the regions copies and memsets named) is prefetched back to the host, so the
+ *   launch every live region is prefetched back to the host (not only those the reports named:
+ *   a region touched without a report would stay resident and hide every later touch), so the
  *   launch starts with none of the footprint on the device; the launch runs alone (the context
- *   is synchronized before and after), and the driver's unified-memory reports (CUPTI:
- *   GPU page faults, host-to-device migrations) timestamped inside its window are what it
- *   touched. core/accuracy.h compares them with the chunks the engine would have made resident
- *   for it (the prediction, prefetch excluded).
+ *   is synchronized before and after), and the driver's unified-memory reports (CUPTI: GPU
+ *   page faults, host-to-device migrations) timestamped inside its window are what it touched.
+ *   core/accuracy.h compares them with the chunks the engine would have made resident for it
+ *   (the prediction, prefetch excluded).
  *
  *   Every region a kernel touches starts on the host, so the driver must fault or migrate some
  *   of it in (or map it remotely, below): a touched region outside the prediction is seen. A
  *   launch is covered when every byte reported faulted, migrated or remotely mapped in its
  *   window lies in the prediction (strict: the driver's speculative prefetch of a neighbouring
- *   chunk of the same allocation counts as a miss). The touched bytes are bounded: faulted 4 KiB pages from below (the driver migrates
- *   more than the faulting page and reports only some faults), faults plus migrated bytes from
- *   above (the driver's speculative prefetch, inside the same allocation). A report delivered
- *   after its launch's window closed is counted as late, not attributed.
+ *   chunk of the same allocation counts as a miss). The touched bytes are bounded: faulted
+ *   4 KiB pages from below (the driver migrates more than the faulting page and reports only
+ *   some faults), faults plus migrated bytes from above (the driver's speculative prefetch,
+ *   inside the same allocation). A report delivered after its launch's window closed is
+ *   counted as late, not attributed; the bytes of other reports delivered during a measurement
+ *   but stamped before or after its window are counted ("before", "after"), so an offset
+ *   between CUPTI's clock and the reports' shows.
  *
  *   The probe bounces every page between host and GPU, which the driver's thrashing detection
  *   may answer by pinning pages and mapping them remotely, so that they neither fault nor
@@ -38,9 +41,9 @@
  * Locking: one measurement at a time. ms_acc_begin (engine lock held) takes the accuracy lock
  *   and only copies what it needs (predicted ranges, live regions); the calling thread keeps the
  *   lock through ms_acc_prepare and ms_acc_end (engine lock not held: the driver and CUPTI
- *   calls never run under it), so launches are serialized. ms_acc_dirty (engine lock held) and
- *   CUPTI's buffer callbacks take only an inner record lock, never held across a driver or
- *   CUPTI call. Order: engine, then accuracy, then record.
+ *   calls never run under it), so launches are serialized. CUPTI's buffer callbacks take only
+ *   an inner record lock, never held across a driver or CUPTI call. Order: engine, then
+ *   accuracy, then record.
  *
  * Errors: a failure to start is reported once on stderr and leaves the mode off; a driver or
  *   CUPTI error during a measurement ends the measuring (the program runs on) and is written
@@ -74,8 +77,6 @@ void ms_acc_prepare(void);
 /* After the real call returned (engine lock not held); a no-op when this thread has no open
  * measurement. */
 void ms_acc_end(void);
-/* Regions a copy or memset reaches: evicted before the next measured launch. Engine lock held. */
-void ms_acc_dirty(const struct ms_rtable *rt, const struct ms_chunk_set *need);
 /* At exit: the summary line; closes the file. */
 void ms_acc_finish(void);
 

@@ -1193,8 +1193,6 @@ int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbyt
     if (in >= 0)
         in = ms_predict_range(&E.rt, 0, (struct ms_range){b, bbytes}, &E.need);
     int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false, s);
-    if (rc == CUDA_SUCCESS && ms_acc_on())
-        ms_acc_dirty(&E.rt, &E.need);
     pthread_mutex_unlock(&E.lock);
     return rc;
 }
@@ -1211,8 +1209,6 @@ int ms_engine_gate_rangev(const uint64_t *addr, const uint64_t *bytes, size_t n,
         if (bytes[i])
             in = ms_predict_range(&E.rt, 0, (struct ms_range){addr[i], bytes[i]}, &E.need);
     int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false, s);
-    if (rc == CUDA_SUCCESS && ms_acc_on())
-        ms_acc_dirty(&E.rt, &E.need);
     pthread_mutex_unlock(&E.lock);
     return rc;
 }

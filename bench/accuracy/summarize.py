@@ -4,6 +4,7 @@
 DIR/<program>.jsonl holds one object per measured launch (shim/accuracy.c) and, when the
 program exited normally, a summary object last. The totals are recomputed from the launch lines
 (a program killed by its time limit has no summary); "late" and "error" come from the summary.
+"outside_bytes": bytes reported during the measurements but stamped outside their windows.
 
 Per program: launches measured, the share whose predicted chunks covered every byte the
 driver reported faulting or migrating for them, the unbounded ones (reach unknown: the whole footprint predicted), the predicted
@@ -19,7 +20,7 @@ GROUP = {"vecadd": "micro", "matmul": "micro", "hotspot": "A", "dwt2d": "A", "cf
 
 
 def summarize(path, program):
-    n = covered = unbounded = pred = lo = hi = miss = 0
+    n = covered = unbounded = pred = lo = hi = miss = outside = 0
     summary = {}
     kernels_missed = set()
     with open(path) as f:
@@ -37,6 +38,7 @@ def summarize(path, program):
             pred += r["pred"]
             lo += r["touch_lo"]
             hi += r["touch_hi"]
+            outside += r.get("before", 0) + r.get("after", 0)
             miss += r["miss"]
             if not r["covered"]:
                 kernels_missed.add(r["kernel"])
@@ -52,7 +54,7 @@ def summarize(path, program):
            "touch_hi_bytes": hi, "miss_bytes": miss,
            "over_lo": round(pred / lo, 2) if lo else None,
            "over_hi": round(pred / hi, 2) if hi else None,
-           "missed_kernels": sorted(kernels_missed)[:5],
+           "missed_kernels": sorted(kernels_missed)[:5], "outside_bytes": outside,
            "late": summary.get("late"), "thrashing": summary.get("thrashing"),
            "remote_maps": summary.get("remote_maps"), "error": summary.get("error"),
            "complete": bool(summary)}
