@@ -5,10 +5,24 @@ bench/workloads/run_rtbe.sh), built from one run's raw directory.
                                             that parses as JSON is taken as such, else a
                                             string) and the last JSON line of DIR/FILE, or
                                             "error" when the process printed none
+    records.py procs DIR N KEY=VALUE...     processes 0..N-1 of one run (DIR/proc_I.json), one
+                                            line each, "proc": I added, their rates taken over
+                                            the window they all ran in (below)
     records.py window DIR KEY=VALUE...      the daemon's window: the KEY=VALUE fields,
                                             "daemon": the counters' growth from DIR/m0.prom to
                                             DIR/m1.prom, "switch_seconds_max" from DIR/m2.prom
                                             when it exists, else from m1.prom
+
+The common window: a program that reports "progress" samples ([epoch seconds, tasks done];
+bench/workloads/progress.py, bench/progress.h) started and ended its timed loop at the first
+and last. Processes of one run do not start their loops together (loading takes longer under
+msched, and for some more than others), and one still running after the others ended has the
+GPU to itself: its own-loop rate flatters it. So `procs` takes the window from the latest start
+to the earliest end among the processes that produced a result, and when it lasts at least
+MIN_OVERLAP_S, each one's "tasks_per_s" becomes its rate inside it (tasks done interpolated
+linearly between samples), its own-loop rate kept as "tasks_per_s_own". Every record gets
+"overlap_s" (the window's length, negative when there was none); the samples are dropped. When
+a process that produced a result has no samples, the rates stay as the programs reported them.
 
 Only the daemon's own metrics (no label but gpu) are read; per-task series are skipped. A
 missing metrics file counts as all zeros (the record still says which counters it covers).
@@ -18,6 +32,7 @@ import os
 import re
 import sys
 
+MIN_OVERLAP_S = 5.0
 WINDOW_KEYS = ("msched_switches_total", "msched_switch_seconds_total",
                "msched_switch_stop_seconds_total", "msched_populated_bytes_total",
                "msched_evicted_bytes_total")
@@ -60,6 +75,36 @@ def proc(d, name, extra):
     return rec
 
 
+def done_at(samples, t):
+    """Tasks done at time t, linear between the samples (sorted by time; t within them)."""
+    for (ta, na), (tb, nb) in zip(samples, samples[1:]):
+        if ta <= t <= tb:
+            return na if tb == ta else na + (nb - na) * (t - ta) / (tb - ta)
+    return samples[-1][1] if t > samples[-1][0] else samples[0][1]
+
+
+def common_window(recs):
+    """Rewrite the rates of one run's records over their common window (module docstring)."""
+    ok = [r for r in recs if "error" not in r]
+    if not ok or any(len(r.get("progress") or []) < 2 for r in ok):
+        for r in recs:
+            r.pop("progress", None)
+        return recs
+    a = max(r["progress"][0][0] for r in ok)
+    b = min(r["progress"][-1][0] for r in ok)
+    for r in ok:
+        samples = r.pop("progress")
+        r["overlap_s"] = round(b - a, 3)
+        if b - a >= MIN_OVERLAP_S:
+            r["tasks_per_s_own"] = r.get("tasks_per_s")
+            r["tasks_per_s"] = round((done_at(samples, b) - done_at(samples, a)) / (b - a), 3)
+    return recs
+
+
+def procs(d, n, extra):
+    return common_window([proc(d, f"proc_{i}.json", dict(extra, proc=i)) for i in range(n)])
+
+
 def window(d, extra):
     a, b = prom(os.path.join(d, "m0.prom")), prom(os.path.join(d, "m1.prom"))
     last = os.path.join(d, "m2.prom")
@@ -73,6 +118,9 @@ def window(d, extra):
 def main(argv):
     if len(argv) >= 3 and argv[0] == "proc":
         print(json.dumps(proc(argv[1], argv[2], fields(argv[3:]))))
+    elif len(argv) >= 3 and argv[0] == "procs" and argv[2].isdigit():
+        for r in procs(argv[1], int(argv[2]), fields(argv[3:])):
+            print(json.dumps(r))
     elif len(argv) >= 2 and argv[0] == "window":
         print(json.dumps(window(argv[1], fields(argv[2:]))))
     else:

@@ -6,13 +6,15 @@
 //                              one triple per task: compute-bound
 //
 // Runs tasks back to back for SECONDS of wall time (after one warm-up task) and prints one JSON
-// line: tasks completed, tasks per second, footprint. Under msched the same binary is run with
+// line: tasks completed, tasks per second, footprint, progress samples (bench/progress.h). Under msched the same binary is run with
 // and without a budget; throughput normalized to the unconstrained run is the paper's metric.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "../progress.h"
 
 #include <cublas_v2.h>
 
@@ -95,16 +97,20 @@ int main(int argc, char **argv)
         return 1;
     task = 0;
     auto t0 = std::chrono::steady_clock::now();
+    ms_progress prog;
     double el = 0;
     while (el < seconds) {
         if (run_task()) {
             printf("{\"program\": \"micro\", \"error\": \"task failed\"}\n");
             return 1;
         }
+        prog.tick(task);
         el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     printf("{\"program\": \"micro\", \"kind\": \"%s\", \"footprint_gib\": %.2f, \"tasks\": %zu, "
-           "\"seconds\": %.3f, \"tasks_per_s\": %.3f}\n",
+           "\"seconds\": %.3f, \"tasks_per_s\": %.3f",
            argv[1], gib, task, el, task / el);
+    prog.print(stdout, task);
+    printf("}\n");
     return 0;
 }

@@ -177,10 +177,8 @@ PY
                 label=$chosen
             fi
         fi
-        for i in 0 1 2 3; do
-            python3 "$REC" proc "$dir" "proc_$i.json" workload="$WORKLOAD" pressure="$p" \
-                system="$sys" proc="$i" gib_each="$gib"
-        done >>"$OUT/sweep.jsonl"
+        python3 "$REC" procs "$dir" 4 workload="$WORKLOAD" pressure="$p" system="$sys" \
+            gib_each="$gib" >>"$OUT/sweep.jsonl"
         if [ "$sys" != ref ]; then
             python3 "$REC" window "$dir" workload="$WORKLOAD" pressure="$p" system="$sys" \
                 window_s="$D" slice="$label" wall_s="$(awk "BEGIN { print $t1 - $t0 }")" \

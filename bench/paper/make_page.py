@@ -355,14 +355,23 @@ def gen_engine(data):
 # ---------------------------------------------------------------- sweeps
 
 def failures(procs, pressures):
-    """Lines about processes without a result and about reported mismatches."""
+    """Lines about processes without a result, reported mismatches, and how the rates were
+    taken (bench/records.py: over the run's common window, or each process's own loop)."""
     order = ("ref",) + ss.SYSTEMS
-    failed, bad = [], []
+    failed, bad, common, own, short = [], [], [], [], []
     for p in pressures:
         for s in order:
             got = procs.get((p, s))
             if not got:
                 continue
+            ov = [r["overlap_s"] for r in got.values() if "overlap_s" in r]
+            name = f"{s} at {fpress(p)}"
+            if not ov:
+                own.append(name)
+            elif min(ov) < 5:
+                short.append(f"{name} ({min(ov):.1f} s)")
+            else:
+                common.append(f"{name} ({min(ov):.0f} s)")
             for i in range(ss.NPROCS):
                 r = got.get(i)
                 if r is None:
@@ -379,6 +388,16 @@ def failures(procs, pressures):
                 "is 0 for every system): " + "; ".join(failed) + "."]
     if bad:
         out += ["", "Data mismatches reported: " + "; ".join(bad) + "."]
+    if common:
+        out += ["", "Rates over the window all of a run's processes were in their timed loops: "
+                + "; ".join(common) + "."]
+    if short:
+        out += ["", "Common window under 5 s, rates over each process's own loop: "
+                + "; ".join(short) + "."]
+    if own:
+        out += ["", "Rates over each process's own timed loop (no progress samples), which "
+                "flatters a process still running after the others ended: "
+                + "; ".join(own) + "."]
     return out
 
 
@@ -711,6 +730,8 @@ def gen_accuracy(data):
             notes.append(f"{r['late']} late reports")
         if r.get("thrashing"):
             notes.append(f"{r['thrashing']} thrashing reports from the driver")
+        if r.get("outside_bytes"):
+            notes.append(f"{gib(r['outside_bytes'])} GiB reported outside the windows")
         if r.get("error"):
             notes.append(str(r["error"]))
         if not r.get("complete", True):

@@ -5,7 +5,8 @@ MODEL is resnet152, vgg19, inception_v3 or densenet201 (dnn_models.py); BATCH im
 pass (the batch scales the footprint), or --gib GIB: the batch whose measured footprint is about
 GIB GiB (dnn_models.FIT); after one warm-up pass the loop runs for SECONDS of wall time and prints
 one JSON line: images per second ("tasks_per_s", so bench/micro/run_sweep.sh reads it), and the
-device memory PyTorch reserved at most (to size batches to a footprint)."""
+device memory PyTorch reserved at most (to size batches to a footprint), and the loop's progress
+samples (progress.py)."""
 import json
 import sys
 import time
@@ -14,6 +15,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from dnn_models import MODELS, batch_for  # noqa: E402
+from progress import Progress  # noqa: E402
 
 USAGE = "usage: dnn.py MODEL BATCH|--gib GIB SECONDS (MODEL: " + ", ".join(MODELS) + ")"
 if len(sys.argv) < 4 or sys.argv[1] not in MODELS:
@@ -41,13 +43,14 @@ def task():
 
 
 task()
-n, t0 = 0, time.time()
+n, t0, prog = 0, time.time(), Progress()
 while time.time() - t0 < seconds:
     out = task()
     n += 1
+    prog.tick(n * batch)
 el = time.time() - t0
 print(json.dumps({"program": "dnn", "model": name, "batch": batch, "passes": n,
                   "seconds": round(el, 3), "images_per_s": round(n * batch / el, 3),
                   "tasks_per_s": round(n * batch / el, 3),
                   "max_reserved_bytes": torch.cuda.max_memory_reserved(),
-                  "checksum": float(out.float().sum())}), flush=True)
+                  "checksum": float(out.float().sum()), **prog.fields(n * batch)}), flush=True)

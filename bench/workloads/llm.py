@@ -5,9 +5,10 @@ GiB of weights, serving greedy-decode requests back to back.
 Each request: a 32-token random prompt, prefill, then 32 new tokens (greedy, KV cache). After
 one warm-up request the loop runs for SECONDS of wall time and prints one JSON line: tokens
 generated per second ("tasks_per_s" is the same number, so the section 7.1 tools read it), the
-model's layers and parameter bytes. The layer count is chosen so the weights fill GIB: 4096
-hidden, 11008 intermediate, 32 heads, 8 KV heads, 32000-token vocabulary (Llama-2-7B shapes;
-about 0.33 GiB a layer plus 0.49 GiB of embeddings)."""
+model's layers and parameter bytes, and the loop's progress samples (progress.py). The layer
+count is chosen so the weights fill GIB: 4096 hidden, 11008 intermediate, 32 heads, 8 KV heads,
+32000-token vocabulary (Llama-2-7B shapes; about 0.33 GiB a layer plus 0.49 GiB of
+embeddings)."""
 import json
 import os
 import sys
@@ -15,6 +16,8 @@ import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from progress import Progress  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 if len(sys.argv) < 3:
@@ -43,12 +46,14 @@ def request(seed):
 
 
 request(0)
-tokens, n, t0 = 0, 0, time.time()
+tokens, n, t0, prog = 0, 0, time.time(), Progress()
 while time.time() - t0 < seconds:
     n += 1
     tokens += request(n)
+    prog.tick(tokens)
 el = time.time() - t0
 print(json.dumps({"program": "llm", "gib": gib, "layers": layers, "param_bytes": params,
                   "requests": n, "tokens": tokens, "seconds": round(el, 3),
-                  "tokens_per_s": round(tokens / el, 3), "tasks_per_s": round(tokens / el, 3)}),
+                  "tokens_per_s": round(tokens / el, 3), "tasks_per_s": round(tokens / el, 3),
+                  **prog.fields(tokens)}),
       flush=True)

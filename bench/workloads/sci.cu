@@ -15,13 +15,16 @@
 //
 // Each runs tasks back to back for SECONDS of wall time after one warm-up task and prints one
 // JSON line (the same fields as bench/micro/micro.cu, so bench/micro/run_sweep.sh reads it):
-// tasks, tasks per second, footprint, and a checksum of the final state.
+// tasks, tasks per second, footprint, a checksum of the final state, and progress samples
+// (bench/progress.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "../progress.h"
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
@@ -234,12 +237,14 @@ int main(int argc, char **argv)
         return 1;
     task = 0;
     auto start = std::chrono::steady_clock::now();
+    ms_progress prog;
     double el = 0;
     while (el < seconds) {
         if (run_task()) {
             printf("{\"program\": \"sci\", \"error\": \"task failed\"}\n");
             return 1;
         }
+        prog.tick(task);
         el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     if (k != 3) { // checksum: a sample of the final state
@@ -250,8 +255,10 @@ int main(int argc, char **argv)
             check += x;
     }
     printf("{\"program\": \"sci\", \"kind\": \"%s\", \"footprint_gib\": %.2f, \"tasks\": %zu, "
-           "\"seconds\": %.3f, \"tasks_per_s\": %.3f, \"checksum\": %.6g}\n",
+           "\"seconds\": %.3f, \"tasks_per_s\": %.3f, \"checksum\": %.6g",
            kind, gib, task, el, task / el, check);
+    prog.print(stdout, task);
+    printf("}\n");
     for (void *p : bufs)
         cudaFree(p);
     return 0;

@@ -88,6 +88,12 @@ has "$D" "_Not measured yet: workload A (scientific) sweep (no A records), run \
 has "$D" "| 150 % | 95.0 | - | 7.5 | 100.0 | 95 % | - | 12.7x |"
 has "$D" "demand at 150 % process 3 (no result (IndexError))"
 pass "absent workload note; D with a failed process"
+# How D's rates were taken: opt at 200 % over a 20 s common window, whole's under 5 s, the rest
+# over each process's own loop.
+has "$D" "Rates over the window all of a run's processes were in their timed loops: opt at 200 % (20 s)."
+has "$D" "Common window under 5 s, rates over each process's own loop: whole at 200 % (3.0 s)."
+has "$D" "flatters a process still running after the others ended: ref at 150 %; opt at 150 %; demand at 150 %; ref at 200 %."
+pass "D's notes on how each run's rates were taken"
 
 # RT+BE: tslice P99 40 ms, msched 10 ms
 has "$D" "| msched (priority, OPT, VMM engine) | 8.0 | 10.0 | 14.0 | 125 | 30.0 | 60 % | 40 | 10.0 | 40.0 |"
