@@ -33,7 +33,8 @@ void ms_cmd_config_help(FILE *f)
                "  msched config set budget 12GiB\n"
                "Keys: budget, slice, slice_max, switch_frac, policy (rr, prio, adaptive),\n"
                "evict (opt, lru, whole), cost, stop_timeout, order_timeout, horizon, early_run,\n"
-               "log_level, check; others are shown but fixed while the daemon runs.\n");
+               "idle_hold, log_level, check, idle_exit; others are shown but fixed while the\n"
+               "daemon runs.\n");
 }
 
 int ms_cmd_config(int argc, char **argv)

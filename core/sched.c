@@ -78,6 +78,7 @@ struct ms_stask {
     bool ghost;        /* dropped; memory charged until its process exits; pins its chunks */
     bool runnable;     /* DEMAND more recent than IDLE */
     bool dirty_demand; /* DEMAND arrived while holding RUN: maybe an incremental migration */
+    uint64_t idle_at;  /* when its last IDLE arrived */
     uint32_t dflags;
     struct ms_chunk_set next_ws, recent_ws; /* mirror ids, access order, no duplicates */
     struct rmap_ent *rmap;                  /* ascending rid */
@@ -114,6 +115,7 @@ void ms_sched_config_default(struct ms_sched_config *c)
     c->order_timeout_ns = 60000000000ull; /* 60 s without progress */
     c->horizon = 8;
     c->early_run = false;
+    c->idle_hold_ns = 1000000000ull; /* 1 s */
     c->max_tasks = 256;
     c->max_regions = 65536;
     c->max_chunks = 1u << 20;
@@ -141,6 +143,8 @@ int ms_sched_config_check(const struct ms_sched_config *c, char *why, size_t why
         CFAIL("switch fraction must be 1..100 %%");
     if (c->stop_timeout_ns == 0 || c->order_timeout_ns == 0)
         CFAIL("timeouts must be > 0");
+    if (c->idle_hold_ns > 600000000000ull)
+        CFAIL("idle hold must be at most 600 s");
     if (c->horizon < 1 || c->horizon > 1024)
         CFAIL("horizon must be 1..1024");
     if (c->max_tasks < 1 || c->max_tasks > 65536 || c->max_regions < 1 || c->max_chunks < 1)
@@ -1076,6 +1080,8 @@ static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     s->stop_pending = 0;
     s->switch_ns_total += d;
     s->switch_ns_max = MS_MAX(s->switch_ns_max, d);
+    s->switch_avg_ns = s->switches == 1 ? d : (3 * s->switch_avg_ns + d) / 4;
+    s->holding = false;
     /* LRU: the working set is in use from now on. */
     for (size_t i = 0; i < t->next_ws.n; i++) {
         struct ms_chunk *c = ms_chunk_get(&s->rt, t->next_ws.ids[i]);
@@ -1373,6 +1379,15 @@ static void send_stop(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     s->switch_t0 = now;
 }
 
+/* RUNNING, cur idle while others wait: until when it keeps the GPU ("Idle hold", sched.h). */
+static uint64_t hold_until(const struct ms_sched *s, const struct ms_stask *t)
+{
+    if (s->cfg.policy == MS_SCHED_PRIO)
+        return 0;
+    uint64_t hold = MS_MIN(s->switch_avg_ns, s->cfg.idle_hold_ns);
+    return MS_MIN(t->idle_at + hold, s->slice_end);
+}
+
 /* RUNNING: should cur give the GPU up now? */
 static void decide_running(struct ms_sched *s, uint64_t now)
 {
@@ -1387,13 +1402,24 @@ static void decide_running(struct ms_sched *s, uint64_t now)
         top = MS_MAX(top, o->prio);
     }
     if (!others) {
+        s->holding = false; /* nobody waits: nothing is held up */
         if (now >= s->slice_end)
             s->slice_end = now + (t->slice_ns ? t->slice_ns : s->cfg.slice_ns);
+        return;
+    }
+    if (!t->runnable && now < hold_until(s, t)) {
+        if (!s->holding)
+            s->idle_holds++;
+        s->holding = true;
         return;
     }
     if (!t->runnable || (s->cfg.policy == MS_SCHED_PRIO && top > t->prio)) {
         send_stop(s, now, t);
         return;
+    }
+    if (s->holding) {
+        s->holding = false;
+        s->idle_resumes++;
     }
     if (now < s->slice_end)
         return;
@@ -1509,6 +1535,7 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         case MS_MSG_IDLE:
             t->runnable = false;
             t->dirty_demand = false;
+            t->idle_at = now;
             break;
         case MS_MSG_STOPPED:
             if (s->phase == MS_PH_STOPPING && s->cur == t->id && m->stopped.epoch == t->run_epoch) {
@@ -1573,6 +1600,9 @@ uint64_t ms_sched_deadline(const struct ms_sched *s)
         for (size_t i = 0; i < s->ntasks; i++)
             if (s->tasks[i]->runnable && s->tasks[i]->id != s->cur) {
                 d = MS_MIN(d, s->slice_end);
+                const struct ms_stask *c = find_task(s, s->cur);
+                if (c && !c->runnable && s->holding)
+                    d = MS_MIN(d, hold_until(s, c));
                 break;
             }
     }

@@ -19,7 +19,8 @@
  *
  *   A context switch, phase by phase:
  *     RUNNING    task A holds RUN. Its slice ends (timer), a higher-priority task demands (PRIO:
- *                preemption at once), or A goes IDLE while others wait ->
+ *                preemption at once), or A goes IDLE while others wait
+ *                (after its hold, below) ->
  *     STOPPING   STOP{epoch} sent to A; wait for STOPPED (timeout: A is dropped) ->
  *     (planning) the policy's timeline (core/timeline.h) names B = entry 0 and the tasks after
  *                it; under PRIO, idle tasks of higher priority than B (services between
@@ -45,6 +46,15 @@
  *   slice, between slice_ns and slice_max_ns. The eviction policy (OPT, LRU, WHOLE) is the
  *   planner's. A task's mem_limit caps its resident bytes: its working set is cut to the limit
  *   and its own other chunks are evicted as needed.
+ *
+ *   Idle hold (RR, ADAPTIVE). A running task that reports IDLE while others wait keeps the GPU
+ *   until its slice ends or for as long as recent switches took (a moving average of STOP sent
+ *   to RUN, capped at idle_hold_ns), whichever comes first; if it demands again by then it runs
+ *   on. A switch leaves the GPU without compute for about that long, and an idle task that
+ *   comes back soon costs a second one: waiting at most one switch's time before switching is
+ *   the ski-rental rule, which never wastes more than twice what the better choice in hindsight
+ *   would have. With memory at rest switches take well under a millisecond and the hold
+ *   vanishes. PRIO yields at once: a waiting higher-priority task must not wait.
  *
  *   Death (ms_sched_task_gone) releases the task at once: its chunks vanish from the mirror
  *   (whatever state they were in, IN and OUT included), its orders are forgotten, and if it was
@@ -90,6 +100,7 @@ struct ms_sched_config {
     uint64_t order_timeout_ns;  /* an order without progress for this long drops its task */
     uint32_t horizon;           /* timeline entries the planner looks ahead, >= 1 */
     bool early_run;             /* send RUN with the POPULATE instead of after it */
+    uint64_t idle_hold_ns;      /* RR, ADAPTIVE: longest hold for an idle task (0: none) */
     uint32_t max_tasks;
     uint32_t max_regions; /* per task */
     uint64_t max_chunks;  /* per task, over all its regions */
@@ -138,6 +149,8 @@ struct ms_sched {
     bool shrink;         /* ... and the running task must be stopped so a plan can shrink */
     bool retry;          /* a decision failed for lack of memory: retry at the next tick */
     uint64_t retry_at;
+    uint64_t switch_avg_ns; /* recent switches' mean duration (moving average), for holds */
+    bool holding;           /* RUNNING: cur went idle and keeps the GPU for now */
 
     /* statistics */
     uint64_t start_ns, now;
@@ -153,6 +166,8 @@ struct ms_sched {
     } last_switch;
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;
+    uint64_t idle_holds;   /* times an idle task kept the GPU while others waited */
+    uint64_t idle_resumes; /* ... and demanded again before its hold ran out */
 
     /* queued actions: acts[head..n), then the zombies' DROPs */
     struct ms_action *acts;

@@ -99,6 +99,13 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
            "Context switches longer than 100 ms (each one is logged with its stop time).");
     put(&o, "msched_slow_switches_total{gpu=\"%u\"} %llu\n", g,
         (unsigned long long)ds->slow_switches);
+    family(&o, "msched_idle_holds_total", "counter",
+           "Times a task that went idle kept the GPU while others waited (its hold).");
+    put(&o, "msched_idle_holds_total{gpu=\"%u\"} %llu\n", g, (unsigned long long)ds->idle_holds);
+    family(&o, "msched_idle_hold_resumes_total", "counter",
+           "Holds that ended with the task busy again (no switch needed).");
+    put(&o, "msched_idle_hold_resumes_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->idle_resumes);
     family(&o, "msched_populated_bytes_total", "counter", "Bytes copied host to device.");
     put(&o, "msched_populated_bytes_total{gpu=\"%u\"} %llu\n", g, (unsigned long long)st->bytes_in);
     family(&o, "msched_evicted_bytes_total", "counter", "Bytes evicted from the device.");

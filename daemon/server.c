@@ -245,6 +245,8 @@ static void do_metrics(struct ms_daemon *d, struct ms_session *s, const struct m
     st.status.daemon_pid = (uint32_t)getpid();
     st.status.gpu = d->conf.gpu;
     d->st.switch_stop_ns = d->sched.stop_ns_total;
+    d->st.idle_holds = d->sched.idle_holds;
+    d->st.idle_resumes = d->sched.idle_resumes;
     if (!rc)
         rc = ms_metrics_text(&st.status, &d->st, d->nsessions, &text);
     ms_msg_free(&st);
@@ -325,6 +327,7 @@ static void apply_option(struct ms_daemon *d, const char *key)
     d->sched.cfg.order_timeout_ns = sc.order_timeout_ns;
     d->sched.cfg.horizon = sc.horizon;
     d->sched.cfg.early_run = sc.early_run;
+    d->sched.cfg.idle_hold_ns = sc.idle_hold_ns;
 }
 
 static void do_config_set(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)

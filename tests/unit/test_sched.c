@@ -1035,6 +1035,98 @@ static void test_stop_time(void **state)
     world_fini(&w);
 }
 
+/* Stop a (running, its STOP held) `ms` of virtual time after its STOP: a switch that slow. */
+static void slow_stop(struct world *w, struct fshim *a, uint64_t ms)
+{
+    a->hold_stop = true;
+    advance_to_deadline(w, 1000 * MS); /* the slice ends: STOP to a, held */
+    assert_int_equal(ms_sched_task_state(&w->s, a->task), MS_TS_STOPPING);
+    advance(w, ms);
+    a->hold_stop = false;
+    a->running = false;
+    struct ms_msg r;
+    ms_msg_init(&r, MS_MSG_STOPPED);
+    r.stopped.epoch = a->run_epoch;
+    to_sched(w, a, &r);
+    settle_world(w);
+}
+
+/*
+ * Idle hold (sched.h): a task that goes idle while another waits keeps the GPU for as long as
+ * recent switches took, and runs on if it demands again by then; past the hold it is stopped.
+ * No hold with idle_hold 0 or under PRIO.
+ */
+static void test_idle_hold(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 16 * CH);
+    w.s.cfg.slice_ns = 100 * MS;
+    uint32_t four[] = {4};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    assert_ptr_equal(running(&w), a);
+    assert_true(w.s.switch_avg_ns == 0);
+    /* Until a switch has taken time there is nothing to hold for: a yields at once. */
+    idle(&w, a);
+    assert_ptr_equal(running(&w), b);
+    assert_true(w.s.idle_holds == 0);
+    demand_all(&w, a);
+    slow_stop(&w, b, 40 * MS); /* b -> a, 40 ms */
+    assert_ptr_equal(running(&w), a);
+    uint64_t hold = w.s.switch_avg_ns;
+    assert_true(hold > 0 && hold <= 40 * MS);
+
+    /* Idle, then busy again within the hold: a runs on, no STOP. */
+    int mark = w.nlog;
+    idle(&w, a);
+    assert_ptr_equal(running(&w), a);
+    assert_true(ms_sched_deadline(&w.s) == w.now + hold);
+    advance(&w, hold / 2);
+    demand_all(&w, a);
+    advance(&w, hold);
+    assert_ptr_equal(running(&w), a);
+    assert_int_equal(count_log(&w, mark, MS_MSG_STOP, MS_TASK_NONE), 0);
+    assert_true(w.s.idle_holds == 1 && w.s.idle_resumes == 1);
+
+    /* Idle past the hold: stopped when it runs out, b runs. */
+    idle(&w, a);
+    uint64_t t_idle = w.now;
+    assert_true(ms_sched_deadline(&w.s) == t_idle + hold);
+    advance(&w, hold - 1);
+    assert_ptr_equal(running(&w), a);
+    advance_to_deadline(&w, 1000 * MS);
+    assert_true(w.now == t_idle + hold);
+    assert_ptr_equal(running(&w), b);
+    assert_true(w.s.idle_holds == 2 && w.s.idle_resumes == 1);
+
+    /* The hold never outlasts the slice. */
+    demand_all(&w, a);
+    uint64_t end = w.s.slice_end;
+    advance(&w, end - w.now - hold / 4);
+    idle(&w, b);
+    assert_true(ms_sched_deadline(&w.s) == end);
+    advance_to_deadline(&w, 1000 * MS);
+    assert_ptr_equal(running(&w), a);
+
+    /* idle_hold 0: no hold. */
+    w.s.cfg.idle_hold_ns = 0;
+    demand_all(&w, b);
+    idle(&w, a);
+    assert_ptr_equal(running(&w), b);
+    w.s.cfg.idle_hold_ns = 1000 * MS;
+
+    /* PRIO: no hold either (a waiting task of higher priority must not wait). */
+    assert_int_equal(ms_sched_set_policy(&w.s, w.now, MS_SCHED_PRIO), MS_OK);
+    assert_true(w.s.switch_avg_ns > 0);
+    demand_all(&w, a);
+    idle(&w, b);
+    assert_ptr_equal(running(&w), a);
+    world_fini(&w);
+}
+
 static void test_limit(void **state)
 {
     (void)state;
@@ -1379,6 +1471,7 @@ int main(void)
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_stop_time),
+        cmocka_unit_test(test_idle_hold),
         cmocka_unit_test(test_priority_returner_kept),
         cmocka_unit_test(test_limit),
         cmocka_unit_test(test_whole_swapping),
