@@ -69,7 +69,7 @@ static int vr_push(struct vec_range *a, uint64_t addr, uint64_t bytes)
 
 static struct {
     pthread_mutex_t lock;   /* one measurement at a time (accuracy.h) */
-    pthread_mutex_t rec_mu; /* recs, rec_nomem, reports, buffers, thrash, remote */
+    pthread_mutex_t rec_mu; /* recs, rec_nomem, reports, buffers, dropped, thrash, remote */
     bool on;
     FILE *out;
     const struct ms_cuda_api *api;
@@ -87,6 +87,7 @@ static struct {
     uint64_t before_bytes, after_bytes; /* reported during a measurement, stamped outside it */
     uint64_t launch_before, launch_after; /* the same for the open measurement */
     uint64_t reports, buffers; /* every CUPTI record and buffer delivered (diagnosis) */
+    uint64_t dropped;          /* records CUPTI says it dropped; UINT64_MAX: cannot tell */
     uint64_t thrash, remote;   /* the driver's thrashing / throttling and remote-map reports */
     bool mitigation;           /* those counters could be enabled */
     int early;                 /* atomic: 0 not tried, 1 starting, 2 CUPTI on, 3 failed */
@@ -130,6 +131,7 @@ static struct {
     __typeof__(&cuptiActivityGetNextRecord) next;
     __typeof__(&cuptiGetTimestamp) stamp;
     __typeof__(&cuptiGetResultString) str;
+    __typeof__(&cuptiActivityGetNumDroppedRecords) ndropped; /* optional */
 } C;
 
 static const char *cupti_err(CUptiResult r)
@@ -166,12 +168,16 @@ static void rec_push(uint64_t ts, uint64_t addr, uint64_t bytes)
 static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
                                   size_t valid)
 {
-    (void)ctx;
-    (void)stream;
     (void)size;
     CUpti_Activity *a = NULL;
+    size_t lost = 0;
+    bool told = C.ndropped && C.ndropped(ctx, stream, &lost) == CUPTI_SUCCESS;
     pthread_mutex_lock(&A.rec_mu);
     A.buffers++;
+    if (!told)
+        A.dropped = UINT64_MAX;
+    else if (A.dropped != UINT64_MAX)
+        A.dropped += lost;
     while (C.next(buffer, valid, &a) == CUPTI_SUCCESS) {
         A.reports++;
         if (a->kind != CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER)
@@ -238,6 +244,7 @@ static bool cupti_start(char *why, size_t whylen)
     SYM(stamp, "cuptiGetTimestamp");
     SYM(str, "cuptiGetResultString");
 #undef SYM
+    *(void **)&C.ndropped = dlsym(h, "cuptiActivityGetNumDroppedRecords");
     /* Faults and host-to-device migrations are required; the driver's thrashing mitigation
      * (throttling, remote mapping instead of migrating) is watched where CUPTI offers it. */
     static const CUpti_ActivityUnifiedMemoryCounterKind kinds[] = {
@@ -519,6 +526,7 @@ void ms_acc_finish(void)
     pthread_mutex_lock(&A.lock);
     pthread_mutex_lock(&A.rec_mu);
     uint64_t reports = A.reports, buffers = A.buffers, thrash = A.thrash, remote = A.remote;
+    int64_t dropped = A.dropped == UINT64_MAX ? -1 : (int64_t)A.dropped;
     pthread_mutex_unlock(&A.rec_mu);
     if (A.out) {
         fprintf(A.out,
@@ -527,10 +535,12 @@ void ms_acc_finish(void)
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"faults\":%" PRIu64
                 ",\"late\":%" PRIu64 ",\"before\":%" PRIu64 ",\"after\":%" PRIu64
                 ",\"max\":%" PRIu64 ",\"reports\":%" PRIu64
-                ",\"buffers\":%" PRIu64 ",\"thrashing\":%" PRIu64 ",\"remote_maps\":%" PRIu64
+                ",\"buffers\":%" PRIu64 ",\"dropped\":%" PRId64 ",\"thrashing\":%" PRIu64
+                ",\"remote_maps\":%" PRIu64
                 ",\"mitigation_watched\":%s,\"error\":",
                 A.measured, A.covered, A.unbounded_n, A.pred_bytes, A.lo_bytes, A.hi_bytes,
-                A.miss_bytes, A.faults, A.late, A.before_bytes, A.after_bytes, A.max, reports, buffers, thrash, remote,
+                A.miss_bytes, A.faults, A.late, A.before_bytes, A.after_bytes, A.max, reports,
+                buffers, dropped, thrash, remote,
                 A.mitigation ? "true" : "false");
         write_name(A.out, A.err);
         fprintf(A.out, "}\n");

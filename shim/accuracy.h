@@ -36,7 +36,8 @@
  *   CUPTI is loaded with dlopen (MSCHED_CUPTI=<path>, else libcupti.so.13 / libcupti.so from
  *   the library path or /usr/local/cuda); without it the mode says so once and stays off.
  *   CUPTI starts at cuInit; the summary counts every record and buffer it delivered
- *   ("reports", "buffers"), so a driver that sends none shows.
+ *   ("reports", "buffers"), so a driver that sends none shows, and the records CUPTI says it
+ *   dropped ("dropped"; -1 when this CUPTI cannot tell).
  *
  * Locking: one measurement at a time. ms_acc_begin (engine lock held) takes the accuracy lock
  *   and only copies what it needs (predicted ranges, live regions); the calling thread keeps the

@@ -3,7 +3,8 @@
 
 DIR/<program>.jsonl holds one object per measured launch (shim/accuracy.c) and, when the
 program exited normally, a summary object last. The totals are recomputed from the launch lines
-(a program killed by its time limit has no summary); "late" and "error" come from the summary.
+(a program killed by its time limit has no summary); "late", "thrashing", "remote_maps",
+"dropped" (records CUPTI dropped, -1: it could not tell) and "error" come from the summary.
 "outside_bytes": bytes reported during the measurements but stamped outside their windows.
 
 Per program: launches measured, the share whose predicted chunks covered every byte the
@@ -56,7 +57,8 @@ def summarize(path, program):
            "over_hi": round(pred / hi, 2) if hi else None,
            "missed_kernels": sorted(kernels_missed)[:5], "outside_bytes": outside,
            "late": summary.get("late"), "thrashing": summary.get("thrashing"),
-           "remote_maps": summary.get("remote_maps"), "error": summary.get("error"),
+           "remote_maps": summary.get("remote_maps"), "dropped": summary.get("dropped"),
+           "error": summary.get("error"),
            "complete": bool(summary)}
     return out
 

@@ -730,6 +730,9 @@ def gen_accuracy(data):
             notes.append(f"{r['late']} late reports")
         if r.get("thrashing"):
             notes.append(f"{r['thrashing']} thrashing reports from the driver")
+        if r.get("dropped"):
+            notes.append("CUPTI dropped " + ("an unknown number of" if r["dropped"] < 0
+                                             else f"{r['dropped']}") + " reports")
         if r.get("outside_bytes"):
             notes.append(f"{gib(r['outside_bytes'])} GiB reported outside the windows")
         if r.get("error"):
