@@ -84,6 +84,8 @@ static struct {
     enum backing backing;
     uint64_t budget, prefetch;
     uint64_t alone_budget; /* MSCHED_BUDGET (0: none) */
+    bool strict_want;      /* MSCHED_STRICT=1 */
+    bool strict;           /* ... and on: alone, VMM (decided at start) */
     CUcontext ctx;
     struct ms_rtable rt;
     struct ms_cuda_api api;
@@ -126,9 +128,12 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void ms_engine_configure(uint64_t budget, const char *mode)
+void ms_engine_configure(uint64_t budget, const char *mode, const char *strict)
 {
     pthread_mutex_lock(&E.lock);
+    E.strict_want = strict && strcmp(strict, "1") == 0;
+    if (strict && *strict && !E.strict_want && strcmp(strict, "0") != 0)
+        say("MSCHED_STRICT=%s is not 0 or 1; strict mode off", strict);
     E.budget = budget;
     E.alone_budget = budget;
     E.want = (budget > 0 || ms_client_allowed()) && !(mode && strcmp(mode, "off") == 0);
@@ -247,6 +252,11 @@ static bool start(void)
         }
     }
     E.prefetch = E.budget / 4;
+    if (E.strict_want && (E.mode != MODE_ALONE || E.backing != BACK_VMM))
+        say("MSCHED_STRICT=1 needs the VMM engine without the daemon; strict mode off");
+    E.strict = E.strict_want && E.mode == MODE_ALONE && E.backing == BACK_VMM;
+    if (E.strict)
+        say("MSCHED_STRICT=1: every command runs with only its predicted memory mapped");
     ms__shim_log("memory engine on (%s): %s, budget %llu MiB, GPU hash %s",
                  backing_name[E.backing], E.mode == MODE_DAEMON ? "with the daemon" : "alone",
                  (unsigned long long)(E.budget / MS_MIB), E.ops->hash ? "on" : "off");
@@ -742,6 +752,33 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     return CUDA_SUCCESS;
 }
 
+static void clear_marks(void);
+
+/* MSCHED_STRICT: evict every resident chunk `need` does not name, so that a command reaching
+ * past its prediction touches unmapped memory (lock held). Returns a CUresult. */
+static int strict_evict(const struct ms_chunk_set *need)
+{
+    clear_marks();
+    for (size_t i = 0; i < need->n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        if (c)
+            c->mark = 1;
+    }
+    ms_chunk_set_clear(&E.scratch);
+    for (uint32_t r = 0; r < E.rt.nslots; r++) {
+        const struct ms_region *g = &E.rt.regions[r];
+        for (uint32_t k = 0; g->live && k < g->nchunks; k++)
+            if (ms_chunk_state_ready((enum ms_chunk_state)g->chunks[k].state) &&
+                !g->chunks[k].mark && ms_chunk_set_add(&E.scratch, MS_CHUNK_ID(r, k)))
+                return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!E.scratch.n)
+        return CUDA_SUCCESS;
+    MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
+    E.st.strict_evictions += E.scratch.n;
+    return ms__engine_exec(&E.scratch, NULL, NULL) == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
 void ms__engine_admitted(const struct ms_chunk_set *need)
 {
     for (size_t i = 0; i < need->n; i++)
@@ -780,6 +817,8 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
     }
     if (E.mode == MODE_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    if (E.strict && (rc = strict_evict(need)) != CUDA_SUCCESS)
+        return rc;
     if (!need->n)
         return CUDA_SUCCESS;
     if (!ms__engine_all_ready(need))
@@ -1293,6 +1332,9 @@ void ms_engine_exit(bool verbose)
             (unsigned long long)s.faults, (unsigned long long)s.unbounded,
             (unsigned long long)(s.bytes_in / MS_MIB), (unsigned long long)(s.bytes_out / MS_MIB),
             (unsigned long long)(s.bytes_dropped / MS_MIB), (double)s.migrate_ns / 1e9);
+    if (E.strict)
+        fprintf(stderr, "msched[%d]: strict: %llu chunks evicted outside the predictions\n",
+                (int)getpid(), (unsigned long long)s.strict_evictions);
     struct ms_client_stats c;
     ms_client_stats_get(&c);
     if (c.slices || c.demands)

@@ -57,7 +57,10 @@
 #include <stdint.h>
 
 /* Read the configuration (called once from the shim's initialisation). */
-void ms_engine_configure(uint64_t budget, const char *mode);
+/* budget: MSCHED_BUDGET (0: none); mode: MSCHED_ENGINE; strict: MSCHED_STRICT ("1": before
+ * every command, alone with the VMM engine, evict every chunk the command's prediction does
+ * not name, so a reach past the prediction faults; a coverage check, slow by design). */
+void ms_engine_configure(uint64_t budget, const char *mode, const char *strict);
 bool ms_engine_active(void);
 
 /* cuMemAlloc_v2 in engine mode: reserve and register; *handled false means "not mine, forward". */
@@ -122,6 +125,7 @@ bool ms_engine_owns(uint64_t va);
 struct ms_engine_stats {
     uint64_t regions, footprint, resident, budget;
     uint64_t faults, unbounded, bytes_in, bytes_out, bytes_dropped, migrate_ns;
+    uint64_t strict_evictions; /* chunks MSCHED_STRICT evicted */
     bool daemon; /* connected to the daemon now */
     bool failed; /* the daemon went away and the footprint could not be held alone */
 };

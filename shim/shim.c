@@ -336,7 +336,7 @@ static void init_once_fn(void)
     }
     ms_client_configure(env("MSCHED_DAEMON"), env("MSCHED_PRIORITY"), env("MSCHED_WEIGHT"),
                         env("MSCHED_IDLE_MS"), env("MSCHED_DAEMON_TIMEOUT_MS"));
-    ms_engine_configure(budget, env("MSCHED_ENGINE"));
+    ms_engine_configure(budget, env("MSCHED_ENGINE"), env("MSCHED_STRICT"));
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0)
         ms__shim_log("pthread_atfork failed; a forked child may inherit a held lock");
     in_init = false;

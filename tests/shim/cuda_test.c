@@ -402,6 +402,60 @@ static int pin_lock(const struct ms_api *a)
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* strict: a kernel that follows a pointer another kernel stored in device memory              */
+
+static CUfunction sfill, splant, schase;
+
+static void fill_kernel(const struct ms_fake_launch *l)
+{
+    memset((void *)(uintptr_t)(*(CUdeviceptr *)l->args[0]), 0x11, 4096);
+}
+
+static void plant_kernel(const struct ms_fake_launch *l)
+{
+    *(uint64_t *)(uintptr_t)(*(CUdeviceptr *)l->args[0]) = *(uint64_t *)l->args[1];
+}
+
+static void chase_kernel(const struct ms_fake_launch *l)
+{
+    uint64_t to = *(uint64_t *)(uintptr_t)(*(CUdeviceptr *)l->args[0]);
+    memset((void *)(uintptr_t)to, 0x22, 4096);
+}
+
+/* fill(B); plant(A, B): A[0] = B; chase(A): *A[0] = 0x22. chase names only A, so under
+ * MSCHED_STRICT=1 B is unmapped when it runs and the process dies of the fault (the caller
+ * checks); otherwise B ends up holding 0x22. */
+static int strict_mode(const struct ms_api *a, const struct ms_fake_api *fk)
+{
+    static const size_t one[] = {8}, two[] = {8, 8};
+    MS_CK(a->Init(0));
+    MS_CK(fk->register_kernel("strict_fill", fill_kernel, one, 1, NULL, &sfill));
+    MS_CK(fk->register_kernel("strict_plant", plant_kernel, two, 2, NULL, &splant));
+    MS_CK(fk->register_kernel("strict_chase", chase_kernel, one, 1, NULL, &schase));
+    CUcontext ctx;
+    MS_CK(a->PrimaryCtxRetain(&ctx, 0));
+    MS_CK(a->CtxSetCurrent(ctx));
+    CUdeviceptr pa, pb;
+    MS_CK(a->MemAlloc(&pa, 2u << 20));
+    MS_CK(a->MemAlloc(&pb, 2u << 20));
+    uint64_t b = pb;
+    void *fargs[] = {&pb}, *pargs[] = {&pa, &b}, *cargs[] = {&pa};
+    MS_CK(a->LaunchKernel(sfill, 1, 1, 1, 1, 1, 1, 0, NULL, fargs, NULL));
+    MS_CK(a->LaunchKernel(splant, 1, 1, 1, 1, 1, 1, 0, NULL, pargs, NULL));
+    printf("strict: chasing the stored pointer\n");
+    fflush(stdout);
+    MS_CK(a->LaunchKernel(schase, 1, 1, 1, 1, 1, 1, 0, NULL, cargs, NULL));
+    MS_CK(a->CtxSynchronize());
+    unsigned char v = 0;
+    MS_CK(a->MemcpyDtoH(&v, pb, 1));
+    printf("strict: the stored pointer's target holds 0x%02x\n", v);
+    MS_CK(a->MemFree(pa));
+    MS_CK(a->MemFree(pb));
+    MS_CK(a->PrimaryCtxRelease(0));
+    return v == 0x22 ? 0 : (printf("FAIL: want 0x22\n"), 1);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -431,6 +485,8 @@ int main(int argc, char **argv)
             rc = fork_mode(&a);
         else if (strcmp(mode, "pin-lock") == 0)
             rc = pin_lock(&a);
+        else if (strcmp(mode, "strict") == 0)
+            rc = strict_mode(&a, &fk);
         else
             rc = ms_workload_run(&a, &fk);
     }

@@ -255,6 +255,20 @@ simple direct/oracle cuda_test_linked oracle "${DIRECT[@]}"
 simple shim/oracle cuda_test_linked oracle "${SHIM[@]}"
 # A host backing that takes 1.5 s to pin must not hold up another thread's command.
 simple shim/pin-lock cuda_test_dl pin-lock "${SHIM[@]}" MSCHED_BUDGET=1GiB MSCHED_FAKE_PIN_MS=1500
+# MSCHED_STRICT=1 (the coverage check): a kernel that follows a pointer stored in device memory
+# reaches memory its launch does not name. With the budget alone it runs (the target stays
+# resident); strict, the target is evicted first and the process dies of the fault.
+simple shim/strict-off cuda_test_dl strict "${SHIM[@]}" MSCHED_BUDGET=64MiB
+run shim/strict-on cuda_test_dl strict "${SHIM[@]}" MSCHED_BUDGET=64MiB MSCHED_STRICT=1
+rc=$?
+if [ $rc = 139 ] && grep -q "MSCHED_STRICT=1: every command runs" "$WORK/shim/strict-on.err" &&
+    grep -q "^strict: chasing" "$WORK/shim/strict-on.out" &&
+    ! grep -q "^strict: the stored" "$WORK/shim/strict-on.out"; then
+    pass shim/strict-on
+else
+    fail shim/strict-on "rc=$rc, want 139 (SIGSEGV at the chase)"
+    show shim/strict-on
+fi
 
 # ---- robustness ------------------------------------------------------------------------------
 if run shim/fork cuda_test_linked fork "${SHIM[@]}" MSCHED_TRACE="$WORK/fork.trace" &&
@@ -420,6 +434,28 @@ for eng in unified demand; do
         fail engine/$eng-stress "rc=$rc $(grep -E 'ENGINE|UM |engine|FAIL|msched' <<<"$out" | tail -n 4 | tr '\n' ' ')"
     fi
 done
+
+# Strict mode under the stress workload (every access named by its launch): nothing faults, the
+# data is intact, and chunks were evicted outside the predictions. With the daemon it says it
+# is off (tests/cli/shim_daemon.sh runs the daemon; here only the refusal without one matters:
+# the demand engine).
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=1GiB MSCHED_STRICT=1 \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 200 "$seed" 2>&1)
+rc=$?
+ev=$(sed -n 's/.*strict: \([0-9]*\) chunks evicted.*/\1/p' <<<"$out")
+if [ $rc -eq 0 ] && grep -q "mismatches=0" <<<"$out" && [ "${ev:-0}" -gt 0 ]; then
+    pass "engine/strict-stress ($ev chunks evicted outside the predictions)"
+else
+    fail engine/strict-stress "rc=$rc, evicted '${ev}': $(grep -E 'msched|FAIL|mismatch' <<<"$out" | tail -n 4 | tr '\n' ' ')"
+fi
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=1GiB MSCHED_STRICT=1 \
+    MSCHED_ENGINE=demand "$T/engine_stress" 50 "$seed" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "MSCHED_STRICT=1 needs the VMM engine without the daemon" <<<"$out"; then
+    pass engine/strict-refused-demand
+else
+    fail engine/strict-refused-demand "rc=$rc: $(grep -E 'msched|FAIL' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
 
 # The accuracy probe (shim/accuracy.h) refuses clearly, once, where it cannot measure, and the
 # program runs on unharmed: under the VMM engine, and without CUPTI.
