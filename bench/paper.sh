@@ -18,9 +18,11 @@
 #   rtbe             bench/workloads/run_rtbe.sh: ref msched tslice slice
 #   accuracy         bench/accuracy/run_accuracy.sh: each workload's programs alone, the launch
 #                    predictor against the driver's fault reports (needs CUPTI)
+#   strict           the same programs with MSCHED_STRICT=1: every command runs with only its
+#                    predicted memory mapped, so a miss would end the program (coverage)
 # SYSTEMS="ref opt ..." in the environment narrows the sweep parts' systems (a part rerun with
 # fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part;
-# ACC_SECS (default 15) is how long each accuracy program runs.
+# ACC_SECS (default 15) is how long each accuracy or strict program runs.
 # SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
 # bench/micro/run_sweep.sh; a W-P-b part, which has no opt run, takes the slice from W-P-a's
 # results, so run part a first); default 1s round-robin.
@@ -31,13 +33,13 @@ OUT=bench/results/gpu/paper
 PARTS=()
 PAGE=1
 ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150 B-200 B-300 C-150-a
-C-150-b C-200-a C-200-b C-300-a C-300-b D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe accuracy"
+C-150-b C-200-a C-200-b C-300-a C-300-b D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe accuracy strict"
 USER_SYSTEMS=${SYSTEMS:-}
 SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
 SLICE=${SLICE:-1s}
 
 usage() {
-    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-2}"
 }
 
@@ -53,6 +55,7 @@ while [ $# -gt 0 ]; do
             engine) printf '%-14s %s\n' "$p" "migrate_bench 4 and 16 GiB in 64 MiB chunks" ;;
             rtbe) printf '%-14s %s\n' "$p" "RT+BE: ref msched tslice slice, 40 s of requests" ;;
             accuracy) printf '%-14s %s\n' "$p" "prediction accuracy, 11 programs alone, ${ACC_SECS:-15} s each" ;;
+            strict) printf '%-14s %s\n' "$p" "coverage: the same 11 programs under MSCHED_STRICT=1, ${ACC_SECS:-15} s each" ;;
             *-a) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-ref slice opt}" ;;
             *-b) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-lru whole demand}" ;;
             *) printf '%-14s %s\n' "$p" "workload ${p%%-*} at ${p#*-} %: $SYSTEMS" ;;
@@ -116,6 +119,8 @@ run_part() {
         mv "$tmp/rtbe.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
     accuracy) bench/accuracy/run_accuracy.sh "$tmp" "${ACC_SECS:-15}" || rc=$?
         mv "$tmp/accuracy.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
+    strict) STRICT=1 bench/accuracy/run_accuracy.sh "$tmp" "${ACC_SECS:-15}" || rc=$?
+        mv "$tmp/strict.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
     *)
         local w=${p%%-*} pr=${p#*-} secs=25 sys=$SYSTEMS
         case $w in C | D) secs=75 ;; B) secs=35 ;; esac

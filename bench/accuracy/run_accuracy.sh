@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/accuracy/run_accuracy.sh OUTDIR [SECONDS] - prediction accuracy of every workload's
+# [STRICT=1] bench/accuracy/run_accuracy.sh OUTDIR [SECONDS] - prediction accuracy of every workload's
 # kernels on one GPU machine (shim/accuracy.h).
 #
 # Each program runs alone under `msched run --no-daemon --engine demand` with a budget above its
@@ -10,6 +10,12 @@
 # nn), B (the four torchvision models), D (the Llama model). MSCHED_ACCURACY_MAX launches each
 # (default 1500). Finally OUTDIR/accuracy.jsonl holds one summary record per program
 # (bench/accuracy/summarize.py). Run from the repository root after `make build/bin/msched shim`.
+#
+# STRICT=1 runs the coverage check instead: each program under the VMM engine with
+# MSCHED_STRICT=1 (shim/engine.h), so every command runs with only the memory its prediction
+# names mapped and a reach past it would end the program with an illegal address. Per program
+# OUTDIR/<name>.log and <name>.rc; OUTDIR/strict.jsonl (summarize.py --strict). Programs are
+# stopped with SIGINT at their time limit, so Python ones still print the engine's summary.
 set -u
 OUT=${1:?usage: run_accuracy.sh OUTDIR [SECONDS]}
 SECS=${2:-20}
@@ -31,6 +37,22 @@ cmd() {
     *) echo "python3 $PWD/bench/workloads/dnn.py $1 --gib 1 $SECS" ;;
     esac
 }
+
+if [ "${STRICT:-0}" = 1 ]; then
+    for p in $PROGRAMS; do
+        t0=$SECONDS
+        # shellcheck disable=SC2046
+        MSCHED_STRICT=1 timeout -s INT -k 10 $((SECS + 90)) \
+            "$MSCHED" run --no-daemon --engine vmm --budget 16GiB --verbose -- $(cmd "$p") \
+            >"$OUT/$p.log" 2>&1
+        rc=$?
+        echo $rc >"$OUT/$p.rc"
+        n=$(sed -n 's/.* launches=\([0-9]*\) .*/\1/p' "$OUT/$p.log" | tail -n 1)
+        echo "strict: $p rc=$rc, ${n:-?} launches, $((SECONDS - t0)) s" >&2
+    done
+    python3 bench/accuracy/summarize.py --strict "$OUT" $PROGRAMS >"$OUT/strict.jsonl"
+    exit
+fi
 
 for p in $PROGRAMS; do
     rm -f "$OUT/$p.jsonl"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""summarize.py DIR PROGRAM... - one JSON line per program from its accuracy probe output.
+"""summarize.py [--strict] DIR PROGRAM... - one JSON line per program from its accuracy probe
+output, or with --strict from its strict coverage run (below).
 
 DIR/<program>.jsonl holds one object per measured launch (shim/accuracy.c) and, when the
 program exited normally, a summary object last. The totals are recomputed from the launch lines
@@ -10,7 +11,16 @@ program exited normally, a summary object last. The totals are recomputed from t
 Per program: launches measured, the share whose predicted chunks covered every byte the
 driver reported faulting or migrating for them, the unbounded ones (reach unknown: the whole footprint predicted), the predicted
 bytes, the touched bytes between the two bounds (faulted 4 KiB pages; faults plus migrated
-bytes), and the over-prediction: predicted / touched, for both bounds."""
+bytes), and the over-prediction: predicted / touched, for both bounds.
+
+--strict (STRICT=1 bench/accuracy/run_accuracy.sh): DIR/<program>.log (the program's output
+with msched's verbose summary) and DIR/<program>.rc. Per program: "launches" (every one ran with
+only its predicted memory mapped; from the shim's summary line, absent when the program was
+killed before printing it), "evicted_chunks" (chunks strict mode evicted outside the
+predictions), "result" (the program printed its result line), "fault" (an illegal-address
+error appeared: a reach past the prediction), "error" (the last error line, if any), "rc" and
+"timed_out" (stopped at its time limit: rc 124, not a failure by itself)."""
+import re
 import json
 import os
 import sys
@@ -63,11 +73,50 @@ def summarize(path, program):
     return out
 
 
+def summarize_strict(d, program):
+    out = {"workload": "strict", "group": GROUP.get(program, "?"), "program": program}
+    try:
+        text = open(os.path.join(d, program + ".log"), errors="replace").read()
+    except OSError:
+        return dict(out, launches=0, error="no output")
+    try:
+        rc = int(open(os.path.join(d, program + ".rc")).read().strip())
+    except (OSError, ValueError):
+        rc = None
+    launches = evicted = None
+    result, fault, error = False, False, ""
+    for line in text.splitlines():
+        m = re.search(r"summary inits=\d+ launches=(\d+) ", line)
+        if m:
+            launches = int(m.group(1))
+        m = re.search(r"strict: (\d+) chunks evicted", line)
+        if m:
+            evicted = int(m.group(1))
+        if line.startswith("{"):
+            try:
+                r = json.loads(line)
+                result = result or ("program" in r and "error" not in r)
+            except ValueError:
+                pass
+        if re.search(r"illegal (memory access|address)|ILLEGAL_ADDRESS", line, re.I):
+            fault = True
+        if re.match(r"(\w+Error|msched\[\d+\]: .*(error|refused|failed))", line) or \
+                re.search(r"illegal (memory access|address)", line, re.I):
+            error = line.strip()[:200]
+    return dict(out, rc=rc, timed_out=rc == 124, launches=launches, evicted_chunks=evicted,
+                result=result, fault=fault, error=error)
+
+
 def main():
-    if len(sys.argv) < 3:
-        sys.exit("usage: summarize.py DIR PROGRAM...")
-    d = sys.argv[1]
-    for p in sys.argv[2:]:
+    strict = len(sys.argv) > 1 and sys.argv[1] == "--strict"
+    args = sys.argv[2:] if strict else sys.argv[1:]
+    if len(args) < 2:
+        sys.exit("usage: summarize.py [--strict] DIR PROGRAM...")
+    d = args[0]
+    for p in args[1:]:
+        if strict:
+            print(json.dumps(summarize_strict(d, p)))
+            continue
         path = os.path.join(d, p + ".jsonl")
         if not os.path.exists(path):
             print(json.dumps({"workload": "accuracy", "group": GROUP.get(p, "?"), "program": p,

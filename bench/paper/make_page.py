@@ -44,6 +44,8 @@ Records (JSON lines; unknown fields are ignored):
   engine  workload engine: the JSON lines of tests/gpu/migrate_bench.c.
   accuracy  bench/accuracy/summarize.py: workload accuracy, per program {group, program,
           launches, covered, unbounded, pred_bytes, touch_lo_bytes, touch_hi_bytes, late}.
+  strict  bench/accuracy/summarize.py --strict: workload strict, per program {group, program,
+          rc, timed_out, launches, evicted_chunks, result, fault, error}.
   env.json  {gpu, driver, cuda, torch, transformers, date, budget_gib, slice, host}, any absent.
 When records repeat (the same process of the same run in two files), the last one read wins;
 files are read in name order.
@@ -128,6 +130,7 @@ class Data:
         self.rtbe_win = {}   # system -> window record
         self.engine = {}     # (gib, chunk_mib) -> record
         self.accuracy = {}   # program -> record
+        self.strict = {}     # program -> strict coverage record
         self.env = None      # env.json's object, None when absent
 
 
@@ -171,6 +174,11 @@ def load(results):
                 raise Fatal(f"{where}: an accuracy record without 'program'")
             _need_num(r, ACC_NUM, where)
             data.accuracy[r["program"]] = r
+        elif w == "strict":
+            if not isinstance(r.get("program"), str):
+                raise Fatal(f"{where}: a strict record without 'program'")
+            _need_num(r, ("launches", "evicted_chunks", "rc"), where)
+            data.strict[r["program"]] = r
         elif w == "rtbe":
             if not isinstance(r.get("system"), str):
                 raise Fatal(f"{where}: an rtbe record without 'system'")
@@ -707,17 +715,38 @@ def gib(v):
     return "-" if v is None else fsig(v / 2**30)
 
 
+def strict_cell(r):
+    """The strict coverage run of one program, in a few words."""
+    if r is None:
+        return "-"
+    if r.get("fault"):
+        return "faulted: " + (r.get("error") or f"exit {r.get('rc')}")
+    n = r.get("launches")
+    if n:
+        ok = r.get("result") or r.get("timed_out")
+        text = f"{n} launches, no fault" if ok else f"{n} launches, exit {r.get('rc')}"
+        return text + (" (stopped at its time limit)" if r.get("timed_out") else "")
+    return str(r.get("error") or f"no summary (exit {r.get('rc')})")
+
+
 def gen_accuracy(data):
-    recs = sorted(data.accuracy.values(),
-                  key=lambda r: (ACC_GROUPS.index(r.get("group")) if r.get("group") in ACC_GROUPS
-                                 else len(ACC_GROUPS), r["program"]))
-    if not recs:
-        return note("prediction accuracy", ["accuracy"]), None
+    programs = {**{p: r.get("group") for p, r in data.strict.items()},
+                **{p: r.get("group") for p, r in data.accuracy.items()}}
+    order = sorted(programs, key=lambda p: (ACC_GROUPS.index(programs[p])
+                                            if programs[p] in ACC_GROUPS else len(ACC_GROUPS), p))
+    if not order:
+        return note("prediction accuracy", ["accuracy", "strict"]), None
     rows = []
-    for r in recs:
+    for p in order:
+        r = data.accuracy.get(p)
+        strict = strict_cell(data.strict.get(p))
+        if r is None:
+            rows.append([programs[p] or "?", p, "-", "-", strict, "-", "-", "-", "-",
+                         "no accuracy run"])
+            continue
         n = r.get("launches") or 0
         if not n:
-            rows.append([r.get("group", "?"), r["program"], "0", "-", "-", "-", "-", "-",
+            rows.append([r.get("group", "?"), r["program"], "0", "-", strict, "-", "-", "-", "-",
                          str(r.get("error") or "no launch measured")])
             continue
         lo, hi, pred = r.get("touch_lo_bytes"), r.get("touch_hi_bytes"), r.get("pred_bytes")
@@ -740,9 +769,9 @@ def gen_accuracy(data):
         if not r.get("complete", True):
             notes.append("cut by its time limit")
         rows.append([r.get("group", "?"), r["program"], str(n),
-                     f"{100.0 * r['covered'] / n:.1f} %", gib(pred), gib(lo), gib(hi), over,
-                     ", ".join(notes) or "-"])
-    return table(["workload", "program", "launches", "covered", "predicted GiB",
+                     f"{100.0 * r['covered'] / n:.1f} %", strict, gib(pred), gib(lo), gib(hi),
+                     over, ", ".join(notes) or "-"])
+    return table(["workload", "program", "launches", "covered", "strict run", "predicted GiB",
                   "touched GiB (faults)", "touched GiB (faults + migrated)", "over-prediction",
                   "notes"], rows), None
 
