@@ -123,9 +123,9 @@ run_part() {
         mv "$tmp/strict.jsonl" "$tmp/out.jsonl" 2>/dev/null ;;
     *)
         local w=${p%%-*} pr=${p#*-} secs=25 sys=$SYSTEMS
-        case $w in C | D) secs=75 ;; B) secs=35 ;; esac
-        # C and D load for long: their systems come in two parts, a (with the normalization)
-        # and b, each under 10 minutes
+        case $w in C | D) secs=40 ;; B) secs=35 ;; esac
+        # C and D load for long (before the start barrier): their systems come in two parts, a
+        # (with the normalization) and b, each under 10 minutes
         local slice=$SLICE
         case $pr in
         *-a) pr=${pr%-a} sys=${USER_SYSTEMS:-ref slice opt} ;;

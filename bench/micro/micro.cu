@@ -96,6 +96,7 @@ int main(int argc, char **argv)
     if (run_task())
         return 1;
     task = 0;
+    ms_bench_barrier();
     auto t0 = std::chrono::steady_clock::now();
     ms_progress prog;
     double el = 0;

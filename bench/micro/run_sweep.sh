@@ -19,10 +19,12 @@
 # each pressure `opt` runs first under `--policy adaptive` (base slice 1 s), and the slice it
 # chose (its tasks' GPU time over its switches in the window) is then every other system's
 # round-robin slice: all systems at the slice msched's adaptive policy picks. Each process runs
-# SECONDS (default 25) of tasks after one warm-up task and prints tasks per second. The daemon's
-# metrics are read twice inside the window when all four are in their timed loops (from W s
-# after the start, default 8, 15 for B, 50 for C and D, to SECONDS-4 s), so the bytes moved and switch times cover steady
-# state.
+# one warm-up task, waits at a start barrier (bench/workloads/progress.py: the harness releases
+# the four together once every live one has arrived, at most BARRIER_S seconds, default 600),
+# then runs SECONDS (default 25) of tasks and prints tasks per second with progress samples
+# (bench/records.py rates each over the window all four ran in). The daemon's metrics are read
+# twice inside the timed loops (from W s after their start, default 5, to SECONDS-4 s), so the
+# bytes moved and switch times cover steady state.
 # Writes OUTDIR/sweep.jsonl (one line per process and one per daemon window) and
 # OUTDIR/raw-<pressures>.tgz (every output and daemon log); bench/micro/summarize_sweep.py turns
 # the JSONL into the tables of docs/evaluation.md. Each daemon run also keeps three frames of
@@ -40,13 +42,13 @@ MSCHED=$PWD/build/bin/msched
 MSCHEDD=$PWD/build/bin/mschedd
 REC=$PWD/bench/records.py
 WORKLOAD=${WORKLOAD:-micro}
-# The window starts once every process is past its start-up: language models load for longer.
 case $WORKLOAD in
-micro | A) W=${W:-8} ;;
-B) W=${W:-15} ;;
-C | D) W=${W:-50} ;;
+micro | A | B | C | D) ;;
 *) echo "run_sweep.sh: unknown WORKLOAD '$WORKLOAD' (micro, A, B, C, D)" >&2; exit 2 ;;
 esac
+# The metrics window starts W s into the timed loops (past the first round of switches).
+W=${W:-5}
+BARRIER_S=${BARRIER_S:-600}
 D=$((SECS - 4 - W))
 if [ "$D" -lt 5 ]; then
     echo "run_sweep.sh: SECONDS ($SECS) must exceed the window start W ($W) by at least 9" >&2
@@ -88,6 +90,26 @@ cmd() {
 # prom FILE: the daemon's Prometheus text.
 prom() { "$MSCHED" status --prometheus >"$1" 2>&1; }
 
+# release DIR PID...: once every process still running has reached the start barrier in DIR
+# (DIR/ready.<pid>), or after BARRIER_S seconds, let them all start their timed loops.
+release() {
+    local bar=$1 t0=$SECONDS n alive p
+    shift
+    while :; do
+        n=$(find "$bar" -maxdepth 1 -name 'ready.*' | wc -l)
+        alive=0
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+        [ "$n" -ge "$alive" ] && break
+        if [ $((SECONDS - t0)) -ge "$BARRIER_S" ]; then
+            echo "run_sweep.sh: $n of $alive processes at the start barrier after $BARRIER_S s; starting anyway" >&2
+            break
+        fi
+        sleep 0.1
+    done
+    touch "$bar/go"
+    echo "[$(date +%T)]   timed loops start after $((SECONDS - t0)) s of warm-up" >&2
+}
+
 for p in $PRESSURES; do
     gib=$(python3 -c "print(round($BUDGET_MIB / 1024 * $p / 100 / 4, 3))")
     order=$SYSTEMS chosen=1s
@@ -97,15 +119,19 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
     for sys in $order; do
         dir=$RAW/p${p}_$sys
         [ "$WORKLOAD" = micro ] || dir=$RAW/${WORKLOAD}_p${p}_$sys
-        mkdir -p "$dir"
+        mkdir -p "$dir/barrier"
+        export MSCHED_BENCH_BARRIER=$dir/barrier MSCHED_BENCH_BARRIER_S=$BARRIER_S
         t0=$(date +%s.%N)
         echo "[$(date +%T)] pressure $p % ($gib GiB each): $sys" >&2
         if [ "$sys" = ref ]; then
+            pids=()
             for i in 0 1 2 3; do
                 # shellcheck disable=SC2046
-                timeout $((SECS + 120)) $(cmd $i "$gib") >"$dir/proc_$i.json" 2>&1 &
+                timeout $((SECS + BARRIER_S + 120)) $(cmd $i "$gib") >"$dir/proc_$i.json" 2>&1 &
+                pids+=($!)
             done
-            wait
+            release "$dir/barrier" "${pids[@]}"
+            wait "${pids[@]}"
         else
             budget=${BUDGET_MIB}MiB evict=opt engine=vmm policy=rr slice=$SLICE
             if [ "$SLICE" = adaptive ]; then
@@ -126,10 +152,11 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
             pids=()
             for i in 0 1 2 3; do
                 # shellcheck disable=SC2046
-                timeout $((SECS + 240)) "$MSCHED" run --engine "$engine" --verbose -- \
+                timeout $((SECS + BARRIER_S + 240)) "$MSCHED" run --engine "$engine" --verbose -- \
                     $(cmd $i "$gib") >"$dir/proc_$i.json" 2>&1 &
                 pids+=($!)
             done
+            release "$dir/barrier" "${pids[@]}"
             sleep $W
             prom "$dir/m0.prom"
             sleep "$D"

@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from dnn_models import MODELS, batch_for  # noqa: E402
-from progress import Progress  # noqa: E402
+from progress import Progress, barrier  # noqa: E402
 
 USAGE = "usage: dnn.py MODEL BATCH|--gib GIB SECONDS (MODEL: " + ", ".join(MODELS) + ")"
 if len(sys.argv) < 4 or sys.argv[1] not in MODELS:
@@ -43,6 +43,7 @@ def task():
 
 
 task()
+barrier()
 n, t0, prog = 0, time.time(), Progress()
 while time.time() - t0 < seconds:
     out = task()

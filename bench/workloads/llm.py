@@ -17,7 +17,7 @@ import time
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from progress import Progress  # noqa: E402
+from progress import Progress, barrier  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 if len(sys.argv) < 3:
@@ -46,6 +46,7 @@ def request(seed):
 
 
 request(0)
+barrier()
 tokens, n, t0, prog = 0, 0, time.time(), Progress()
 while time.time() - t0 < seconds:
     n += 1

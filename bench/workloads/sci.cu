@@ -236,6 +236,7 @@ int main(int argc, char **argv)
     if (run_task())
         return 1;
     task = 0;
+    ms_bench_barrier();
     auto start = std::chrono::steady_clock::now();
     ms_progress prog;
     double el = 0;

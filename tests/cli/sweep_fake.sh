@@ -11,9 +11,14 @@ need_fake_cuda
 SECS=12
 case "$BUILD" in *thread* | *address*) SECS=14 ;; esac
 
-# micro's command line is KIND GIB SECONDS; the stand-in runs the fake driver's cycle that long.
+# micro's command line is KIND GIB SECONDS; the stand-in waits at the harness's start barrier
+# (as bench/workloads/progress.py does), then runs the fake driver's cycle that long.
 {
     fake_program_env
+    echo 'if [ -n "${MSCHED_BENCH_BARRIER:-}" ]; then'
+    echo '    : >"$MSCHED_BENCH_BARRIER/ready.$$"'
+    echo '    while [ ! -e "$MSCHED_BENCH_BARRIER/go" ]; do sleep 0.05; done'
+    echo 'fi'
     echo "exec $STRESS \"\$3\" 1 timed"
 } >"$T/wrap.sh"
 chmod +x "$T/wrap.sh"
@@ -42,6 +47,11 @@ assert d["msched_populated_bytes_total"] > 0 and d["msched_evicted_bytes_total"]
 print("ok", opt["slice"], int(d["msched_switches_total"]), "switches")
 PY
 pass "run_sweep.sh on the fake driver: 12 process rates, opt and whole windows, $(cat "$T/check.txt")"
+# Every run released its four processes together at the barrier, none by the time limit.
+n=$(grep -c "timed loops start after" "$T/sweep.log")
+[ "$n" = 3 ] || fail "$n of 3 runs released at the start barrier: $(tail -n 5 "$T/sweep.log")"
+grep -q "at the start barrier after" "$T/sweep.log" && fail "a run waited out the barrier's limit"
+pass "the start barrier released every run's processes together"
 
 python3 "$ROOT/bench/micro/summarize_sweep.py" "$T/out/sweep.jsonl" >"$T/table.md" 2>&1 ||
     fail "summarize_sweep.py: $(cat "$T/table.md")"
