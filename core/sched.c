@@ -78,7 +78,9 @@ struct ms_stask {
     bool ghost;        /* dropped; memory charged until its process exits; pins its chunks */
     bool runnable;     /* DEMAND more recent than IDLE */
     bool dirty_demand; /* DEMAND arrived while holding RUN: maybe an incremental migration */
-    uint64_t idle_at;  /* when its last IDLE arrived */
+    uint64_t idle_at;  /* when its last IDLE arrived (0: none since its last DEMAND) */
+    uint64_t gap_avg;  /* its recent idle gaps, IDLE to DEMAND (moving average) */
+    bool gap_known;    /* ... measured at least once */
     uint32_t dflags;
     struct ms_chunk_set next_ws, recent_ws; /* mirror ids, access order, no duplicates */
     struct rmap_ent *rmap;                  /* ascending rid */
@@ -725,6 +727,12 @@ static int on_demand(struct ms_sched *s, struct ms_stask *t, const struct ms_msg
     t->next_ws = nx;
     t->recent_ws = rc_set;
     t->dflags = d->flags;
+    if (!t->runnable && t->idle_at) {
+        uint64_t g = s->now > t->idle_at ? s->now - t->idle_at : 0;
+        t->gap_avg = t->gap_known ? (3 * t->gap_avg + g) / 4 : g;
+        t->gap_known = true;
+        t->idle_at = 0;
+    }
     t->runnable = true;
     if (s->cur == t->id || s->next == t->id)
         t->dirty_demand = true;
@@ -1385,6 +1393,8 @@ static uint64_t hold_until(const struct ms_sched *s, const struct ms_stask *t)
     if (s->cfg.policy == MS_SCHED_PRIO)
         return 0;
     uint64_t hold = MS_MIN(s->switch_avg_ns, s->cfg.idle_hold_ns);
+    if (t->gap_known && t->gap_avg >= hold)
+        return 0; /* its gaps outlast a switch: holding would only waste the GPU */
     return MS_MIN(t->idle_at + hold, s->slice_end);
 }
 

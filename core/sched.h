@@ -53,8 +53,11 @@
  *   on. A switch leaves the GPU without compute for about that long, and an idle task that
  *   comes back soon costs a second one: waiting at most one switch's time before switching is
  *   the ski-rental rule, which never wastes more than twice what the better choice in hindsight
- *   would have. With memory at rest switches take well under a millisecond and the hold
- *   vanishes. PRIO yields at once: a waiting higher-priority task must not wait.
+ *   would have. A task's own gaps (IDLE to its next DEMAND, a moving average) refine it: one
+ *   whose gaps outlast the hold is not held at all, since holding would only idle the GPU. With
+ *   memory at rest switches take well under a millisecond and the hold vanishes. PRIO yields at
+ *   once: a waiting higher-priority task must not wait. test_sched's test_idle_hold_effect
+ *   plays the rule against scripted tasks on a virtual clock.
  *
  *   Death (ms_sched_task_gone) releases the task at once: its chunks vanish from the mirror
  *   (whatever state they were in, IN and OUT included), its orders are forgotten, and if it was
