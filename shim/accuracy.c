@@ -69,7 +69,7 @@ static int vr_push(struct vec_range *a, uint64_t addr, uint64_t bytes)
 
 static struct {
     pthread_mutex_t lock;   /* one measurement at a time (accuracy.h) */
-    pthread_mutex_t rec_mu; /* recs, rec_nomem, reports, buffers, dropped, thrash, remote */
+    pthread_mutex_t rec_mu; /* recs, rec_nomem, reports, buffers, dropped, thrash, remote, dtoh */
     bool on;
     FILE *out;
     const struct ms_cuda_api *api;
@@ -90,6 +90,10 @@ static struct {
     uint64_t dropped;          /* records CUPTI says it dropped; UINT64_MAX: cannot tell */
     uint64_t thrash, remote;   /* the driver's thrashing / throttling and remote-map reports */
     bool mitigation;           /* those counters could be enabled */
+    bool dtoh_watched;         /* device-to-host migrations are reported */
+    uint64_t dtoh;             /* device-to-host bytes reported since the last reset */
+    uint64_t launch_evicted;   /* the open measurement's eviction, as the driver reported it */
+    uint64_t evicted_bytes;    /* total of launch_evicted */
     int early;                 /* atomic: 0 not tried, 1 starting, 2 CUPTI on, 3 failed */
     char early_why[256];
     char err[160];
@@ -190,6 +194,9 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffe
         case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD:
             rec_push(u->start, u->address, u->value);
             break;
+        case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH:
+            A.dtoh += u->value;
+            break;
         case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP:
             /* The GPU reaches these bytes where they are, without a migration or (later) a
              * fault: touched all the same. */
@@ -245,11 +252,13 @@ static bool cupti_start(char *why, size_t whylen)
     SYM(str, "cuptiGetResultString");
 #undef SYM
     *(void **)&C.ndropped = dlsym(h, "cuptiActivityGetNumDroppedRecords");
-    /* Faults and host-to-device migrations are required; the driver's thrashing mitigation
-     * (throttling, remote mapping instead of migrating) is watched where CUPTI offers it. */
+    /* Faults and host-to-device migrations are required; device-to-host migrations (what the
+     * eviction moved) and the driver's thrashing mitigation (throttling, remote mapping instead
+     * of migrating) are watched where CUPTI offers them. */
     static const CUpti_ActivityUnifiedMemoryCounterKind kinds[] = {
         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT,
         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD,
+        CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_DTOH,
         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_REMOTE_MAP,
         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING,
         CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING};
@@ -262,7 +271,8 @@ static bool cupti_start(char *why, size_t whylen)
     }
     CUptiResult r = C.reg(buf_request, buf_complete);
     A.mitigation = r == CUPTI_SUCCESS && C.conf(cfg, MS_ARRAY_LEN(kinds)) == CUPTI_SUCCESS;
-    if (r == CUPTI_SUCCESS && !A.mitigation)
+    A.dtoh_watched = A.mitigation || (r == CUPTI_SUCCESS && C.conf(cfg, 3) == CUPTI_SUCCESS);
+    if (r == CUPTI_SUCCESS && !A.dtoh_watched)
         r = C.conf(cfg, 2);
     if (r == CUPTI_SUCCESS)
         r = C.enable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
@@ -432,12 +442,18 @@ void ms_acc_prepare(void)
     STEP("collecting");
     if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
         return;
+    pthread_mutex_lock(&A.rec_mu);
+    A.dtoh = 0;
+    pthread_mutex_unlock(&A.rec_mu);
     STEP("evicting");
     if (evict_all() != MS_OK)
         return;
     STEP("collecting the eviction");
     if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
         return;
+    pthread_mutex_lock(&A.rec_mu);
+    A.launch_evicted = A.dtoh;
+    pthread_mutex_unlock(&A.rec_mu);
     /* The driver takes a page that moves to the host and back within its thrashing lapse
      * (500 us in NVIDIA's open kernel modules) for thrashing, and may then pin it and map it
      * remotely: no more faults or migrations to see. Let the lapse pass. */
@@ -472,15 +488,18 @@ void ms_acc_end(void)
         A.miss_bytes += hi.miss_bytes;
         A.before_bytes += A.launch_before;
         A.after_bytes += A.launch_after;
+        A.evicted_bytes += A.launch_evicted;
         fprintf(A.out, "{\"kernel\":");
         write_name(A.out, A.name);
         fprintf(A.out,
                 ",\"unbounded\":%s,\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"miss_at\":%" PRIu64
-                ",\"covered\":%s,\"before\":%" PRIu64 ",\"after\":%" PRIu64 "}\n",
+                ",\"covered\":%s,\"before\":%" PRIu64 ",\"after\":%" PRIu64
+                ",\"evicted\":%" PRIu64 "}\n",
                 A.unbounded ? "true" : "false", lo.pred_bytes, lo.touched_bytes,
                 hi.touched_bytes, hi.miss_bytes, hi.miss_first,
-                hi.covered ? "true" : "false", A.launch_before, A.launch_after);
+                hi.covered ? "true" : "false", A.launch_before, A.launch_after,
+                A.launch_evicted);
         fflush(A.out);
     }
     A.prev_t0 = t0;
@@ -534,12 +553,14 @@ void ms_acc_finish(void)
                 ",\"unbounded\":%" PRIu64 ",\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"faults\":%" PRIu64
                 ",\"late\":%" PRIu64 ",\"before\":%" PRIu64 ",\"after\":%" PRIu64
+                ",\"evicted\":%" PRIu64 ",\"dtoh_watched\":%s"
                 ",\"max\":%" PRIu64 ",\"reports\":%" PRIu64
                 ",\"buffers\":%" PRIu64 ",\"dropped\":%" PRId64 ",\"thrashing\":%" PRIu64
                 ",\"remote_maps\":%" PRIu64
                 ",\"mitigation_watched\":%s,\"error\":",
                 A.measured, A.covered, A.unbounded_n, A.pred_bytes, A.lo_bytes, A.hi_bytes,
-                A.miss_bytes, A.faults, A.late, A.before_bytes, A.after_bytes, A.max, reports,
+                A.miss_bytes, A.faults, A.late, A.before_bytes, A.after_bytes, A.evicted_bytes,
+                A.dtoh_watched ? "true" : "false", A.max, reports,
                 buffers, dropped, thrash, remote,
                 A.mitigation ? "true" : "false");
         write_name(A.out, A.err);

@@ -23,7 +23,9 @@
  *   inside the same allocation). A report delivered after its launch's window closed is
  *   counted as late, not attributed; the bytes of other reports delivered during a measurement
  *   but stamped before or after its window are counted ("before", "after"), so an offset
- *   between CUPTI's clock and the reports' shows.
+ *   between CUPTI's clock and the reports' shows, and so are the device-to-host bytes the
+ *   driver reported for each launch's eviction ("evicted": how much of the footprint was on
+ *   the device, the ceiling of what the launch before it reached).
  *
  *   The probe bounces every page between host and GPU, which the driver's thrashing detection
  *   may answer by pinning pages and mapping them remotely, so that they neither fault nor

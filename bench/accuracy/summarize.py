@@ -6,7 +6,8 @@ DIR/<program>.jsonl holds one object per measured launch (shim/accuracy.c) and, 
 program exited normally, a summary object last. The totals are recomputed from the launch lines
 (a program killed by its time limit has no summary); "late", "thrashing", "remote_maps",
 "dropped" (records CUPTI dropped, -1: it could not tell) and "error" come from the summary.
-"outside_bytes": bytes reported during the measurements but stamped outside their windows.
+"outside_bytes": bytes reported during the measurements but stamped outside their windows;
+"evicted_bytes": what the driver reported moving to the host for the evictions before them.
 
 Per program: launches measured, the share whose predicted chunks covered every byte the
 driver reported faulting or migrating for them, the unbounded ones (reach unknown: the whole footprint predicted), the predicted
@@ -31,7 +32,7 @@ GROUP = {"vecadd": "micro", "matmul": "micro", "hotspot": "A", "dwt2d": "A", "cf
 
 
 def summarize(path, program):
-    n = covered = unbounded = pred = lo = hi = miss = outside = 0
+    n = covered = unbounded = pred = lo = hi = miss = outside = evicted = 0
     summary = {}
     kernels_missed = set()
     with open(path) as f:
@@ -50,6 +51,7 @@ def summarize(path, program):
             lo += r["touch_lo"]
             hi += r["touch_hi"]
             outside += r.get("before", 0) + r.get("after", 0)
+            evicted += r.get("evicted", 0)
             miss += r["miss"]
             if not r["covered"]:
                 kernels_missed.add(r["kernel"])
@@ -66,6 +68,7 @@ def summarize(path, program):
            "over_lo": round(pred / lo, 2) if lo else None,
            "over_hi": round(pred / hi, 2) if hi else None,
            "missed_kernels": sorted(kernels_missed)[:5], "outside_bytes": outside,
+           "evicted_bytes": evicted,
            "late": summary.get("late"), "thrashing": summary.get("thrashing"),
            "remote_maps": summary.get("remote_maps"), "dropped": summary.get("dropped"),
            "error": summary.get("error"),
