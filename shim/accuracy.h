@@ -48,6 +48,9 @@
  *   an inner record lock, never held across a driver or CUPTI call. Order: engine, then
  *   accuracy, then record.
  *
+ * Tested on the fake driver with a CUPTI stand-in (tests/shim/fake_cupti.c), whose reports are
+ *   the fake's page moves: tests/shim/run_shim_tests.sh checks scripted launches' lines.
+ *
  * Errors: a failure to start is reported once on stderr and leaves the mode off; a driver or
  *   CUPTI error during a measurement ends the measuring (the program runs on) and is written
  *   in the summary.

@@ -81,7 +81,13 @@ $(FAKE_LIB): $(call shim_pic,$(FAKE_SRC)) gpu/fakecuda/exports.map
 SHIM_TEST_COMMON := tests/shim/cuda_test.c tests/shim/workload.c tests/shim/api_load.c
 SHIM_TEST_HDRS := tests/shim/api.h tests/shim/workload.h gpu/fakecuda/fakecuda.h
 SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check \
-              $(SHIM_TDIR)/engine_stress
+              $(SHIM_TDIR)/engine_stress $(SHIM_TDIR)/libcupti_fake.so
+
+# A CUPTI stand-in over the fake driver, for the accuracy probe's tests.
+$(SHIM_TDIR)/libcupti_fake.so: tests/shim/fake_cupti.c gpu/fakecuda/fakecuda.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) -fPIC -fvisibility=hidden $(SHIM_SOFLAGS) -o $@ $< -ldl -lpthread
 
 $(SHIM_TDIR)/engine_stress: tests/shim/engine_stress.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)

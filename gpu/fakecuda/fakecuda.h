@@ -97,9 +97,25 @@ struct ms_fake_stats {
 
 void ms_fake_get_stats(struct ms_fake_stats *out);
 
+/* Unified memory's page moves, as they happened (the fake's own log; a CUPTI stand-in turns
+ * them into reports). A move from the host to the device by a fault is MS_FAKE_UM_FAULT. */
+enum { MS_FAKE_UM_FAULT = 0, MS_FAKE_UM_PREFETCH_IN = 1, MS_FAKE_UM_PREFETCH_OUT = 2 };
+struct ms_fake_um_event {
+    uint64_t ns;    /* CLOCK_MONOTONIC */
+    uint64_t addr;  /* the page's first byte */
+    uint64_t bytes; /* the page's size (2 MiB, less at an allocation's end) */
+    uint8_t kind;
+};
+/* Move up to max logged events, oldest first, into out; returns how many. The log keeps the
+ * last 65536; older unread ones are dropped and counted (ms_fake_um_dropped). Thread-safe. */
+size_t ms_fake_um_drain(struct ms_fake_um_event *out, size_t max);
+uint64_t ms_fake_um_dropped(void);
+
 typedef CUresult (*ms_fake_register_kernel_fn)(const char *, ms_fake_kernel_fn, const size_t *,
                                                size_t, void *, CUfunction *);
 typedef void (*ms_fake_get_stats_fn)(struct ms_fake_stats *);
 typedef CUresult (*ms_fake_kernel_handle_fn)(CUfunction, CUkernel *);
+typedef size_t (*ms_fake_um_drain_fn)(struct ms_fake_um_event *, size_t);
+typedef uint64_t (*ms_fake_um_dropped_fn)(void);
 
 #endif /* MS_FAKECUDA_H */

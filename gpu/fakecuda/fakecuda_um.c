@@ -15,7 +15,9 @@
  *   Counted (ms_fake_get_stats): faults (all), faults while a kernel ran, bytes prefetched each
  *   way, managed bytes on the device now and at most. A test of a memory engine checks the last
  *   against its budget, and the kernel faults against zero where the engine promises to
- *   prefetch everything a launch uses.
+ *   prefetch everything a launch uses. Every page move is also logged with its time (a ring
+ *   of UM_EVENTS; ms_fake_um_drain), what a stand-in for CUPTI turns into unified-memory
+ *   reports, so the accuracy probe (shim/accuracy.h) can be tested against known touches.
  *
  * Invariants
  *   - The handler takes no lock: the table is a fixed array whose entries are published with
@@ -31,9 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define UM_MAX 1024u
 #define UM_PAGE MS_FK_GRAN
+#define UM_EVENTS 65536u
 
 enum { WHERE_NONE = 0, WHERE_DEVICE = 1, WHERE_HOST = 2 };
 
@@ -46,6 +50,53 @@ struct um_block {
 static struct um_block um[UM_MAX];
 static uint64_t um_faults, um_kernel_faults, um_in_bytes, um_out_bytes, um_dev_bytes, um_dev_max;
 static _Thread_local int in_kernel;
+
+/* The event ring: writers (any thread, the SIGSEGV handler included) claim a slot with an
+ * atomic increment and publish it by storing its sequence number last; the reader (under
+ * ms__fk_lock) takes published slots in order. Slots overwritten before they were read are
+ * counted as dropped. */
+static struct {
+    uint64_t seq; /* index + 1 once written (atomic) */
+    struct ms_fake_um_event e;
+} ring[UM_EVENTS];
+static uint64_t ring_w, ring_r, ring_dropped;
+
+static void log_move(uint8_t kind, uint64_t addr, uint64_t bytes)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t i = __atomic_fetch_add(&ring_w, 1, __ATOMIC_ACQ_REL);
+    ring[i % UM_EVENTS].e = (struct ms_fake_um_event){
+        .ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+        .addr = addr,
+        .bytes = bytes,
+        .kind = kind};
+    __atomic_store_n(&ring[i % UM_EVENTS].seq, i + 1, __ATOMIC_RELEASE);
+}
+
+MS_FK_EXPORT size_t ms_fake_um_drain(struct ms_fake_um_event *out, size_t max)
+{
+    pthread_mutex_lock(&ms__fk_lock);
+    uint64_t w = __atomic_load_n(&ring_w, __ATOMIC_ACQUIRE);
+    if (w - ring_r > UM_EVENTS) {
+        ring_dropped += w - ring_r - UM_EVENTS;
+        ring_r = w - UM_EVENTS;
+    }
+    size_t n = 0;
+    while (n < max && ring_r < w &&
+           __atomic_load_n(&ring[ring_r % UM_EVENTS].seq, __ATOMIC_ACQUIRE) == ring_r + 1)
+        out[n++] = ring[ring_r++ % UM_EVENTS].e;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return n;
+}
+
+MS_FK_EXPORT uint64_t ms_fake_um_dropped(void)
+{
+    pthread_mutex_lock(&ms__fk_lock);
+    uint64_t d = ring_dropped;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return d;
+}
 static struct sigaction old_segv;
 static bool handler_on; /* under ms__fk_lock */
 
@@ -95,6 +146,8 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
     if (b) {
         uint64_t p = (a - b->base) / UM_PAGE;
         if (move_page(b, p, WHERE_DEVICE)) {
+            log_move(MS_FAKE_UM_FAULT, b->base + p * UM_PAGE,
+                     b->size - p * UM_PAGE < UM_PAGE ? b->size - p * UM_PAGE : UM_PAGE);
             __atomic_add_fetch(&um_faults, 1, __ATOMIC_RELAXED);
             if (in_kernel)
                 __atomic_add_fetch(&um_kernel_faults, 1, __ATOMIC_RELAXED);
@@ -214,9 +267,12 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLo
     uint64_t first = (devPtr - b->base) / UM_PAGE, last = (devPtr + count - 1 - b->base) / UM_PAGE;
     for (uint64_t p = first; p <= last; p++) {
         uint64_t off = p * UM_PAGE, len = b->size - off < UM_PAGE ? b->size - off : UM_PAGE;
-        if (move_page(b, p, to))
+        if (move_page(b, p, to)) {
             __atomic_add_fetch(to == WHERE_DEVICE ? &um_in_bytes : &um_out_bytes, len,
                                __ATOMIC_RELAXED);
+            log_move(to == WHERE_DEVICE ? MS_FAKE_UM_PREFETCH_IN : MS_FAKE_UM_PREFETCH_OUT,
+                     b->base + off, len);
+        }
     }
     pthread_mutex_unlock(&ms__fk_lock);
     return CUDA_SUCCESS;

@@ -456,6 +456,42 @@ static int strict_mode(const struct ms_api *a, const struct ms_fake_api *fk)
     return v == 0x22 ? 0 : (printf("FAIL: want 0x22\n"), 1);
 }
 
+/* acc: launches whose touches are known, for the accuracy probe on the fake CUPTI
+ * (run_shim_tests.sh checks the probe's lines): touch(A, 4 MiB) twice (each must be seen whole:
+ * the probe sends A back between them), plant(C, B) (B named by a scalar), chase(C) (reaches B
+ * through the stored pointer: a miss of B's first page). */
+static int acc_mode(const struct ms_api *a, const struct ms_fake_api *fk)
+{
+    static const size_t one[] = {8}, two[] = {8, 8};
+    MS_CK(a->Init(0));
+    CUfunction touch;
+    MS_CK(fk->register_kernel("acc_touch", touch_kernel, two, 2, NULL, &touch));
+    MS_CK(fk->register_kernel("acc_plant", plant_kernel, two, 2, NULL, &splant));
+    MS_CK(fk->register_kernel("acc_chase", chase_kernel, one, 1, NULL, &schase));
+    CUcontext ctx;
+    MS_CK(a->PrimaryCtxRetain(&ctx, 0));
+    MS_CK(a->CtxSetCurrent(ctx));
+    CUdeviceptr pa, pb, pc;
+    MS_CK(a->MemAlloc(&pa, 4u << 20));
+    MS_CK(a->MemAlloc(&pb, 4u << 20));
+    MS_CK(a->MemAlloc(&pc, 2u << 20));
+    size_t n = 4u << 20;
+    uint64_t b = pb;
+    void *targs[] = {&pa, &n}, *pargs[] = {&pc, &b}, *cargs[] = {&pc};
+    for (int i = 0; i < 2; i++)
+        MS_CK(a->LaunchKernel(touch, 1, 1, 1, 1, 1, 1, 0, NULL, targs, NULL));
+    MS_CK(a->LaunchKernel(splant, 1, 1, 1, 1, 1, 1, 0, NULL, pargs, NULL));
+    MS_CK(a->LaunchKernel(schase, 1, 1, 1, 1, 1, 1, 0, NULL, cargs, NULL));
+    MS_CK(a->CtxSynchronize());
+    unsigned char v = 0;
+    MS_CK(a->MemcpyDtoH(&v, pb, 1));
+    MS_CK(a->MemFree(pa));
+    MS_CK(a->MemFree(pb));
+    MS_CK(a->MemFree(pc));
+    MS_CK(a->PrimaryCtxRelease(0));
+    return v == 0x22 ? 0 : (printf("FAIL: the chase's write is lost\n"), 1);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -487,6 +523,8 @@ int main(int argc, char **argv)
             rc = pin_lock(&a);
         else if (strcmp(mode, "strict") == 0)
             rc = strict_mode(&a, &fk);
+        else if (strcmp(mode, "acc") == 0)
+            rc = acc_mode(&a, &fk);
         else
             rc = ms_workload_run(&a, &fk);
     }

@@ -457,6 +457,44 @@ else
     fail engine/strict-refused-demand "rc=$rc: $(grep -E 'msched|FAIL' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# The accuracy probe on a CUPTI stand-in (tests/shim/fake_cupti.c: the fake driver's page moves
+# as unified-memory reports): cuda_test's acc mode touches A (4 MiB) twice, plants a pointer to
+# B in C, and chases it. Each line must say exactly that: A touched whole both times (so the
+# probe sent it back between them), the chase not covered, with B's first page (2 MiB) missed.
+# FAKE_CUPTI_CONFIG_MAX=2 plays a CUPTI with only the two basic counters: same touches, no
+# device-to-host or mitigation reports.
+for max in "" 2; do
+    rm -f "$WORK/acc.jsonl"
+    run "shim/accuracy$max" cuda_test_dl acc LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" \
+        MS_FAKECUDA="$FAKE" MSCHED_BUDGET=64MiB MSCHED_ENGINE=demand MSCHED_ACCURACY="$WORK/acc.jsonl" \
+        MSCHED_CUPTI="$T/libcupti_fake.so" FAKE_CUPTI_CONFIG_MAX="$max"
+    rc=$?
+    if [ $rc = 0 ] && python3 - "$WORK/acc.jsonl" "$max" >"$WORK/acc.check" 2>&1 <<'PY'; then
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+full = sys.argv[2] == ""
+launch, summary = lines[:-1], lines[-1]
+MiB = 1 << 20
+want = [("acc_touch", 4 * MiB, 4 * MiB, True, 0), ("acc_touch", 4 * MiB, 4 * MiB, True, 0),
+        ("acc_plant", 6 * MiB, 2 * MiB, True, 0), ("acc_chase", 2 * MiB, 4 * MiB, False, 2 * MiB)]
+got = [(l["kernel"], l["pred"], l["touch_hi"], l["covered"], l["miss"]) for l in launch]
+assert got == want, got
+assert all(l["touch_lo"] > 0 and l["before"] == 0 and l["after"] == 0 for l in launch), launch
+# A went back to the host between its two launches: the eviction moved what launch 0 touched.
+assert launch[1]["evicted"] == (4 * MiB if full else 0), launch[1]
+assert summary["summary"] and summary["launches"] == 4 and summary["covered"] == 3, summary
+assert summary["miss"] == 2 * MiB and summary["late"] == 0 and summary["error"] == "", summary
+assert summary["dtoh_watched"] == full and summary["mitigation_watched"] == full, summary
+assert summary["dropped"] == 0 and summary["reports"] > 0, summary
+print("ok")
+PY
+        pass "shim/accuracy$max (fake CUPTI: touches, eviction and the missed page as scripted)"
+    else
+        fail "shim/accuracy$max" "rc=$rc: $(tail -n 3 "$WORK/acc.check" 2>/dev/null | tr '\n' ' ')"
+        show "shim/accuracy$max"
+    fi
+done
+
 # The accuracy probe (shim/accuracy.h) refuses clearly, once, where it cannot measure, and the
 # program runs on unharmed: under the VMM engine, and without CUPTI.
 for eng in vmm demand; do
