@@ -200,6 +200,15 @@ static bool faults_in(void (*f)(void *), void *arg, uintptr_t lo, uintptr_t hi)
     return WIFEXITED(status) && WEXITSTATUS(status) == 42;
 }
 
+/* cuInit, then the primary context, current on this thread. */
+static int ctx_up(const struct ms_api *a, CUcontext *ctx)
+{
+    MS_CK(a->Init(0));
+    MS_CK(a->PrimaryCtxRetain(ctx, 0));
+    MS_CK(a->CtxSetCurrent(*ctx));
+    return 0;
+}
+
 static const struct ms_api *oapi;
 static CUfunction otouch;
 
@@ -224,11 +233,10 @@ static int oracle(const struct ms_api *a, const struct ms_fake_api *fk)
 {
     static const size_t sizes[] = {8, 8};
     oapi = a;
-    MS_CK(a->Init(0));
-    MS_CK(fk->register_kernel("oracle_touch", touch_kernel, sizes, 2, NULL, &otouch));
     CUcontext ctx;
-    MS_CK(a->PrimaryCtxRetain(&ctx, 0));
-    MS_CK(a->CtxSetCurrent(ctx));
+    if (ctx_up(a, &ctx))
+        return 1;
+    MS_CK(fk->register_kernel("oracle_touch", touch_kernel, sizes, 2, NULL, &otouch));
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                 .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
     size_t g = 0;
@@ -316,9 +324,8 @@ static int fork_mode(const struct ms_api *a)
 {
     CUcontext ctx;
     CUdeviceptr d;
-    MS_CK(a->Init(0));
-    MS_CK(a->PrimaryCtxRetain(&ctx, 0));
-    MS_CK(a->CtxSetCurrent(ctx));
+    if (ctx_up(a, &ctx))
+        return 1;
     MS_CK(a->MemAlloc(&d, 4096));
     MS_CK(a->MemsetD8(d, 1, 4096));
     MS_CK(a->MemFree(d));
@@ -370,9 +377,8 @@ static int pin_lock(const struct ms_api *a)
 {
     CUcontext ctx;
     CUdeviceptr d;
-    MS_CK(a->Init(0));
-    MS_CK(a->PrimaryCtxRetain(&ctx, 0));
-    MS_CK(a->CtxSetCurrent(ctx));
+    if (ctx_up(a, &ctx))
+        return 1;
     MS_CK(a->MemAlloc(&d, 1u << 20));
     MS_CK(a->MemsetD8(d, 1, 1u << 20));
     struct pin_arg x = {.a = a, .ctx = ctx};
@@ -429,13 +435,12 @@ static void chase_kernel(const struct ms_fake_launch *l)
 static int strict_mode(const struct ms_api *a, const struct ms_fake_api *fk)
 {
     static const size_t one[] = {8}, two[] = {8, 8};
-    MS_CK(a->Init(0));
+    CUcontext ctx;
+    if (ctx_up(a, &ctx))
+        return 1;
     MS_CK(fk->register_kernel("strict_fill", fill_kernel, one, 1, NULL, &sfill));
     MS_CK(fk->register_kernel("strict_plant", plant_kernel, two, 2, NULL, &splant));
     MS_CK(fk->register_kernel("strict_chase", chase_kernel, one, 1, NULL, &schase));
-    CUcontext ctx;
-    MS_CK(a->PrimaryCtxRetain(&ctx, 0));
-    MS_CK(a->CtxSetCurrent(ctx));
     CUdeviceptr pa, pb;
     MS_CK(a->MemAlloc(&pa, 2u << 20));
     MS_CK(a->MemAlloc(&pb, 2u << 20));
@@ -463,14 +468,13 @@ static int strict_mode(const struct ms_api *a, const struct ms_fake_api *fk)
 static int acc_mode(const struct ms_api *a, const struct ms_fake_api *fk)
 {
     static const size_t one[] = {8}, two[] = {8, 8};
-    MS_CK(a->Init(0));
+    CUcontext ctx;
+    if (ctx_up(a, &ctx))
+        return 1;
     CUfunction touch;
     MS_CK(fk->register_kernel("acc_touch", touch_kernel, two, 2, NULL, &touch));
     MS_CK(fk->register_kernel("acc_plant", plant_kernel, two, 2, NULL, &splant));
     MS_CK(fk->register_kernel("acc_chase", chase_kernel, one, 1, NULL, &schase));
-    CUcontext ctx;
-    MS_CK(a->PrimaryCtxRetain(&ctx, 0));
-    MS_CK(a->CtxSetCurrent(ctx));
     CUdeviceptr pa, pb, pc;
     MS_CK(a->MemAlloc(&pa, 4u << 20));
     MS_CK(a->MemAlloc(&pb, 4u << 20));

@@ -1000,6 +1000,18 @@ static void test_timeouts(void **state)
 }
 
 /* The drain's share of a switch: STOP sent .. STOPPED received, summed in stop_ns_total. */
+/* a answers the STOP it held. */
+static void answer_stop(struct world *w, struct fshim *a)
+{
+    a->hold_stop = false;
+    a->running = false;
+    struct ms_msg r;
+    ms_msg_init(&r, MS_MSG_STOPPED);
+    r.stopped.epoch = a->run_epoch;
+    to_sched(w, a, &r);
+    settle_world(w);
+}
+
 static void test_stop_time(void **state)
 {
     (void)state;
@@ -1016,12 +1028,7 @@ static void test_stop_time(void **state)
     assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STOPPING);
     uint64_t sw0 = w.s.switch_ns_total;
     advance(&w, 20 * MS);
-    a->hold_stop = false;
-    a->running = false;
-    struct ms_msg r;
-    ms_msg_init(&r, MS_MSG_STOPPED);
-    r.stopped.epoch = a->run_epoch;
-    to_sched(&w, a, &r);
+    answer_stop(&w, a);
     advance(&w, 1 * MS);
     assert_ptr_equal(running(&w), b);
     assert_true(w.s.stop_ns_total == 20 * MS);
@@ -1042,13 +1049,7 @@ static void slow_stop(struct world *w, struct fshim *a, uint64_t ms)
     advance_to_deadline(w, 1000 * MS); /* the slice ends: STOP to a, held */
     assert_int_equal(ms_sched_task_state(&w->s, a->task), MS_TS_STOPPING);
     advance(w, ms);
-    a->hold_stop = false;
-    a->running = false;
-    struct ms_msg r;
-    ms_msg_init(&r, MS_MSG_STOPPED);
-    r.stopped.epoch = a->run_epoch;
-    to_sched(w, a, &r);
-    settle_world(w);
+    answer_stop(w, a);
 }
 
 /*
