@@ -22,7 +22,8 @@
 #                    predicted memory mapped, so a miss would end the program (coverage)
 # SYSTEMS="ref opt ..." in the environment narrows the sweep parts' systems (a part rerun with
 # fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part;
-# ACC_SECS (default 15) is how long each accuracy or strict program runs.
+# ACC_SECS (default 15) is how long each accuracy or strict program runs, ACC_LIMIT its time
+# limit with loading (default ACC_SECS + 90), PROGRAMS which programs (default all 11).
 # SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
 # bench/micro/run_sweep.sh; a W-P-b part, which has no opt run, takes the slice from W-P-a's
 # results, so run part a first); default 1s round-robin.
@@ -39,7 +40,7 @@ SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
 SLICE=${SLICE:-1s}
 
 usage() {
-    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-2}"
 }
 
