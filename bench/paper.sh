@@ -27,9 +27,13 @@
 # SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
 # bench/micro/run_sweep.sh; a W-P-b part, which has no opt run, takes the slice from W-P-a's
 # results, so run part a first); default 1s round-robin.
+# A sweep's processes get BARRIER_S (default 240) to load and LOOP_GRACE (default 90) past their
+# timed loop before the sweep kills them and moves on (bench/micro/run_sweep.sh); a part cut off
+# by a time limit or ^C keeps what it wrote in DIR/raw/<part>.interrupted.tgz.
 # Run from the repository root on the GPU machine; builds what it needs first.
 set -u
 cd "$(dirname "$0")/.." || exit 1
+export BARRIER_S=${BARRIER_S:-240} LOOP_GRACE=${LOOP_GRACE:-90}
 OUT=bench/results/gpu/paper
 PARTS=()
 PAGE=1
@@ -40,7 +44,7 @@ SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
 SLICE=${SLICE:-1s}
 
 usage() {
-    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-2}"
 }
 
@@ -108,9 +112,24 @@ for l in sys.stdin:
         r = json.loads(l); r["workload"] = "engine"; print(json.dumps(r))'
 }
 
+# Terminated mid-part (a time limit, ^C): keep what the part wrote so far as
+# DIR/raw/<part>.interrupted.tgz (its results file stays as it was).
+CUR_PART="" CUR_TMP=""
+on_term() {
+    if [ -n "$CUR_TMP" ] && [ -d "$CUR_TMP" ]; then
+        sleep 1 # the sweep's own trap writes its raw archive into the part's directory
+        tar -C "$CUR_TMP" -czf "$OUT/raw/$CUR_PART.interrupted.tgz" . 2>/dev/null
+        rm -rf "$CUR_TMP"
+        log "part $CUR_PART interrupted; what it wrote is in $OUT/raw/$CUR_PART.interrupted.tgz"
+    fi
+    exit 143
+}
+trap on_term TERM INT
+
 run_part() {
     local p=$1 tmp rc=0
     tmp=$(mktemp -d)
+    CUR_PART=$p CUR_TMP=$tmp
     log "part $p"
     local t0=$SECONDS
     case $p in
@@ -159,6 +178,7 @@ for l in open(sys.argv[1]):
     fi
     tar -C "$tmp" -czf "$OUT/raw/$p.tgz" . 2>/dev/null
     rm -rf "$tmp"
+    CUR_TMP=""
     log "part $p done in $((SECONDS - t0)) s (rc=$rc)"
     return "$rc"
 }

@@ -4,7 +4,9 @@ bench/workloads/run_rtbe.sh), built from one run's raw directory.
     records.py proc DIR FILE KEY=VALUE...   one process's record: the KEY=VALUE fields (a value
                                             that parses as JSON is taken as such, else a
                                             string) and the last JSON line of DIR/FILE, or
-                                            "error" when the process printed none
+                                            "error" when the process printed none (the
+                                            harness's reason from DIR/FILE's stem + ".killed"
+                                            when it killed the process)
     records.py procs DIR N KEY=VALUE...     processes 0..N-1 of one run (DIR/proc_I.json), one
                                             line each, "proc": I added, their rates taken over
                                             the window they all ran in (below)
@@ -72,6 +74,11 @@ def proc(d, name, extra):
         rec.update(json.loads(lines[-1]))
     except (OSError, IndexError, ValueError) as e:  # the run failed: say so in the record
         rec["error"] = f"no result ({e.__class__.__name__})"
+        try:
+            with open(os.path.join(d, os.path.splitext(name)[0] + ".killed")) as f:
+                rec["error"] = f.read().strip() or rec["error"]
+        except OSError:
+            pass
     return rec
 
 

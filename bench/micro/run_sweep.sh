@@ -25,6 +25,13 @@
 # (bench/records.py rates each over the window all four ran in). The daemon's metrics are read
 # twice inside the timed loops (from W s after their start, default 5, to SECONDS-4 s), so the
 # bytes moved and switch times cover steady state.
+# Every run is bounded: a process still running LOOP_GRACE seconds (default 90) after its timed
+# loop should have ended is killed, after the harness has kept what shows where it was stuck
+# (hung_ps.txt: the process tree with kernel wait channels; hung_status.txt and hung.prom: the
+# daemon's view; Python programs print their stacks on SIGUSR1, bench/workloads/progress.py,
+# into their output). Its record then says "error": killed, and the run goes on to the next
+# system. The raw archive is rewritten after every run and when the script is terminated, so
+# what ran is kept even when a part is cut off.
 # Writes OUTDIR/sweep.jsonl (one line per process and one per daemon window) and
 # OUTDIR/raw-<pressures>.tgz (every output and daemon log); bench/micro/summarize_sweep.py turns
 # the JSONL into the tables of docs/evaluation.md. Each daemon run also keeps three frames of
@@ -49,6 +56,7 @@ esac
 # The metrics window starts W s into the timed loops (past the first round of switches).
 W=${W:-5}
 BARRIER_S=${BARRIER_S:-600}
+LOOP_GRACE=${LOOP_GRACE:-90}
 D=$((SECS - 4 - W))
 if [ "$D" -lt 5 ]; then
     echo "run_sweep.sh: SECONDS ($SECS) must exceed the window start W ($W) by at least 9" >&2
@@ -87,8 +95,61 @@ cmd() {
     fi
 }
 
-# prom FILE: the daemon's Prometheus text.
-prom() { "$MSCHED" status --prometheus >"$1" 2>&1; }
+# prom FILE: the daemon's Prometheus text (bounded: a daemon that does not answer gives none).
+prom() { timeout 10 "$MSCHED" status --prometheus >"$1" 2>&1; }
+
+# save_raw: (re)write the raw archive with everything so far.
+save_raw() { tar -C "$RAW" -czf "$OUT/raw-$WORKLOAD-$(echo $PRESSURES | tr ' ' '-').tgz" . 2>/dev/null; }
+# Terminated: end this run's processes (each `timeout` wrapper is its own process group, out
+# of reach of a signal to ours) and daemon, keep the raw outputs.
+pids=() dpid=""
+on_term() {
+    local p
+    for p in "${pids[@]}" $dpid; do kill -TERM "$p" 2>/dev/null; done
+    echo "run_sweep.sh: terminated; raw outputs so far kept" >&2
+    save_raw
+    exit 143
+}
+trap on_term TERM INT
+
+# bounded_wait DIR LIMIT PID...: wait for one run's processes (PID I writes DIR/proc_I.json);
+# those still running LIMIT seconds from now are killed, after the diagnostics (header).
+bounded_wait() {
+    local dir=$1 lim=$2 t0=$SECONDS p i n
+    shift 2
+    while :; do
+        n=0
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+        [ "$n" = 0 ] && break
+        if [ $((SECONDS - t0)) -ge "$lim" ]; then
+            echo "[$(date +%T)]   $n process(es) still running $LOOP_GRACE s after the loops should have ended: killed (diagnostics in the raw archive)" >&2
+            ps -eo pid,ppid,stat,wchan:32,etimes,args --forest >"$dir/hung_ps.txt" 2>&1
+            if [ -n "${MSCHED_SOCKET:-}" ]; then
+                timeout 10 "$MSCHED" status >"$dir/hung_status.txt" 2>&1
+                timeout 10 "$MSCHED" status --prometheus >"$dir/hung.prom" 2>&1
+            fi
+            # Python programs print their stacks on SIGUSR1 (the children of timeout [msched run])
+            for p in "$@"; do
+                kill -0 "$p" 2>/dev/null && pkill -USR1 -f -P "$p" 'python3' 2>/dev/null
+            done
+            sleep 2
+            i=0
+            for p in "$@"; do
+                if kill -0 "$p" 2>/dev/null; then
+                    echo "killed: still running $LOOP_GRACE s after its timed loop should have ended" \
+                        >"$dir/proc_$i.killed"
+                    kill -TERM "$p" 2>/dev/null
+                fi
+                i=$((i + 1))
+            done
+            sleep 5
+            for p in "$@"; do kill -KILL "$p" 2>/dev/null; done
+            break
+        fi
+        sleep 0.5
+    done
+    wait "$@" 2>/dev/null
+}
 
 # release DIR PID...: once every process still running has reached the start barrier in DIR
 # (DIR/ready.<pid>), or after BARRIER_S seconds, let them all start their timed loops.
@@ -131,7 +192,7 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
                 pids+=($!)
             done
             release "$dir/barrier" "${pids[@]}"
-            wait "${pids[@]}"
+            bounded_wait "$dir" $((SECS + LOOP_GRACE)) "${pids[@]}"
         else
             budget=${BUDGET_MIB}MiB evict=opt engine=vmm policy=rr slice=$SLICE
             if [ "$SLICE" = adaptive ]; then
@@ -157,18 +218,20 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
                 pids+=($!)
             done
             release "$dir/barrier" "${pids[@]}"
+            t_go=$SECONDS
             sleep $W
             prom "$dir/m0.prom"
             sleep "$D"
             prom "$dir/m1.prom"
             # What `msched top` shows now (three frames, one a second, as on a terminal).
-            script -qc "env TERM=dumb $MSCHED top --count 3 --interval 1s" /dev/null \
-                >"$dir/top.txt" 2>&1 || "$MSCHED" top --once >"$dir/top.txt" 2>&1
-            "$MSCHED" status >"$dir/status.txt" 2>&1
-            wait "${pids[@]}"
+            timeout 15 script -qc "env TERM=dumb $MSCHED top --count 3 --interval 1s" /dev/null \
+                >"$dir/top.txt" 2>&1 || timeout 10 "$MSCHED" top --once >"$dir/top.txt" 2>&1
+            timeout 10 "$MSCHED" status >"$dir/status.txt" 2>&1
+            bounded_wait "$dir" $((SECS + LOOP_GRACE - (SECONDS - t_go))) "${pids[@]}"
             prom "$dir/m2.prom"
             kill "$dpid"
             wait "$dpid" 2>/dev/null
+            dpid=""
             unset MSCHED_SOCKET
         fi
         t1=$(date +%s.%N)
@@ -211,7 +274,8 @@ PY
                 window_s="$D" slice="$label" wall_s="$(awk "BEGIN { print $t1 - $t0 }")" \
                 >>"$OUT/sweep.jsonl"
         fi
+        save_raw
     done
 done
-tar -C "$RAW" -czf "$OUT/raw-$WORKLOAD-$(echo $PRESSURES | tr ' ' '-').tgz" .
+save_raw
 rm -rf "$BIN"

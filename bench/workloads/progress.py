@@ -10,9 +10,16 @@ Progress() at the loop's start; tick(done) after each task (done: tasks so far, 
 the program's tasks_per_s); fields(done) at the end returns the record's "t_start", "t_end"
 (wall-clock epoch seconds, comparable across the processes of one machine) and "progress":
 [epoch seconds, tasks done] pairs, the first at the start (0 done), then at most one per
-SAMPLE_S, the last at the end."""
+SAMPLE_S, the last at the end.
+
+Importing it makes SIGUSR1 print every thread's Python stack to stderr (faulthandler), so a
+harness can say where a process that overran its loop was stuck before it kills it."""
+import faulthandler
 import os
+import signal
 import time
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 SAMPLE_S = 0.25
 

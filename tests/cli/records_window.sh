@@ -5,7 +5,8 @@
 # t=100 to 140, a fourth starts at 120 (5 tasks/s to 130, then 10/s) and runs alone to 170, so
 # the window is [120, 140] and its rate there is 7.5/s, not its own-loop 9/s. Also: a failed
 # process is left out of the window, a process without samples leaves every rate as reported,
-# and a window shorter than 5 s keeps the reported rates. Needs no build.
+# and a window shorter than 5 s keeps the reported rates; a process the harness killed
+# (proc_I.killed) carries the harness's reason as its error. Needs no build.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 T=$(mktemp -d /tmp/msched-records.XXXXXX)
@@ -59,6 +60,14 @@ check "$T/failed" '
 assert [x["tasks_per_s"] for x in r[:3]] == [10, 10, 10] and r[0]["overlap_s"] == 40, r
 assert "error" in r[3] and "overlap_s" not in r[3], r[3]'
 pass "a failed process is left out of the window"
+
+for i in 0 1 2; do out "$T/killed" $i 10 "$EVEN"; done
+echo "Stack (most recent call first):" >"$T/killed/proc_3.json"
+echo "killed: still running 90 s after its timed loop should have ended" >"$T/killed/proc_3.killed"
+check "$T/killed" '
+assert r[3]["error"] == "killed: still running 90 s after its timed loop should have ended", r[3]
+assert r[2]["tasks_per_s"] == 10 and "error" not in r[2], r[2]'
+pass "a process the harness killed says so in its record"
 
 for i in 0 1 2; do out "$T/nosamples" $i 10 "$EVEN"; done
 out "$T/nosamples" 3 9 ""

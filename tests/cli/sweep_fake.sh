@@ -4,7 +4,9 @@
 # engine_stress in its "timed" mode, through MICRO=) at 150 % of a 256 MiB budget (four cycles of 96 MiB), under `ref`
 # (no msched), `opt` and `whole`, with SLICE=adaptive (opt picks the slice, whole uses it).
 # Checks the JSON lines (every process's rate, the daemon windows, the slice labels), that the
-# daemon moved memory under opt, and that summarize_sweep.py makes its table from them.
+# daemon moved memory under opt, and that summarize_sweep.py makes its table from them. Then a
+# run whose two "matmul" processes hang after the barrier: the harness kills them LOOP_GRACE
+# seconds after the loops should have ended, keeps the diagnostics, and records them as killed.
 . "$(dirname "$0")/../daemon/lib.sh"
 
 need_fake_cuda
@@ -19,6 +21,7 @@ case "$BUILD" in *thread* | *address*) SECS=14 ;; esac
     echo '    : >"$MSCHED_BENCH_BARRIER/ready.$$"'
     echo '    while [ ! -e "$MSCHED_BENCH_BARRIER/go" ]; do sleep 0.05; done'
     echo 'fi'
+    echo '[ -n "${SWEEP_HANG:-}" ] && [ "$1" = matmul ] && exec sleep 1000'
     echo "exec $STRESS \"\$3\" 1 timed"
 } >"$T/wrap.sh"
 chmod +x "$T/wrap.sh"
@@ -57,3 +60,26 @@ python3 "$ROOT/bench/micro/summarize_sweep.py" "$T/out/sweep.jsonl" >"$T/table.m
     fail "summarize_sweep.py: $(cat "$T/table.md")"
 grep -q "^| 150 % | [0-9.]* | [0-9.]* |" "$T/table.md" || fail "no 150 % row: $(cat "$T/table.md")"
 pass "summarize_sweep.py tabulates it"
+
+# A run with two processes that never finish: bounded, diagnosed, recorded, not a hung part.
+(cd "$ROOT" && PATH="$BUILD/bin:$PATH" MICRO="$T/wrap.sh" W=3 BUDGET_MIB=256 SWEEP_HANG=1 \
+    LOOP_GRACE=3 timeout 120 bash bench/micro/run_sweep.sh "$T/hang" "150" "opt" 12 \
+    >"$T/hang.log" 2>&1) || fail "run_sweep.sh with hung processes exited $?: $(tail -n 5 "$T/hang.log")"
+grep -q "2 process(es) still running 3 s after the loops should have ended: killed" "$T/hang.log" ||
+    fail "no kill reported: $(tail -n 5 "$T/hang.log")"
+python3 - "$T/hang/sweep.jsonl" >"$T/hcheck.txt" 2>&1 <<'PY' || fail "hung records: $(cat "$T/hcheck.txt")"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+p = {r["proc"]: r for r in recs if "proc" in r}
+assert sorted(p) == [0, 1, 2, 3], p
+for i in (2, 3):
+    assert p[i].get("error", "").startswith("killed: still running 3 s"), p[i]
+for i in (0, 1):
+    assert "error" not in p[i] and p[i]["tasks_per_s"] > 0, p[i]
+assert any("window_s" in r for r in recs), "no daemon window record"
+PY
+mkdir -p "$T/hraw"
+tar -C "$T/hraw" -xzf "$T"/hang/raw-micro-150.tgz || fail "no raw archive for the hung run"
+grep -q "sleep 1000" "$T/hraw/p150_opt/hung_ps.txt" || fail "hung_ps.txt lacks the hung processes"
+grep -qi "task" "$T/hraw/p150_opt/hung_status.txt" || fail "no daemon status: $(head -3 "$T/hraw/p150_opt/hung_status.txt")"
+pass "hung processes are killed after the grace, with the process tree and daemon status kept"
