@@ -110,7 +110,7 @@ void ms_sched_config_default(struct ms_sched_config *c)
     c->evict = MS_EVICT_OPT;
     c->budget = 16 * MS_GIB;
     c->slice_ns = 100000000ull;      /* 100 ms */
-    c->slice_max_ns = 2000000000ull; /* 2 s */
+    c->slice_max_ns = 4000000000ull; /* 4 s */
     c->switch_frac_pct = 10;
     c->cost = NULL;
     c->stop_timeout_ns = 10000000000ull;  /* 10 s */

@@ -145,8 +145,8 @@ static void test_options(void **state)
     assert_int_equal(ms_conf_set(&c, "cost", "rtx5080", true, why, sizeof(why)), MS_OK);
     assert_int_equal(ms_conf_set(&c, "cost", "a100", true, why, sizeof(why)), MS_E_PARSE);
     assert_int_equal(ms_conf_set(&c, "log_file", "a\tb", false, why, sizeof(why)), MS_E_INVAL);
-    assert_int_equal(ms_conf_set(&c, "slice", "3s", true, why, sizeof(why)), MS_OK);
-    assert_int_equal(ms_conf_check(&c, why, sizeof(why)), MS_E_INVAL); /* slice_max 2s */
+    assert_int_equal(ms_conf_set(&c, "slice", "5s", true, why, sizeof(why)), MS_OK);
+    assert_int_equal(ms_conf_check(&c, why, sizeof(why)), MS_E_INVAL); /* slice_max 4s */
     assert_int_equal(ms_conf_get(&c, "nope", v, sizeof(v)), MS_E_NOTFOUND);
     assert_int_equal(ms_conf_get(&c, "budget", v, 3), MS_E_NOSPACE);
     struct ms_sched_config sc;
