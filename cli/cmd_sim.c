@@ -19,6 +19,8 @@
 
 #define DEFAULT_BUDGET (16 * MS_GIB)
 #define MAX_TRACE_BYTES (1ull << 32)
+#define DEFAULT_SLICE_MAX (4ull * 1000 * 1000 * 1000) /* the daemon's slice_max */
+#define DEFAULT_SWITCH_FRAC 10                        /* the daemon's switch_frac */
 
 struct sim_args {
     const char *workload, *trace, *profile, *svg, *json, *dump;
@@ -27,6 +29,7 @@ struct sim_args {
     uint64_t budget;
     bool have_budget;
     uint64_t slice_ns, duration_ns, nslices, seed, horizon;
+    uint64_t slice_max_ns, switch_frac; /* adaptive (slice_max_ns > 0) */
     bool policies[MS_SIM_NPOLICIES];
     bool hash_clean, progress, check;
 };
@@ -45,6 +48,11 @@ static void sim_help(FILE *f)
            "  --budget SIZE       device memory for the tasks, e.g. 16GiB (default 16 GiB)\n"
            "  --profile NAME      cost profile: h200 (default) or rtx5080\n"
            "  --slice DURATION    round-robin time slice, e.g. 200ms (default 200ms)\n"
+           "  --adaptive          the daemon's adaptive policy: a slice that starts with a\n"
+           "                      switch lasts until the switch is at most --switch-frac\n"
+           "                      percent of it (default 10), up to --slice-max (default 4s);\n"
+           "                      --slice is the shortest\n"
+           "  --slice-max DURATION, --switch-frac N   set those (either implies --adaptive)\n"
            "  --policies LIST     any of opt,opt-serial,lru,whole,demand or all (default all);\n"
            "                      ideal (everything in memory) always runs as the reference\n"
            "  --duration DURATION simulated time measured per run, e.g. 30s (default 30s)\n"
@@ -111,6 +119,7 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
     a->slice_ns = 200ull * 1000 * 1000;
     a->duration_ns = 30ull * 1000 * 1000 * 1000;
     a->seed = 1;
+    a->switch_frac = DEFAULT_SWITCH_FRAC;
     a->hash_clean = true;
     for (int p = 0; p < MS_SIM_NPOLICIES; p++)
         a->policies[p] = true;
@@ -127,6 +136,21 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
         if (FLAG("--help") || FLAG("-h")) {
             sim_help(stdout);
             return -1;
+        } else if (FLAG("--adaptive")) {
+            if (!a->slice_max_ns)
+                a->slice_max_ns = DEFAULT_SLICE_MAX;
+        } else if (OPT("--slice-max")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (ms_cli_parse_duration(v, &a->slice_max_ns) || a->slice_max_ns == 0)
+                return usage("--slice-max '%s' is not a duration like 4s", v);
+        } else if (OPT("--switch-frac")) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            if (ms_cli_parse_u64(v, &a->switch_frac) || a->switch_frac < 1 || a->switch_frac > 100)
+                return usage("--switch-frac '%s' is not a percentage from 1 to 100", v);
+            if (!a->slice_max_ns)
+                a->slice_max_ns = DEFAULT_SLICE_MAX;
         } else if (FLAG("--progress")) {
             a->progress = true;
         } else if (FLAG("--check")) {
@@ -384,6 +408,8 @@ static int sim_run(int argc, char **argv)
     memcpy(so.policies, a.policies, sizeof(so.policies));
     ms_replay_opts_default(&so.replay, cost, a.budget);
     so.replay.slice_ns = a.slice_ns;
+    so.replay.slice_max_ns = a.slice_max_ns;
+    so.replay.switch_frac_pct = (uint32_t)a.switch_frac;
     so.replay.duration_ns = a.duration_ns;
     so.replay.nslices = a.nslices;
     so.replay.hash_clean = a.hash_clean;
@@ -395,14 +421,20 @@ static int sim_run(int argc, char **argv)
     so.progress = ms_cli_progress_cb;
     so.progress_ctx = &prog;
 
-    char sl[32], du[32];
+    char sl[32], du[32], mx[32], how[128];
     ms_fmt_ns(sl, sizeof(sl), a.slice_ns);
     ms_fmt_ns(du, sizeof(du), a.duration_ns);
     if (a.nslices)
         snprintf(du, sizeof(du), "%llu slices", (unsigned long long)a.nslices);
-    printf("msched sim: simulated GPU (profile %s), round-robin slices of %s, %s measured after "
-           "warm-up, hash-clean %s\n\n",
-           cost->name, sl, du, a.hash_clean ? "on" : "off");
+    snprintf(how, sizeof(how), "round-robin slices of %s", sl);
+    if (a.slice_max_ns) {
+        ms_fmt_ns(mx, sizeof(mx), MS_MAX(a.slice_max_ns, a.slice_ns));
+        snprintf(how, sizeof(how), "adaptive slices of %s to %s (a switch at most %llu %%)", sl,
+                 mx, (unsigned long long)a.switch_frac);
+    }
+    printf("msched sim: simulated GPU (profile %s), %s, %s measured after warm-up, "
+           "hash-clean %s\n\n",
+           cost->name, how, du, a.hash_clean ? "on" : "off");
     fflush(stdout);
 
     struct ms_sweep *sw = malloc(sizeof(*sw));

@@ -1066,6 +1066,10 @@ static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     ms_msg_init(&m, MS_MSG_RUN);
     m.run.epoch = s->epoch;
     m.run.slice_ns = s->next_slice ? s->next_slice : s->cfg.slice_ns;
+    /* Adaptive: the switch as it went (its drain, and a migration slower than predicted)
+     * stretches the slice the plan chose, never shortens it. */
+    if (s->cfg.policy == MS_SCHED_ADAPTIVE && s->in_switch && now > s->switch_t0)
+        m.run.slice_ns = adaptive_slice(s, m.run.slice_ns, now - s->switch_t0);
     t->run_epoch = s->epoch;
     t->slice_ns = m.run.slice_ns;
     push_send(s, t->id, &m); /* room reserved by the caller */

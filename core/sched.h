@@ -43,7 +43,9 @@
  *   Policies: RR and PRIO come from core/timeline.h; ADAPTIVE is round-robin whose slice grows
  *   so that the predicted cost of the switch that starts it (core/cost.h: the bytes its plan
  *   moves, both directions pipelined, plus mapping) is at most switch_frac_pct percent of the
- *   slice, between slice_ns and slice_max_ns. The eviction policy (OPT, LRU, WHOLE) is the
+ *   slice, between slice_ns and slice_max_ns; when RUN is sent, the switch's measured time so
+ *   far (its drain, a migration slower than predicted) can stretch it further, within the same
+ *   bounds. The eviction policy (OPT, LRU, WHOLE) is the
  *   planner's. A task's mem_limit caps its resident bytes: its working set is cut to the limit
  *   and its own other chunks are evicted as needed.
  *

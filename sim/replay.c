@@ -781,6 +781,7 @@ static void finish(struct rp *r, struct ms_replay_result *res)
     res->switches = r->acc.switches;
     res->switch_ns = r->acc.switch_ns;
     res->slices = r->acc.slices;
+    res->slice_ns = r->acc.slice_ns;
     res->commands = r->acc.commands;
     res->compute_ns = r->acc.compute_ns;
     res->misses = r->acc.misses;
@@ -800,11 +801,20 @@ static void sub(struct ms_replay_result *a, const struct ms_replay_result *b)
     SUB(switches);
     SUB(switch_ns);
     SUB(slices);
+    SUB(slice_ns);
     SUB(commands);
     SUB(compute_ns);
     SUB(misses);
     SUB(total_ns);
 #undef SUB
+}
+
+/* The adaptive policy's slice after a switch that took sw (ms_replay_opts). */
+static uint64_t adaptive_slice(const struct ms_replay_opts *o, uint64_t base, uint64_t sw)
+{
+    uint64_t want = sw > UINT64_MAX / 100 ? UINT64_MAX : sw * 100 / o->switch_frac_pct;
+    uint64_t hi = MS_MAX(o->slice_max_ns, base);
+    return MS_MIN(MS_MAX(want, base), hi);
 }
 
 int ms_replay_run(const struct ms_workload *w, const struct ms_replay_opts *o,
@@ -817,6 +827,7 @@ int ms_replay_run(const struct ms_workload *w, const struct ms_replay_opts *o,
     }
     why[0] = '\0';
     if (!w || !o || !out || !o->cost || o->slice_ns == 0 ||
+        (o->slice_max_ns && (o->switch_frac_pct < 1 || o->switch_frac_pct > 100)) ||
         (o->nslices == 0 && o->duration_ns == 0) || (unsigned)o->policy >= MS_SIM_NPOLICIES) {
         snprintf(why, whylen, "bad replay options");
         return MS_E_INVAL;
@@ -896,11 +907,16 @@ int ms_replay_run(const struct ms_workload *w, const struct ms_replay_opts *o,
             if (rc)
                 break;
         }
+        uint64_t slice = r.tl.e[0].slice_ns;
         if (t != last) {
+            uint64_t sw = ms_gpu_sim_now(r.gpu) - ts;
             r.acc.switches++;
-            r.acc.switch_ns += ms_gpu_sim_now(r.gpu) - ts;
+            r.acc.switch_ns += sw;
+            if (o->slice_max_ns)
+                slice = adaptive_slice(o, slice, sw);
         }
-        rc = run_slice(&r, t, r.tl.e[0].slice_ns);
+        r.acc.slice_ns += slice;
+        rc = run_slice(&r, t, slice);
         if (rc)
             break;
         last = t;

@@ -61,6 +61,12 @@ struct ms_replay_opts {
     const struct ms_cost *cost;
     uint64_t budget;      /* device bytes the tasks may use (ignored by ideal) */
     uint64_t slice_ns;    /* round-robin slice, > 0 */
+    /* Adaptive slices (the daemon's `adaptive` policy) when slice_max_ns > 0: a slice that
+     * starts with a switch lasts long enough for that switch to cost at most switch_frac_pct
+     * percent of it, between slice_ns and max(slice_max_ns, slice_ns). The daemon predicts the
+     * switch's cost from its plan; here it is the simulated switch's time. 0: fixed slices. */
+    uint64_t slice_max_ns;
+    uint32_t switch_frac_pct; /* 1..100 when adaptive */
     uint64_t duration_ns; /* measured virtual time; used when nslices == 0 */
     uint64_t nslices;     /* measured slices; 0: run for duration_ns */
     bool hash_clean;      /* executor drops touched-but-unchanged chunks (GPU hash) */
@@ -86,6 +92,7 @@ struct ms_replay_result {
     uint64_t switches;      /* slices that started a different task than the previous one */
     uint64_t switch_ns;     /* time spent migrating at those switches */
     uint64_t slices, commands;
+    uint64_t slice_ns;      /* the slices' lengths summed (slice_ns / slices: the mean slice) */
     uint64_t peak_resident; /* most device bytes resident after any step */
     uint64_t misses;        /* commands run with a touched chunk not resident: must be 0 */
     uint64_t hashes;        /* chunks hashed by the executor */

@@ -91,6 +91,8 @@ int ms_sweep_run(const struct ms_sweep_opts *o, struct ms_sweep *out, char *why,
     snprintf(out->workload, sizeof(out->workload), "%s", o->trace ? o->trace->name : o->workload);
     out->profile = o->cost->name;
     out->slice_ns = o->replay.slice_ns;
+    out->slice_max_ns = o->replay.slice_max_ns;
+    out->switch_frac_pct = o->replay.slice_max_ns ? o->replay.switch_frac_pct : 0;
     out->duration_ns = o->replay.duration_ns;
     out->nslices = o->replay.nslices;
     out->hash_clean = o->replay.hash_clean;
@@ -166,8 +168,9 @@ void ms_sweep_print(const struct ms_sweep *s, FILE *f)
         else
             fprintf(f, "pressure %.0f%%: footprint %s, budget %s, %zu tasks\n",
                     100 * pt->actual_pressure, a, b, pt->ntasks);
-        fprintf(f, "  %-11s %10s %11s %11s %11s %10s %9s %12s\n", "policy", "throughput",
-                "bytes in", "bytes out", "dropped", "faults", "switches", "mean switch");
+        fprintf(f, "  %-11s %10s %11s %11s %11s %10s %9s %12s%s\n", "policy", "throughput",
+                "bytes in", "bytes out", "dropped", "faults", "switches", "mean switch",
+                s->slice_max_ns ? "   mean slice" : "");
         for (int p = 0; p < MS_SIM_NPOLICIES; p++) {
             if (!pt->ran[p])
                 continue;
@@ -177,9 +180,14 @@ void ms_sweep_print(const struct ms_sweep *s, FILE *f)
             ms_fmt_bytes(c, sizeof(c), r->bytes_dropped);
             ms_fmt_ns(d, sizeof(d), r->switches ? r->switch_ns / r->switches : 0);
             double pct = 100 * ms_sweep_norm(s, i, (enum ms_sim_policy)p);
-            fprintf(f, "  %-11s %9.*f%% %11s %11s %11s %10llu %9llu %12s\n",
+            fprintf(f, "  %-11s %9.*f%% %11s %11s %11s %10llu %9llu %12s",
                     ms_sim_policy_name((enum ms_sim_policy)p), pct < 1 && pct > 0 ? 3 : 1, pct, a,
                     b, c, (unsigned long long)r->faults, (unsigned long long)r->switches, d);
+            if (s->slice_max_ns) {
+                ms_fmt_ns(d, sizeof(d), r->slices ? r->slice_ns / r->slices : 0);
+                fprintf(f, " %12s", d);
+            }
+            fputc('\n', f);
         }
         if (i + 1 < s->n)
             fprintf(f, "\n");
@@ -208,9 +216,11 @@ int ms_sweep_json(const struct ms_sweep *s, FILE *f)
     fprintf(f, ",\n  \"profile\": ");
     json_str(f, s->profile ? s->profile : "");
     fprintf(f,
-            ",\n  \"slice_ns\": %llu,\n  \"duration_ns\": %llu,\n  \"nslices\": %llu,\n"
+            ",\n  \"slice_ns\": %llu,\n  \"slice_max_ns\": %llu,\n  \"switch_frac_pct\": %u,\n"
+            "  \"duration_ns\": %llu,\n  \"nslices\": %llu,\n"
             "  \"hash_clean\": %s,\n  \"seed\": %llu,\n  \"points\": [",
-            (unsigned long long)s->slice_ns, (unsigned long long)s->duration_ns,
+            (unsigned long long)s->slice_ns, (unsigned long long)s->slice_max_ns,
+            (unsigned)s->switch_frac_pct, (unsigned long long)s->duration_ns,
             (unsigned long long)s->nslices, s->hash_clean ? "true" : "false",
             (unsigned long long)s->seed);
     for (size_t i = 0; i < s->n; i++) {
@@ -246,9 +256,11 @@ int ms_sweep_json(const struct ms_sweep *s, FILE *f)
                     (unsigned long long)r->switches, (unsigned long long)r->switch_ns,
                     (unsigned long long)(r->switches ? r->switch_ns / r->switches : 0));
             fprintf(f,
-                    "\"slices\": %llu, \"commands\": %llu, \"peak_resident\": %llu, "
-                    "\"misses\": %llu, \"hashes\": %llu}",
-                    (unsigned long long)r->slices, (unsigned long long)r->commands,
+                    "\"slices\": %llu, \"mean_slice_ns\": %llu, \"commands\": %llu, "
+                    "\"peak_resident\": %llu, \"misses\": %llu, \"hashes\": %llu}",
+                    (unsigned long long)r->slices,
+                    (unsigned long long)(r->slices ? r->slice_ns / r->slices : 0),
+                    (unsigned long long)r->commands,
                     (unsigned long long)r->peak_resident, (unsigned long long)r->misses,
                     (unsigned long long)r->hashes);
         }

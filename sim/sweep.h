@@ -50,6 +50,8 @@ struct ms_sweep {
     char workload[64];
     const char *profile;
     uint64_t slice_ns, duration_ns, nslices;
+    uint64_t slice_max_ns;    /* adaptive slices up to this (0: fixed slices) */
+    uint32_t switch_frac_pct; /* ... the switch at most this percent of the slice */
     bool hash_clean;
     uint64_t seed;
     struct ms_sweep_point pts[MS_SWEEP_MAX_POINTS];

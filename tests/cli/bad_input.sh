@@ -58,6 +58,12 @@ expect 2 sim --workload
 expect 2 sim --workload nosuch
 expect 2 sim --workload=E
 expect 2 sim --pressure abc
+expect 2 sim --slice-max
+expect 2 sim --slice-max 0
+expect 2 sim --slice-max soon
+expect 2 sim --switch-frac 0
+expect 2 sim --switch-frac 101
+expect 2 sim --switch-frac x
 expect 2 sim --pressure 0
 expect 2 sim --pressure -1
 expect 2 sim --pressure 1,,2

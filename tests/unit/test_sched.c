@@ -785,6 +785,18 @@ static void test_death_mid_switch(void **state)
         death_case(where);
 }
 
+/* a answers the STOP it held. */
+static void answer_stop(struct world *w, struct fshim *a)
+{
+    a->hold_stop = false;
+    a->running = false;
+    struct ms_msg r;
+    ms_msg_init(&r, MS_MSG_STOPPED);
+    r.stopped.epoch = a->run_epoch;
+    to_sched(w, a, &r);
+    settle_world(w);
+}
+
 static void test_adaptive_slice(void **state)
 {
     (void)state;
@@ -826,6 +838,39 @@ static void test_adaptive_slice(void **state)
     advance_to_deadline(&w, 100000 * MS);
     advance_to_deadline(&w, 100000 * MS);
     assert_true(b->run_slice <= 2 * SLICE && c->run_slice <= 2 * SLICE);
+    world_fini(&w);
+}
+
+/* Adaptive: the slice answers the switch as it went, not only as planned. A drain of 40 ms
+ * (the outgoing task stopping late) before a switch whose plan moves almost nothing still
+ * stretches the incoming slice to 10x the switch (switch_frac 10 %). */
+static void test_adaptive_slice_measured(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_ADAPTIVE, MS_EVICT_OPT, 4096 * CH);
+    uint32_t small[] = {1};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, small, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, small, 1);
+    demand_all(&w, a);
+    assert_ptr_equal(running(&w), a);
+    assert_true(a->run_slice == SLICE); /* one fresh chunk: predicted cost far below 1 ms */
+    demand_all(&w, b);
+    a->hold_stop = true;
+    advance_to_deadline(&w, 100000 * MS); /* a's slice ends: STOP, held */
+    assert_false(b->running);
+    advance(&w, 40 * MS);
+    answer_stop(&w, a);
+    assert_ptr_equal(running(&w), b);
+    assert_true(b->run_slice >= 400 * MS && b->run_slice <= 100 * SLICE);
+    /* ... and never past slice_max */
+    w.s.cfg.slice_max_ns = 2 * SLICE;
+    b->hold_stop = true;
+    advance_to_deadline(&w, 100000 * MS);
+    advance(&w, 40 * MS);
+    answer_stop(&w, b);
+    assert_ptr_equal(running(&w), a);
+    assert_true(a->run_slice == 2 * SLICE);
     world_fini(&w);
 }
 
@@ -1000,18 +1045,6 @@ static void test_timeouts(void **state)
 }
 
 /* The drain's share of a switch: STOP sent .. STOPPED received, summed in stop_ns_total. */
-/* a answers the STOP it held. */
-static void answer_stop(struct world *w, struct fshim *a)
-{
-    a->hold_stop = false;
-    a->running = false;
-    struct ms_msg r;
-    ms_msg_init(&r, MS_MSG_STOPPED);
-    r.stopped.epoch = a->run_epoch;
-    to_sched(w, a, &r);
-    settle_world(w);
-}
-
 static void test_stop_time(void **state)
 {
     (void)state;
@@ -1554,6 +1587,7 @@ int main(void)
         cmocka_unit_test(test_opt_chunk_order),
         cmocka_unit_test(test_death_mid_switch),
         cmocka_unit_test(test_adaptive_slice),
+        cmocka_unit_test(test_adaptive_slice_measured),
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_stop_time),

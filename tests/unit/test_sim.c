@@ -279,6 +279,43 @@ static void test_replay_hash_clean_drops_weights(void **state)
     ms_wl_fini(&w);
 }
 
+/* Adaptive slices: at 300 % a switch moves a 12 GiB task each way (about 0.25 s on the H200's
+ * link), so 1 s slices lose about a fifth of the GPU; stretching a slice until its switch is at
+ * most 10 % of it bounds the loss at 1/11, and the slices stay within [slice, slice_max]. With
+ * slice_max equal to the slice it is the fixed-slice run exactly. */
+static void test_replay_adaptive_slices(void **state)
+{
+    (void)state;
+    const struct ms_cost *c = &ms_cost_h200;
+    struct ms_workload w;
+    build("micro", 3.0, 16 * MS_GIB, c, &w);
+    struct ms_replay_opts o;
+    ms_replay_opts_default(&o, c, 16 * MS_GIB);
+    o.slice_ns = 1000000000ull;
+    o.duration_ns = 60000000000ull;
+    char why[300];
+    struct ms_replay_result fixed, same, adapt;
+    assert_int_equal(ms_replay_run(&w, &o, &fixed, why, sizeof(why)), MS_OK);
+    o.switch_frac_pct = 10;
+    o.slice_max_ns = o.slice_ns;
+    assert_int_equal(ms_replay_run(&w, &o, &same, why, sizeof(why)), MS_OK);
+    assert_memory_equal(&fixed, &same, sizeof(fixed));
+    o.slice_max_ns = 4000000000ull;
+    assert_int_equal(ms_replay_run(&w, &o, &adapt, why, sizeof(why)), MS_OK);
+    assert_int_equal(adapt.misses, 0);
+    double mean_switch = (double)adapt.switch_ns / (double)adapt.switches;
+    double mean_slice = (double)adapt.slice_ns / (double)adapt.slices;
+    assert_true(fixed.throughput < 0.85); /* the switch is a fifth of a 1 s slice */
+    assert_true(mean_switch > 1e8);       /* ... so every slice stretches */
+    assert_true(mean_slice > 9.9 * mean_switch && mean_slice < 10.1 * mean_switch);
+    assert_true(mean_slice <= 4e9);
+    assert_true(adapt.throughput >= 1 / 1.1 - 0.005 && adapt.throughput > fixed.throughput);
+    /* a switch_frac out of range is refused when adaptive */
+    o.switch_frac_pct = 0;
+    assert_int_equal(ms_replay_run(&w, &o, &adapt, why, sizeof(why)), MS_E_INVAL);
+    ms_wl_fini(&w);
+}
+
 static void test_replay_impossible_budget(void **state)
 {
     (void)state;
@@ -574,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_replay_fits_no_migration),
         cmocka_unit_test(test_replay_hash_clean_drops_weights),
         cmocka_unit_test(test_replay_impossible_budget),
+        cmocka_unit_test(test_replay_adaptive_slices),
         cmocka_unit_test(test_trace_round_trip),
         cmocka_unit_test(test_trace_relocation_and_errors),
         cmocka_unit_test(test_sweep_outputs),

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/results/sim/run.sh - regenerate every simulator result that docs/calibration.md cites.
+# bench/results/sim/run.sh - regenerate every simulator result that docs/calibration.md and
+# docs/evaluation.md cite.
 # Usage: bench/results/sim/run.sh [path/to/msched]   (from the repository root; a few seconds)
 # Each run writes NAME.txt (the printed tables), NAME.json and NAME.svg next to this script.
 set -eu
@@ -30,4 +31,10 @@ done
 for s in 50ms 100ms 200ms 500ms 1000ms; do
     run "slice-D-rtx5080-$s" --workload D --profile rtx5080 --budget 16GiB --pressure 1.5,2,3 \
         --slice "$s" --duration 60s --hash-clean off --policies opt
+done
+# The adaptive policy on the H200 profile from 1 s slices (docs/evaluation.md, Targets): the
+# in-memory share it keeps per workload and pressure.
+for w in micro B D; do
+    run "adaptive-$w-h200-1s" --workload "$w" --profile h200 --budget 16GiB --pressure 1.5,2,3 \
+        --slice 1s --adaptive --duration 60s --policies opt,lru,whole
 done
