@@ -1314,7 +1314,9 @@ static uint64_t own_spare(struct ms_sched *s, struct ms_stask *t)
  * The running task demanded chunks it does not have: populate them without a switch. When its
  * own resident chunks (pinned here: work in flight may use them) leave no room for even one
  * of them but a full switch could evict some, MS_E_BUSY asks the caller to stop the task
- * instead (a task alone would otherwise wait forever).
+ * instead (a task alone would otherwise wait forever). When neither helps (the room is pinned,
+ * e.g. by a ghost), the demand stays open and is retried (MS_E_NOSPACE, or MS_OK with
+ * dirty_demand and a retry set when an eviction-only plan was sent).
  */
 static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t)
 {
@@ -1368,8 +1370,24 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
     size_t pops = 0;
     for (size_t i = 0; i < s->plan.n; i++)
         pops += s->plan.steps[i].op == MS_STEP_POPULATE;
-    if (pops == 0 && own_spare(s, t) > 0)
-        return MS_E_BUSY;
+    if (pops == 0) {
+        if (own_spare(s, t) > 0)
+            return MS_E_BUSY;
+        /* Nothing it lacks fits yet, and a switch would free nothing of its own: the room is
+         * held by memory that cannot move now (a ghost's, until its process exits) or is on
+         * its way out. Send what the plan frees and keep the demand open, so that it is
+         * planned again (the retry, and any release of memory) instead of lost: its shim
+         * waits for this population and does not ask twice. */
+        if (s->plan.n == 0)
+            return MS_E_NOSPACE;
+        rc = dispatch(s, now, t, true, 0);
+        if (rc)
+            return rc;
+        t->dirty_demand = true;
+        s->retry = true;
+        s->retry_at = now + RETRY_NS;
+        return MS_OK;
+    }
     return dispatch(s, now, t, true, 0);
 }
 

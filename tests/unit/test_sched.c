@@ -874,6 +874,42 @@ static void test_adaptive_slice_measured(void **state)
     world_fini(&w);
 }
 
+/* A demand that cannot be met yet is kept, not lost. A ghost (its session closed, its process
+ * still exiting) pins 9 chunks of a 16-chunk budget; the task that runs next needs all 9 of its
+ * own (one launch over its whole footprint) and gets the 7 that fit. Its DEMAND for the rest
+ * finds no room and nothing of its own to give up. The shim waits for that population and does
+ * not ask twice, and nobody else waits, so the scheduler must keep a deadline and populate the
+ * rest once the ghost's process is gone. */
+static void test_demand_kept_beside_ghost(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 16 * CH);
+    uint32_t nine[] = {9};
+    struct fshim *g = add_task(&w, "g", MS_PRIO_BE, 0, nine, 1);
+    struct fshim *t = add_task(&w, "t", MS_PRIO_BE, 0, nine, 1);
+    demand_all(&w, g);
+    demand_all(&w, t);
+    assert_ptr_equal(running(&w), g);
+    assert_int_equal(ms_sched_task_drop(&w.s, w.now, g->task, MS_E_IO, "closed"), MS_OK);
+    settle_world(&w);
+    assert_ptr_equal(running(&w), t); /* beside the ghost's 9 chunks: part of its own */
+    assert_false(t->regs[0].res[8]);
+    int mark = w.nlog;
+    demand_all(&w, t); /* running, it launches over all 9 */
+    assert_int_equal(count_log(&w, mark, MS_MSG_POPULATE, t->task), 0); /* no room yet */
+    assert_true(ms_sched_deadline(&w.s) != UINT64_MAX);                 /* ... but not lost */
+    advance(&w, 100 * MS);
+    assert_ptr_equal(running(&w), t);
+    kill_task(&w, g); /* the ghost's process exits: its memory is free */
+    advance_to_deadline(&w, 1000 * MS);
+    assert_ptr_equal(running(&w), t);
+    assert_true(count_log(&w, mark, MS_MSG_POPULATE, t->task) > 0);
+    for (int k = 0; k < 9; k++)
+        assert_true(t->regs[0].res[k]);
+    world_fini(&w);
+}
+
 static void expect_dropped(struct world *w, struct fshim *f, int32_t err)
 {
     assert_int_equal(f->drops, 1);
@@ -1588,6 +1624,7 @@ int main(void)
         cmocka_unit_test(test_death_mid_switch),
         cmocka_unit_test(test_adaptive_slice),
         cmocka_unit_test(test_adaptive_slice_measured),
+        cmocka_unit_test(test_demand_kept_beside_ghost),
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_stop_time),
