@@ -896,13 +896,29 @@ static int build_plan(struct ms_sched *s, size_t nws, const struct ms_timeline *
                                .ws = s->ws,
                                .nws = nws,
                                .policy = s->cfg.evict};
-    for (;;) {
-        int rc = ms_plan_build(&in, &s->plan);
-        if (rc != MS_E_NOSPACE || s->ws[0].n == 0)
+    size_t full = s->ws[0].n;
+    int rc = ms_plan_build(&in, &s->plan);
+    if (rc != MS_E_NOSPACE || full == 0)
+        return rc;
+    s->plan_failures++;
+    /* The longest prefix of ws[0] that fits (memory pinned elsewhere, e.g. by a ghost): lo
+     * fits or is 0, hi does not. The longest, not just a shorter one, so that the running task
+     * is left with none of its own memory outside its need when its need cannot fit whole
+     * (plan_incremental then keeps the demand open instead of stopping it again and again). */
+    size_t lo = 0, hi = full;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        s->ws[0].n = mid;
+        rc = ms_plan_build(&in, &s->plan);
+        if (rc == MS_OK)
+            lo = mid;
+        else if (rc == MS_E_NOSPACE)
+            hi = mid;
+        else
             return rc;
-        s->plan_failures++;
-        s->ws[0].n /= 2;
     }
+    s->ws[0].n = lo;
+    return ms_plan_build(&in, &s->plan);
 }
 
 /* Coalesce an order's entries into runs; fill the message's run array. */

@@ -910,6 +910,43 @@ static void test_demand_kept_beside_ghost(void **state)
     world_fini(&w);
 }
 
+/* The same beside a ghost when the task also holds memory outside its need: the switch that
+ * brings it in must give it the longest part of its need that fits (evicting its other memory),
+ * not a shorter one that leaves that memory in place. Otherwise each DEMAND finds memory of its
+ * own to give up, stops the task, and the next switch makes the same plan: a stop-run loop at
+ * message speed until the ghost's process exits. */
+static void test_no_stop_loop_beside_ghost(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 16 * CH);
+    uint32_t nine[] = {9}, tregs[] = {9, 3};
+    struct fshim *g = add_task(&w, "g", MS_PRIO_BE, 0, nine, 1);
+    struct fshim *t = add_task(&w, "t", MS_PRIO_BE, 0, tregs, 2);
+    struct ms_run extra = {t->regs[1].rid, 0, 3}, need = {t->regs[0].rid, 0, 9};
+    demand_runs(&w, t, &extra, 1, 0); /* t first, with its 3 other chunks */
+    demand_all(&w, g);
+    advance_to_deadline(&w, 1000 * MS); /* g: 9 + t's 3 fit in 16 */
+    assert_ptr_equal(running(&w), g);
+    demand_runs(&w, t, &need, 1, 0);
+    assert_int_equal(ms_sched_task_drop(&w.s, w.now, g->task, MS_E_IO, "closed"), MS_OK);
+    settle_world(&w);
+    assert_ptr_equal(running(&w), t);
+    assert_int_equal(ms_sched_task_resident(&w.s, t->task), 7 * CH); /* 7 of its need */
+    assert_false(t->regs[1].res[0]);
+    int mark = w.nlog;
+    for (int k = 0; k < 4; k++) {
+        demand_runs(&w, t, &need, 1, 0);
+        advance(&w, 20 * MS);
+    }
+    assert_int_equal(count_log(&w, mark, MS_MSG_STOP, t->task), 0);
+    assert_ptr_equal(running(&w), t);
+    kill_task(&w, g);
+    advance_to_deadline(&w, 1000 * MS);
+    assert_true(t->regs[0].res[8]);
+    world_fini(&w);
+}
+
 static void expect_dropped(struct world *w, struct fshim *f, int32_t err)
 {
     assert_int_equal(f->drops, 1);
@@ -1625,6 +1662,7 @@ int main(void)
         cmocka_unit_test(test_adaptive_slice),
         cmocka_unit_test(test_adaptive_slice_measured),
         cmocka_unit_test(test_demand_kept_beside_ghost),
+        cmocka_unit_test(test_no_stop_loop_beside_ghost),
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_stop_time),
