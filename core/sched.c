@@ -1050,10 +1050,7 @@ static int limit_victims(struct ms_sched *s, struct ms_stask *t, struct ms_sorde
 
 static uint64_t adaptive_slice(const struct ms_sched *s, uint64_t base, uint64_t cost_ns)
 {
-    uint64_t want =
-        cost_ns > UINT64_MAX / 100 ? UINT64_MAX : cost_ns * 100 / s->cfg.switch_frac_pct;
-    uint64_t hi = MS_MAX(s->cfg.slice_max_ns, base);
-    return MS_MIN(MS_MAX(want, base), hi);
+    return ms_adaptive_slice(base, cost_ns, s->cfg.slice_max_ns, s->cfg.switch_frac_pct);
 }
 
 /* Predicted time of the migration prepared in the tasks' orders. */

@@ -12,6 +12,9 @@
  *   and the cyclic order, so a call costs O(ntasks log ntasks + horizon) and two allocations at
  *   most (the scratch and, if needed, growing the output).
  *
+ *   The adaptive policy is round-robin with a stretched slice; the stretch rule
+ *   (ms_adaptive_slice) lives here so the scheduler and the simulator apply the same one.
+ *
  * Invariants
  *   - On success out->n == horizon when at least one task is eligible, else 0.
  *   - Every entry names an eligible task; consecutive entries follow the ascending-id cycle; the
@@ -149,4 +152,12 @@ const char *ms_policy_kind_name(enum ms_policy_kind k)
     case MS_POLICY_PRIO: return "prio";
     }
     return "unknown";
+}
+
+uint64_t ms_adaptive_slice(uint64_t base, uint64_t cost_ns, uint64_t slice_max_ns,
+                           uint32_t switch_frac_pct)
+{
+    uint32_t frac = switch_frac_pct ? switch_frac_pct : 1;
+    uint64_t want = cost_ns > UINT64_MAX / 100 ? UINT64_MAX : cost_ns * 100 / frac;
+    return MS_MIN(MS_MAX(want, base), MS_MAX(slice_max_ns, base));
 }

@@ -66,6 +66,14 @@ void ms_timeline_fini(struct ms_timeline *tl);
 int ms_policy_timeline(const struct ms_policy *p, const struct ms_task_sched *tasks, size_t ntasks,
                        uint32_t last, size_t horizon, struct ms_timeline *out);
 
+/*
+ * The adaptive policy's slice: long enough that a switch costing cost_ns is at most
+ * switch_frac_pct (1..100) percent of it, at least base and at most max(slice_max_ns, base).
+ * Shared by the scheduler (core/sched.c) and the simulator (sim/replay.c).
+ */
+uint64_t ms_adaptive_slice(uint64_t base, uint64_t cost_ns, uint64_t slice_max_ns,
+                           uint32_t switch_frac_pct);
+
 /* Parse "rr" / "prio"; MS_E_NOTFOUND otherwise. */
 int ms_policy_kind_parse(const char *s, enum ms_policy_kind *out);
 const char *ms_policy_kind_name(enum ms_policy_kind k);

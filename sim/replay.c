@@ -809,14 +809,6 @@ static void sub(struct ms_replay_result *a, const struct ms_replay_result *b)
 #undef SUB
 }
 
-/* The adaptive policy's slice after a switch that took sw (ms_replay_opts). */
-static uint64_t adaptive_slice(const struct ms_replay_opts *o, uint64_t base, uint64_t sw)
-{
-    uint64_t want = sw > UINT64_MAX / 100 ? UINT64_MAX : sw * 100 / o->switch_frac_pct;
-    uint64_t hi = MS_MAX(o->slice_max_ns, base);
-    return MS_MIN(MS_MAX(want, base), hi);
-}
-
 int ms_replay_run(const struct ms_workload *w, const struct ms_replay_opts *o,
                   struct ms_replay_result *out, char *why, size_t whylen)
 {
@@ -913,7 +905,7 @@ int ms_replay_run(const struct ms_workload *w, const struct ms_replay_opts *o,
             r.acc.switches++;
             r.acc.switch_ns += sw;
             if (o->slice_max_ns)
-                slice = adaptive_slice(o, slice, sw);
+                slice = ms_adaptive_slice(slice, sw, o->slice_max_ns, o->switch_frac_pct);
         }
         r.acc.slice_ns += slice;
         rc = run_slice(&r, t, slice);
