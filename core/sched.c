@@ -42,6 +42,9 @@
 
 #define NONE MS_TASK_NONE
 #define RETRY_NS 10000000ull /* 10 ms */
+/* A running task's demand that found its room pinned (a ghost's memory): planned again at once
+ * when memory is released (every settle tries it), and at this interval meanwhile. */
+#define PINNED_RETRY_NS 100000000ull /* 100 ms */
 
 /* One chunk of an order. */
 struct oentry {
@@ -1398,7 +1401,7 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
             return rc;
         t->dirty_demand = true;
         s->retry = true;
-        s->retry_at = now + RETRY_NS;
+        s->retry_at = now + PINNED_RETRY_NS;
         return MS_OK;
     }
     return dispatch(s, now, t, true, 0);
@@ -1530,7 +1533,7 @@ static void settle(struct ms_sched *s, uint64_t now)
                 } else if (rc) {
                     t->dirty_demand = true;
                     s->retry = true;
-                    s->retry_at = now + RETRY_NS;
+                    s->retry_at = now + (rc == MS_E_NOSPACE ? PINNED_RETRY_NS : RETRY_NS);
                 }
             }
             if (s->phase == MS_PH_RUNNING && s->shrink && !any_order_active(s)) {
