@@ -13,20 +13,32 @@ normalized throughput is 1 - t / W: switching costs nothing but OPT's bytes at t
 Where the same pressure also has a `slice` run (time slicing under a budget above the total: no
 memory moves), a stricter ideal is that run's throughput times (1 - t / W): time slicing as it
 is, plus OPT's bytes at the link's speed.
-Prints a Markdown table (and --json: one JSON object per pressure). --workload NAME selects the
+Slice sets: runs of one pressure measured at different slice lengths are not compared with each
+other. Each run (a file's records of one workload and pressure) belongs to the set its daemon
+windows' "slice" names: "adaptive" when one of them is "adaptive:<ms>" (the opt run of
+SLICE=adaptive) or when its slice is the one such an adaptive opt run picked at that workload and
+pressure, written the same way ("1700ms": the other systems of SLICE=adaptive, also a part b
+run later), else the slice as written ("1s"); "" when no window says. A row is one (pressure, set); its `ref` is the set's own,
+else one of the same pressure.
+Prints a Markdown table (and --json: one JSON object per row). --workload NAME selects the
 records of one workload (default micro; records without the field are micro).
 
 Design: the computation is a library for bench/paper/make_page.py (which builds the evaluation
 page from the same records) and this file's command line is a thin layer over it:
   read_records(paths)          the JSON lines of the files (read_located: with file and line); a
                                malformed line is an InputError naming the file and line
-  group(records, workload)     per (pressure, system): the process records by process index, and
-                               the daemon's window record (the last of each wins)
+  slice_sets(located)          tags each sweep record with its run's slice set ("_set")
+  group(records, workload)     per ((pressure, set), system): the process records by process
+                               index, and the daemon's window record (the last of each wins)
   systems_of(records, workload) the daemon systems measured, in table order
   link_seconds(in, out)        the time the link needs for those bytes (the Ideal's t)
-  compute_rows(records, workload) one dict per pressure: normalized throughput per system,
-                               <system>_switch_ms, and for opt: ideal, opt_gib_moved, link_s,
-                               window_s, then ideal_slice where slice was measured
+  compute_rows(records, workload) one dict per (pressure, set), ordered by pressure with the
+                               adaptive set first: pressure, set, slice_label, normalized
+                               throughput per system, <system>_switch_ms, and for opt: ideal,
+                               opt_gib_moved, link_s, window_s, then ideal_slice where slice was
+                               measured
+  preferred(rows)              per pressure the row the targets rate: the adaptive set's when it
+                               has opt, else the first with opt
 A failed or missing process counts as nothing done (a ratio of 0 over the four)."""
 import json
 import sys
@@ -69,13 +81,59 @@ def read_records(paths):
     return [r for _, _, r in read_located(paths)]
 
 
+def _ms(slice_text):
+    """A slice as written ("1659ms", "2s") in milliseconds, or None."""
+    t = str(slice_text)
+    try:
+        if t.endswith("ms"):
+            return float(t[:-2])
+        if t.endswith("s"):
+            return 1000 * float(t[:-1])
+    except ValueError:
+        pass
+    return None
+
+
+def slice_sets(located):
+    """Tag every sweep record (one with a pressure and a system) of (path, line, record) triples
+    with "_set", its run's slice set (see the module's docstring)."""
+    runs, picked = {}, {}
+    for path, _, r in located:
+        if "pressure" not in r or "system" not in r:
+            continue
+        key = (path, r.get("workload", "micro"), r["pressure"])
+        runs.setdefault(key, [])
+        if "proc" not in r and "slice" in r:
+            t = str(r["slice"])
+            runs[key].append(t)
+            if t.startswith("adaptive:"):
+                picked.setdefault(key[1:], set()).add(t.split(":", 1)[1])
+    sets = {}
+    for key, slices in runs.items():
+        mine = picked.get(key[1:], set())
+        if any(t.startswith("adaptive:") or t in mine for t in slices):
+            sets[key] = "adaptive"
+        else:
+            sets[key] = min(slices) if slices else ""
+    for path, _, r in located:
+        if "pressure" in r and "system" in r:
+            r["_set"] = sets[(path, r.get("workload", "micro"), r["pressure"])]
+
+
+def row_order(pk):
+    """Rows by pressure; within one, the adaptive set first and the unknown set last."""
+    p, st = pk
+    return (p, 0 if st == "adaptive" else 2 if st == "" else 1, st)
+
+
 def group(records, workload="micro"):
-    """(procs, wins): procs[(pressure, system)][proc] = record, wins[(pressure, system)] = record."""
+    """(procs, wins): procs[(pk, system)][proc] = record, wins[(pk, system)] = record, where pk
+    is (pressure, slice set)."""
     procs, wins = {}, {}
     for r in records:
         if r.get("workload", "micro") != workload:
             continue
-        key = (r["pressure"], r["system"])
+        key = ((r["pressure"], r.get("_set", "")), r["system"])
         if "proc" in r:
             procs.setdefault(key, {})[r["proc"]] = r
         else:
@@ -93,17 +151,48 @@ def link_seconds(in_bytes, out_bytes):
     return max(in_bytes / POP, out_bytes / EVI, (in_bytes + out_bytes) / SWAP)
 
 
+def slice_label(pk, wins):
+    """How a row's runs were sliced: "adaptive 1.66 s" (the opt run's pick), "1 s", or ""."""
+    p, st = pk
+    if st != "adaptive":
+        ms = _ms(st)
+        return f"{ms / 1000:.3g} s" if ms is not None else st
+    got = [str(w.get("slice", "")) for (k, s), w in sorted(wins.items(), key=lambda kv: kv[0][1])
+           if k == pk and s == "opt"] + [str(w.get("slice", "")) for (k, _), w in wins.items()
+                                         if k == pk]
+    for t in got:
+        ms = _ms(t.split(":", 1)[-1])
+        if ms is not None:
+            return f"adaptive {ms / 1000:.3g} s"
+    return "adaptive"
+
+
+def ref_of(procs, pk):
+    """The `ref` processes a row is normalized to: its set's own, else one of its pressure (the
+    unknown set's first)."""
+    own = procs.get((pk, "ref"))
+    if own:
+        return own
+    others = sorted((k for k, s in procs if s == "ref" and k[0] == pk[0]),
+                    key=lambda k: (k[1] != "", k[1]))
+    return procs[(others[0], "ref")] if others else {}
+
+
 def compute_rows(records, workload="micro"):
-    """One dict per pressure (ascending); see the module's docstring for the keys."""
+    """One dict per (pressure, slice set); see the module's docstring for the keys."""
     procs, wins = group(records, workload)
-    pressures = sorted({k[0] for k in procs})
+    pks = sorted({k[0] for k in procs}, key=row_order)
     systems = systems_of(records, workload)
     rows = []
-    for p in pressures:
-        ref = procs.get((p, "ref"), {})
-        row = {"pressure": p}
+    for pk in pks:
+        p = pk[0]
+        if set(s for k, s in procs if k == pk) == {"ref"} and any(
+                k[0] == p and k != pk for k, _ in procs):
+            continue  # a ref-only run that serves the other rows of its pressure
+        ref = ref_of(procs, pk)
+        row = {"pressure": p, "set": pk[1], "slice_label": slice_label(pk, wins)}
         for s in systems:
-            got = procs.get((p, s))
+            got = procs.get((pk, s))
             if not got or not ref:
                 continue
             ratios = []
@@ -114,7 +203,7 @@ def compute_rows(records, workload="micro"):
                 else:
                     ratios.append(0.0)  # failed or missing: counts as nothing done
             row[s] = 100 * sum(ratios) / NPROCS
-            w = wins.get((p, s), {})
+            w = wins.get((pk, s), {})
             d = w.get("daemon", {})
             if d.get("msched_switches_total"):
                 row[s + "_switch_ms"] = 1000 * d["msched_switch_seconds_total"] / d["msched_switches_total"]
@@ -131,15 +220,30 @@ def compute_rows(records, workload="micro"):
     return rows
 
 
+def preferred(rows):
+    """Per pressure (ascending) the row the targets rate: the adaptive set's when it has opt,
+    else the first row with opt."""
+    best = {}
+    for r in rows:
+        if r.get("opt") is None:
+            continue
+        cur = best.get(r["pressure"])
+        if cur is None or (r["set"] == "adaptive" and cur["set"] != "adaptive"):
+            best[r["pressure"]] = r
+    return [best[p] for p in sorted(best)]
+
+
 def table(rows, systems, paper):
     """The Markdown table's lines."""
-    head = ["pressure"] + [s for s in systems] + ["Ideal", "opt / Ideal", "Ideal x slice",
-                                                  "opt / (Ideal x slice)", "paper", "opt / whole",
-                                                  "opt / demand", "opt switch (ms)"]
+    sliced = len({r["set"] for r in rows}) > 1
+    head = (["pressure"] + (["slice length"] if sliced else []) + list(systems)
+            + ["Ideal", "opt / Ideal", "Ideal x slice", "opt / (Ideal x slice)", "paper",
+               "opt / whole", "opt / demand", "opt switch (ms)"])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         f = lambda v: "-" if v is None else f"{v:.1f}"
-        cells = [f"{r['pressure']} %"] + [f(r.get(s)) for s in systems]
+        cells = ([f"{r['pressure']} %"] + ([r["slice_label"] or "-"] if sliced else [])
+                 + [f(r.get(s)) for s in systems])
         ideal, opt = r.get("ideal"), r.get("opt")
         cells.append(f(ideal))
         cells.append(f"{100 * opt / ideal:.0f} %" if ideal and opt is not None else "-")
@@ -174,6 +278,7 @@ def main(args):
         for path, n, r in located:
             if r.get("workload", "micro") == workload and ("pressure" not in r or "system" not in r):
                 raise InputError(f"{path}:{n}: a {workload} record without pressure or system")
+        slice_sets(located)
         records = [r for _, _, r in located]
         rows = compute_rows(records, workload)
     except InputError as e:

@@ -61,6 +61,7 @@ import math
 import os
 import re
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -162,6 +163,7 @@ def load(results):
         located = ss.read_located([os.path.join(results, n) for n in names])
     except ss.InputError as e:
         raise Fatal(str(e)) from None
+    ss.slice_sets(located)
     unknown, skipped = {}, {}
     for path, n, r in located:
         where = f"{path}:{n}"
@@ -245,6 +247,14 @@ def fpress(p):
     return f"{p:g} %"
 
 
+def fpk(pk, sliced):
+    """A row's name in notes: its pressure, and its slice set where a workload has several."""
+    p, st = pk
+    if not sliced:
+        return fpress(p)
+    return f"{fpress(p)} ({'1 s' if st == '1s' else st or 'slice unknown'})"
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None
 
@@ -301,8 +311,17 @@ def gen_provenance(data):
     b = env.get("budget_gib")
     if b is not None:
         out.append(f"- memory budget: {b:g} GiB" if is_num(b) else f"- memory budget: {b}")
-    if env.get("slice") is not None:
+    sets = sorted({r.get("_set", "") for r in data.sweep}, key=lambda t: (t != "adaptive", t))
+    if len(sets) > 1:
+        named = ["1 s" if t == "1s" else t or "not recorded" for t in sets]
+        out.append(f"- time slice: per run ({', '.join(named)}), named in each sweep table's "
+                   "slice column")
+    elif env.get("slice") is not None:
         out.append(f"- time slice: {env['slice']}")
+    days = sorted({time.strftime("%Y-%m-%d", time.gmtime(r["t_start"])) for r in data.sweep
+                   if is_num(r.get("t_start"))})
+    if len(days) > 1:
+        out.append(f"- sweep runs with a recorded start: {days[0]} to {days[-1]} (UTC)")
     if not out:
         out.append("- env.json records none of gpu, driver, cuda, torch, transformers, date, "
                    "budget_gib, slice, host")
@@ -362,18 +381,19 @@ def gen_engine(data):
 
 # ---------------------------------------------------------------- sweeps
 
-def failures(procs, pressures):
+def failures(procs, pks, sliced):
     """Lines about processes without a result, reported mismatches, and how the rates were
     taken (bench/records.py: over the run's common window, or each process's own loop)."""
     order = ("ref",) + ss.SYSTEMS
     failed, bad, common, own, short = [], [], [], [], []
-    for p in pressures:
+    for pk in pks:
         for s in order:
-            got = procs.get((p, s))
+            got = procs.get((pk, s))
             if not got:
                 continue
             ov = [r["overlap_s"] for r in got.values() if "overlap_s" in r]
-            name = f"{s} at {fpress(p)}"
+            at = fpk(pk, sliced)
+            name = f"{s} at {at}"
             if not ov:
                 own.append(name)
             elif min(ov) < 5:
@@ -383,13 +403,13 @@ def failures(procs, pressures):
             for i in range(ss.NPROCS):
                 r = got.get(i)
                 if r is None:
-                    failed.append(f"{s} at {fpress(p)} process {i} (no record)")
+                    failed.append(f"{s} at {at} process {i} (no record)")
                 elif not r.get("tasks_per_s"):
                     why = r.get("error") or "no tasks per second"
-                    failed.append(f"{s} at {fpress(p)} process {i} ({why})")
+                    failed.append(f"{s} at {at} process {i} ({why})")
             for i in sorted(got):
                 if got[i].get("mismatches"):
-                    bad.append(f"{s} at {fpress(p)} process {i}: {got[i]['mismatches']:g}")
+                    bad.append(f"{s} at {at} process {i}: {got[i]['mismatches']:g}")
     out = []
     if failed:
         out += ["", "Without a result, counted as no work done (in `ref`: that process's ratio "
@@ -416,14 +436,16 @@ def sweep_tables(w, data):
         return None
     rows = ss.compute_rows(data.sweep, w)
     systems = ss.systems_of(data.sweep, w)
+    sliced = len({k[0][1] for k in procs}) > 1
     baselines = [b for b in ("whole", "lru", "demand") if b in systems]
-    head = (["pressure"] + systems + ["Ideal", "opt / Ideal"]
+    head = (["pressure"] + (["slice length"] if sliced else []) + systems + ["Ideal", "opt / Ideal"]
             + (["Ideal x slice", "opt / (Ideal x slice)"] if "slice" in systems else [])
             + (["paper"] if w == "micro" else []) + [f"opt / {b}" for b in baselines])
     trows = []
     for r in rows:
         opt, ideal, isl = r.get("opt"), r.get("ideal"), r.get("ideal_slice")
-        cells = [fpress(r["pressure"])] + [f1(r.get(s)) for s in systems]
+        cells = ([fpress(r["pressure"])] + ([r["slice_label"] or "-"] if sliced else [])
+                 + [f1(r.get(s)) for s in systems])
         cells += [f1(ideal), f"{100 * opt / ideal:.0f} %" if ideal and opt is not None else "-"]
         if "slice" in systems:
             cells += [f1(isl), f"{100 * opt / isl:.0f} %" if isl and opt is not None else "-"]
@@ -431,34 +453,40 @@ def sweep_tables(w, data):
             cells.append(f1(ss.PAPER.get(r["pressure"])))
         cells += [fx(ratio(opt, r.get(b))) for b in baselines]
         trows.append(cells)
-    pressures = [r["pressure"] for r in rows]
+    pks = [(r["pressure"], r["set"]) for r in rows]
     out = ["Normalized throughput (% of `ref`, the four processes at once without msched):", ""]
     out += table(head, trows)
-    noref = [fpress(p) for p in pressures if not procs.get((p, "ref"))]
+    if sliced:
+        out += ["", "slice length: the slice every system of the row ran at; \"adaptive\": the "
+                "length msched's adaptive policy picked in the row's opt run (`SLICE=adaptive`), "
+                "which the other systems of that row then ran at. Rows of one pressure at "
+                "different slices are separate runs, each normalized to its own `ref`."]
+    noref = [fpk(pk, sliced) for pk in pks if not ss.ref_of(procs, pk)]
     if noref:
         out += ["", f"No `ref` run at {', '.join(noref)}: not normalized."]
-    noideal = [fpress(r["pressure"]) for r in rows if r.get("opt") is not None and r.get("ideal") is None]
+    noideal = [fpk(pk, sliced) for pk, r in zip(pks, rows)
+               if r.get("opt") is not None and r.get("ideal") is None]
     if noideal:
         out += ["", f"No daemon window for opt at {', '.join(noideal)}: no Ideal."]
     if w == "micro":
         out += ["", "paper: the MSched paper's figure for msched at that pressure (section 7.1, "
                 "read off its plot)."]
-    out += failures(procs, pressures)
+    out += failures(procs, sorted({k[0] for k in procs}, key=ss.row_order), sliced)
 
     # (b) bytes moved and switch time
     brows, no_stop = [], False
-    for p in sorted({k[0] for k in wins}):
+    for pk in sorted({k[0] for k in wins}, key=ss.row_order):
         per_task = {}
         cells_of = {}
         for s in ss.SYSTEMS:
-            win = wins.get((p, s))
+            win = wins.get((pk, s))
             if win is None:
                 continue
             d = win.get("daemon", {})
             i_b = d.get("msched_populated_bytes_total", 0)
             o_b = d.get("msched_evicted_bytes_total", 0)
             gib = (i_b + o_b) / 2**30
-            rate = sum(r.get("tasks_per_s") or 0 for r in procs.get((p, s), {}).values())
+            rate = sum(r.get("tasks_per_s") or 0 for r in procs.get((pk, s), {}).values())
             tasks = rate * win["window_s"]
             per_task[s] = gib / tasks if tasks > 0 else None
             n = d.get("msched_switches_total") or 0
@@ -469,7 +497,7 @@ def sweep_tables(w, data):
             else:
                 no_stop = True
             mx = win.get("switch_seconds_max")
-            cells_of[s] = [fpress(p), s, f"{i_b / 2**30:.1f} / {o_b / 2**30:.1f}", fsig(per_task[s]),
+            cells_of[s] = [fpk(pk, sliced), s, f"{i_b / 2**30:.1f} / {o_b / 2**30:.1f}", fsig(per_task[s]),
                            None, f"{n:g}", f1(sw), f1(stop),
                            f1(sw - stop if sw is not None and stop is not None else None),
                            f1(None if mx is None else 1000 * mx)]
@@ -485,7 +513,7 @@ def sweep_tables(w, data):
         out += ["", "GiB per task: the bytes moved in the window over the tasks done in it; "
                 "tasks done are an estimate from each process's rate over its whole run (the sum "
                 f"of tasks/s times the window's length); a task is {TASK_UNIT[w]}. vs opt: that "
-                "figure over opt's at the same pressure. Stop: the part of a switch spent waiting "
+                "figure over opt's in the same row. Stop: the part of a switch spent waiting "
                 "for the outgoing task to drain and stop; migration: the rest. Max switch: the "
                 "longest of the whole run."]
         if no_stop:
@@ -501,6 +529,13 @@ def gen_sweep(w):
         lines, rows, systems = got
         if not any(r.get(s) is not None for r in rows for s in systems):
             return lines, None
+        if len({r["set"] for r in rows}) > 1:
+            # one point per pressure: the row the targets rate
+            rows = ss.preferred(rows)
+            lines = lines + ["", "The plot shows per pressure the row the targets rate (the "
+                             "adaptive slice where it was measured)."]
+            if not rows:
+                return lines, None
 
         def draw(plt):
             fig, ax = plt.subplots(figsize=(6.4, 3.2))
@@ -648,8 +683,9 @@ def gen_targets(data):
     # msched >= 90 % of Ideal on every workload and pressure. Ideal is the issue's "budget at
     # least the total": the `slice` run (the same time slicing with every byte resident).
     points, missing, no_ideal = [], [], []
+    at_slice = {}  # slice label -> the points measured at it
     for w in WORKLOADS:
-        got = [r for r in ss.compute_rows(data.sweep, w) if r.get("opt") is not None]
+        got = ss.preferred(ss.compute_rows(data.sweep, w))
         if not got:
             missing.append(w)
         for r in got:
@@ -658,6 +694,8 @@ def gen_targets(data):
                 continue
             v = 100 * r["opt"] / r["slice"] if r["slice"] > 0 else math.inf
             points.append((v, w, r["pressure"]))
+            kind = "adaptive" if r["set"] == "adaptive" else r["slice_label"] or "slice unknown"
+            at_slice.setdefault(kind, []).append(f"{w} {fpress(r['pressure'])}")
     label = "msched (opt) >= 90 % of Ideal (slice: every byte resident) on every workload and pressure"
     if not points:
         rows.append([label, "-", "not measured (" + run_parts(
@@ -666,6 +704,10 @@ def gen_targets(data):
         v, w, p = min(points)
         measured = f"worst {v:.1f} % of Ideal: {w} at {fpress(p)} ({len(points)} points measured)"
         extra = []
+        if len(at_slice) > 1:
+            extra.append("slices: " + "; ".join(
+                f"{k}: {', '.join(v)}" for k, v in sorted(at_slice.items(),
+                                                           key=lambda kv: kv[0] != "adaptive")))
         if missing:
             extra.append("not measured: " + ", ".join(missing))
         if no_ideal:
@@ -679,15 +721,19 @@ def gen_targets(data):
         rows.append([label, measured, verdict])
 
     def baseline(p, base, bound, label):
-        r = [r for r in ss.compute_rows(data.sweep, "D") if r["pressure"] == p]
-        r = r[0] if r else {}
+        drows = ss.compute_rows(data.sweep, "D")
+        both = ss.preferred([r for r in drows if r["pressure"] == p and r.get(base) is not None])
+        r = both[0] if both else {}
         opt, b = r.get("opt"), r.get(base)
         if opt is None or b is None:
             rows.append([label, "-", f"not measured (needs opt and {base} of D at {fpress(p)}: "
                          + run_parts([f"D-{p:g}-a", f"D-{p:g}-b"]) + ")"])
             return
         v = opt / b if b > 0 else math.inf
-        measured = (f"{v:.1f}x" if b > 0 else "unbounded") + f" (opt {opt:.1f} %, {base} {b:.1f} %)"
+        measured = (f"{v:.1f}x" if b > 0 else "unbounded") + f" (opt {opt:.1f} %, {base} {b:.1f} %"
+        if len({x["set"] for x in drows}) > 1:
+            measured += f"; slice {r['slice_label'] or 'unknown'}"
+        measured += ")"
         rows.append([label, measured, "met" if v >= bound else missed(bound - v, "x")])
 
     baseline(150, "demand", D150_TARGET, "D at 150 %: opt / demand >= 10x")

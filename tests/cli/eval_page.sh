@@ -170,6 +170,53 @@ if [ -f "$ROOT/bench/paper.sh" ]; then
     pass "every part the notes name is a part of bench/paper.sh"
 fi
 
+# Slice sets: a SLICE=adaptive run of micro at 150 % beside the fixture's 1 s runs. Its file a
+# holds ref (twice the fixture's rates), slice and opt (opt's window says "adaptive:2000ms",
+# the others "2000ms"); file b holds whole at "2000ms" with no ref, so it joins the adaptive set
+# by the slice opt picked and is normalized to file a's ref: slice 260/200.. = 130.0, opt
+# 228/200.. = 114.0, whole 198/200.. = 99.0 (the fixture's ref would make it 198.0). Same bytes as
+# the fixture's opt: Ideal 90.0, 114 / 90 = 127 %, Ideal x slice 117.0, 114 / 117 = 97 %. The 1 s
+# row keeps its numbers; the targets rate the adaptive row at 150 % (114 / 130 = 87.7 %) and the
+# 1 s row at 200 %, and say which is which.
+mkdir -p "$T/sets"
+cp "$FIX/results/"* "$T/sets/"
+"$PY" - "$FIX/results/micro.jsonl" "$T/sets" <<'PYEOF' || fail "making the slice-set records"
+import json, sys
+src, out = sys.argv[1], sys.argv[2]
+scale = {"ref": 2.0, "slice": 2.0, "opt": 1.9, "whole": 2.2}
+a, b = [], []
+for line in open(src):
+    r = json.loads(line)
+    if r.get("pressure") != 150 or r["system"] not in scale:
+        continue
+    if "proc" in r:
+        r["tasks_per_s"] = round(r["tasks_per_s"] * scale[r["system"]], 6)
+    elif r["system"] != "ref":
+        r["slice"] = "adaptive:2000ms" if r["system"] == "opt" else "2000ms"
+    (b if r["system"] == "whole" else a).append(r)
+for name, recs in (("micro-150-a.jsonl", a), ("micro-150-b.jsonl", b)):
+    with open(f"{out}/{name}", "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in recs))
+PYEOF
+cp "$FIX/doc.md" "$T/sets.md"
+nompl --results "$T/sets" --doc "$T/sets.md" --img "$T/img" >/dev/null 2>"$T/sets.err" ||
+    fail "the slice-set run exited $?"
+S=$T/sets.md
+has "$S" "| pressure | slice length | slice | opt | whole | demand | Ideal |"
+has "$S" "| 150 % | adaptive 2 s | 130.0 | 114.0 | 99.0 | - | 90.0 | 127 % | 117.0 | 97 % | 73.0 | 1.2x | - |"
+has "$S" "| 150 % | 1 s | 130.0 | 120.0 | 90.0 | 30.0 | 90.0 | 133 % | 117.0 | 103 % | 73.0 | 1.3x | 4.0x |"
+has "$S" "| 200 % | 1 s | 125.0 | 70.0 | 60.0 | 20.0 | 80.0 | 88 % |"
+[ "$(grep -n '| 150 % | adaptive 2 s' "$S" | cut -d: -f1)" -lt "$(grep -n '| 150 % | 1 s |' "$S" | cut -d: -f1)" ] ||
+    fail "the adaptive row does not come first"
+has "$S" "| 150 % (adaptive) | opt | 43.5 / 43.5 |"
+has "$S" "| 150 % (1 s) | opt | 43.5 / 43.5 |"
+has "$S" "worst 56.0 % of Ideal: micro at 200 % (2 points measured); slices: adaptive: micro 150 %; 1 s: micro 200 %"
+has "$S" "- time slice: per run (adaptive, 1 s), named in each sweep table's slice column"
+"$PY" "$ROOT/bench/micro/summarize_sweep.py" "$T/sets/micro.jsonl" "$T/sets/micro-150-a.jsonl" \
+    "$T/sets/micro-150-b.jsonl" >"$T/sets-summary.md" || fail "summarize_sweep.py on slice sets exited $?"
+has "$T/sets-summary.md" "| 150 % | adaptive 2 s | 130.0 | 114.0 | 99.0 | - | 90.0 | 127 % | 117.0 | 97 % | 73.0 | 1.2x | - |"
+pass "slice sets: one row per slice, each normalized to its own ref; targets rate the adaptive row"
+
 # The summarizer's command line gives the same normalized row (its own columns).
 "$PY" "$ROOT/bench/micro/summarize_sweep.py" "$FIX/results/micro.jsonl" >"$T/summary.md" ||
     fail "summarize_sweep.py exited $?"
