@@ -488,7 +488,7 @@ int ms_sched_init(struct ms_sched *s, const struct ms_sched_config *cfg, uint64_
     ms_rtable_init(&s->rt);
     ms_timeline_init(&s->tl);
     ms_plan_init(&s->plan);
-    s->cur = s->next = s->last = NONE;
+    s->cur = s->next = s->last = s->stop_from = NONE;
     s->phase = MS_PH_IDLE;
     s->start_ns = s->now = now;
     s->next_id = 1;
@@ -1076,6 +1076,18 @@ static uint64_t predict_cost(struct ms_sched *s)
     return ms_cost_transfer_ns(c, out, in, true) + fixed;
 }
 
+/* A switch begins (STOP sent, or planning begun with nothing to stop): its clock and the
+ * counters its record is the difference of. */
+static void switch_begin(struct ms_sched *s, uint64_t now)
+{
+    s->in_switch = true;
+    s->switch_t0 = now;
+    s->sw_in0 = s->bytes_in;
+    s->sw_out0 = s->bytes_out;
+    s->sw_plans0 = s->plans;
+    s->sw_predicted_ns = 0;
+}
+
 static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
 {
     struct ms_msg m;
@@ -1103,9 +1115,14 @@ static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     s->last_switch.seq = s->switches;
     s->last_switch.ns = d;
     s->last_switch.stop_ns = MS_MIN(s->stop_pending, d);
-    s->last_switch.from = s->stop_pending ? s->stop_from : NONE;
+    s->last_switch.from = s->stop_from;
     s->last_switch.to = t->id;
+    s->last_switch.in = s->bytes_in - s->sw_in0;
+    s->last_switch.out = s->bytes_out - s->sw_out0;
+    s->last_switch.plans = s->plans - s->sw_plans0;
+    s->last_switch.predicted_ns = s->sw_predicted_ns;
     s->stop_pending = 0;
+    s->stop_from = NONE;
     s->switch_ns_total += d;
     s->switch_ns_max = MS_MAX(s->switch_ns_max, d);
     s->switch_avg_ns = s->switches == 1 ? d : (3 * s->switch_avg_ns + d) / 4;
@@ -1182,10 +1199,13 @@ static int dispatch(struct ms_sched *s, uint64_t now, struct ms_stask *t, bool i
     if (!incremental)
         s->shrink = false; /* this plan brings the table under the budget */
     s->plans++;
+    uint64_t cost = predict_cost(s);
+    if (s->in_switch)
+        s->sw_predicted_ns += cost;
     if (!incremental) {
         uint64_t slice = base_slice;
         if (s->cfg.policy == MS_SCHED_ADAPTIVE)
-            slice = adaptive_slice(s, base_slice, predict_cost(s));
+            slice = adaptive_slice(s, base_slice, cost);
         s->next_slice = slice;
     }
     for (k = 0; k < nowners; k++) {
@@ -1421,8 +1441,7 @@ static void send_stop(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     }
     s->phase = MS_PH_STOPPING;
     s->stop_by = now + s->cfg.stop_timeout_ns;
-    s->in_switch = true;
-    s->switch_t0 = now;
+    switch_begin(s, now);
 }
 
 /* RUNNING, cur idle while others wait: until when it keeps the GPU ("Idle hold", sched.h). */
@@ -1543,10 +1562,8 @@ static void settle(struct ms_sched *s, uint64_t now)
             if (s->phase == MS_PH_RUNNING)
                 decide_running(s, now);
         } else if (s->phase == MS_PH_IDLE && !any_order_active(s)) {
-            if (!s->in_switch) {
-                s->in_switch = true;
-                s->switch_t0 = now;
-            }
+            if (!s->in_switch)
+                switch_begin(s, now);
             int rc = plan_switch(s, now);
             if (rc) {
                 s->plan_failures++;
@@ -1556,6 +1573,7 @@ static void settle(struct ms_sched *s, uint64_t now)
             if (s->phase == MS_PH_IDLE && !rc) {
                 s->in_switch = false; /* nobody to run: no switch, no drain to count */
                 s->stop_pending = 0;
+                s->stop_from = NONE;
             }
         }
         if (s->phase == before && s->cur == cur && s->next == nx)
@@ -1588,8 +1606,8 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         case MS_MSG_STOPPED:
             if (s->phase == MS_PH_STOPPING && s->cur == t->id && m->stopped.epoch == t->run_epoch) {
                 t->run_ns += now - t->run_since;
-                if (s->in_switch && now > s->switch_t0) {
-                    s->stop_pending = now - s->switch_t0;
+                if (s->in_switch) {
+                    s->stop_pending = now > s->switch_t0 ? now - s->switch_t0 : 0;
                     s->stop_from = t->id;
                 }
                 s->last = t->id;

@@ -164,11 +164,15 @@ struct ms_sched {
     uint64_t stop_pending;  /* this switch's drain, counted once the switch ends in RUN */
     uint32_t stop_from;     /* the task whose STOPPED ended this switch's drain */
     /* The last completed switch (seq == switches when it is the latest); the daemon logs the
-     * slow ones. from is MS_TASK_NONE when nothing had to stop. */
+     * slow ones. from is MS_TASK_NONE when nothing had to stop. in/out: the bytes its orders
+     * moved by the time the task ran; plans: the plans it took (more than one when memory
+     * had to be waited for); predicted_ns: the cost model's time for those plans' bytes. */
     struct {
         uint64_t seq, ns, stop_ns;
+        uint64_t in, out, plans, predicted_ns;
         uint32_t from, to;
     } last_switch;
+    uint64_t sw_in0, sw_out0, sw_plans0, sw_predicted_ns; /* the switch in progress */
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;
     uint64_t idle_holds;   /* times an idle task kept the GPU while others waited */

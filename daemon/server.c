@@ -591,13 +591,18 @@ static void note_switch(struct ms_daemon *d)
     if (w->ns < MS_SLOW_SWITCH_NS)
         return;
     d->st.slow_switches++;
+    char stop[64];
     if (w->from == MS_TASK_NONE)
-        ms_log_info("slow switch %llu: task %u ran after %.1f ms (nothing to stop)",
-                    (unsigned long long)w->seq, w->to, (double)w->ns / 1e6);
+        snprintf(stop, sizeof(stop), "nothing to stop");
     else
-        ms_log_info("slow switch %llu: task %u ran after %.1f ms, %.1f ms of them waiting for "
-                    "task %u to stop", (unsigned long long)w->seq, w->to, (double)w->ns / 1e6,
-                    (double)w->stop_ns / 1e6, w->from);
+        snprintf(stop, sizeof(stop), "%.1f ms waiting for task %u to stop",
+                 (double)w->stop_ns / 1e6, w->from);
+    /* The bytes and the model's time for them tell a link-bound switch from a stall. */
+    ms_log_info("slow switch %llu: task %u ran after %.1f ms (%s); moved %.2f GiB out, %.2f GiB "
+                "in, %llu plan(s), predicted %.1f ms", (unsigned long long)w->seq, w->to,
+                (double)w->ns / 1e6, stop, (double)w->out / (double)MS_GIB,
+                (double)w->in / (double)MS_GIB, (unsigned long long)w->plans,
+                (double)w->predicted_ns / 1e6);
 }
 
 static void run_actions(struct ms_daemon *d)

@@ -1117,6 +1117,40 @@ static void test_timeouts(void **state)
     world_fini(&w);
 }
 
+/* A switch's record counts the bytes its orders moved, its plans and the model's time for
+ * them: what the daemon's slow-switch line reports. a and b (4 chunks each) share 6: the
+ * switch to b evicts 2 of a's chunks and maps b's 4 new ones (no copy: not counted in); the
+ * switch back evicts 2 of b's and copies a's 2 back. */
+static void test_switch_record(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 6 * CH);
+    uint32_t four[] = {4};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    assert_ptr_equal(running(&w), a);
+    uint64_t seq = w.s.last_switch.seq;
+    advance_to_deadline(&w, 1000 * MS);
+    assert_ptr_equal(running(&w), b);
+    assert_true(w.s.last_switch.seq == seq + 1);
+    assert_int_equal(w.s.last_switch.to, b->task);
+    assert_true(w.s.last_switch.out == 2 * CH);
+    assert_true(w.s.last_switch.in == 0);
+    assert_true(w.s.last_switch.plans == 1);
+    assert_true(w.s.last_switch.predicted_ns > 0);
+    advance_to_deadline(&w, 1000 * MS);
+    assert_ptr_equal(running(&w), a);
+    assert_int_equal(w.s.last_switch.from, b->task);
+    assert_true(w.s.last_switch.out == 2 * CH);
+    assert_true(w.s.last_switch.in == 2 * CH);
+    assert_true(w.s.last_switch.plans == 1);
+    assert_true(w.s.last_switch.predicted_ns > 0);
+    world_fini(&w);
+}
+
 /* The drain's share of a switch: STOP sent .. STOPPED received, summed in stop_ns_total. */
 static void test_stop_time(void **state)
 {
@@ -1666,6 +1700,7 @@ int main(void)
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_stop_time),
+        cmocka_unit_test(test_switch_record),
         cmocka_unit_test(test_idle_hold),
         cmocka_unit_test(test_idle_hold_effect),
         cmocka_unit_test(test_priority_returner_kept),
