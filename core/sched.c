@@ -65,6 +65,7 @@ struct ms_sorder {
     size_t granted;  /* POPULATE: entries [0, granted) are credited */
     uint64_t credit; /* POPULATE: bytes of the credited entries */
     uint64_t deadline;
+    uint64_t t0; /* when it was sent (for the switch record) */
 };
 
 struct rmap_ent {
@@ -488,7 +489,7 @@ int ms_sched_init(struct ms_sched *s, const struct ms_sched_config *cfg, uint64_
     ms_rtable_init(&s->rt);
     ms_timeline_init(&s->tl);
     ms_plan_init(&s->plan);
-    s->cur = s->next = s->last = s->stop_from = NONE;
+    s->cur = s->next = s->last = s->stop_from = s->sw_evict_task = NONE;
     s->phase = MS_PH_IDLE;
     s->start_ns = s->now = now;
     s->next_id = 1;
@@ -781,8 +782,16 @@ static int on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, boo
     }
     o->runs_done = p->runs_done;
     o->deadline = now + s->cfg.order_timeout_ns;
-    if (o->runs_done == o->nruns)
+    if (o->runs_done == o->nruns) {
+        uint64_t took = now > o->t0 ? now - o->t0 : 0;
+        if (s->in_switch && evict && took >= s->sw_evict_ns) {
+            s->sw_evict_ns = took;
+            s->sw_evict_task = t->id;
+        }
+        if (s->in_switch && !evict)
+            s->sw_pop_ns = MS_MAX(s->sw_pop_ns, took);
         order_reset(o);
+    }
     return MS_OK;
 }
 
@@ -1086,6 +1095,8 @@ static void switch_begin(struct ms_sched *s, uint64_t now)
     s->sw_out0 = s->bytes_out;
     s->sw_plans0 = s->plans;
     s->sw_predicted_ns = 0;
+    s->sw_evict_ns = s->sw_pop_ns = 0;
+    s->sw_evict_task = NONE;
 }
 
 static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
@@ -1121,6 +1132,9 @@ static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     s->last_switch.out = s->bytes_out - s->sw_out0;
     s->last_switch.plans = s->plans - s->sw_plans0;
     s->last_switch.predicted_ns = s->sw_predicted_ns;
+    s->last_switch.evict_ns = s->sw_evict_ns;
+    s->last_switch.evict_task = s->sw_evict_task;
+    s->last_switch.pop_ns = s->sw_pop_ns;
     s->stop_pending = 0;
     s->stop_from = NONE;
     s->switch_ns_total += d;
@@ -1221,6 +1235,7 @@ static int dispatch(struct ms_sched *s, uint64_t now, struct ms_stask *t, bool i
         o->evict.active = true;
         o->evict.epoch = epoch;
         o->evict.deadline = now + s->cfg.order_timeout_ns;
+        o->evict.t0 = now;
         msgs[k].order.epoch = epoch;
         push_send(s, o->id, &msgs[k]);
     }
@@ -1229,6 +1244,7 @@ static int dispatch(struct ms_sched *s, uint64_t now, struct ms_stask *t, bool i
         t->pop.active = true;
         t->pop.epoch = epoch;
         t->pop.deadline = now + s->cfg.order_timeout_ns;
+        t->pop.t0 = now;
         msgs[nowners].order.epoch = epoch;
         msgs[nowners].order.credit = t->pop.credit;
         push_send(s, t->id, &msgs[nowners]);

@@ -166,13 +166,18 @@ struct ms_sched {
     /* The last completed switch (seq == switches when it is the latest); the daemon logs the
      * slow ones. from is MS_TASK_NONE when nothing had to stop. in/out: the bytes its orders
      * moved by the time the task ran; plans: the plans it took (more than one when memory
-     * had to be waited for); predicted_ns: the cost model's time for those plans' bytes. */
+     * had to be waited for); predicted_ns: the cost model's time for those plans' bytes;
+     * evict_ns: its longest eviction order, sent to completed, and evict_task its owner
+     * (MS_TASK_NONE when none completed); pop_ns: its longest population order, which
+     * includes waiting for the room its credit needs (the evictions). */
     struct {
         uint64_t seq, ns, stop_ns;
-        uint64_t in, out, plans, predicted_ns;
-        uint32_t from, to;
+        uint64_t in, out, plans, predicted_ns, evict_ns, pop_ns;
+        uint32_t from, to, evict_task;
     } last_switch;
-    uint64_t sw_in0, sw_out0, sw_plans0, sw_predicted_ns; /* the switch in progress */
+    /* the switch in progress */
+    uint64_t sw_in0, sw_out0, sw_plans0, sw_predicted_ns, sw_evict_ns, sw_pop_ns;
+    uint32_t sw_evict_task;
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;
     uint64_t idle_holds;   /* times an idle task kept the GPU while others waited */

@@ -597,12 +597,19 @@ static void note_switch(struct ms_daemon *d)
     else
         snprintf(stop, sizeof(stop), "%.1f ms waiting for task %u to stop",
                  (double)w->stop_ns / 1e6, w->from);
-    /* The bytes and the model's time for them tell a link-bound switch from a stall. */
+    char evict[64] = "";
+    if (w->evict_task != MS_TASK_NONE)
+        snprintf(evict, sizeof(evict), "; longest eviction: task %u's, %.1f ms", w->evict_task,
+                 (double)w->evict_ns / 1e6);
+    /* The bytes and the model's time for them tell a link-bound switch from a stall; the
+     * longest eviction against the population says whether a victim or the incoming task
+     * held it up. */
     ms_log_info("slow switch %llu: task %u ran after %.1f ms (%s); moved %.2f GiB out, %.2f GiB "
-                "in, %llu plan(s), predicted %.1f ms", (unsigned long long)w->seq, w->to,
-                (double)w->ns / 1e6, stop, (double)w->out / (double)MS_GIB,
-                (double)w->in / (double)MS_GIB, (unsigned long long)w->plans,
-                (double)w->predicted_ns / 1e6);
+                "in, %llu plan(s), predicted %.1f ms%s; population %.1f ms",
+                (unsigned long long)w->seq, w->to, (double)w->ns / 1e6, stop,
+                (double)w->out / (double)MS_GIB, (double)w->in / (double)MS_GIB,
+                (unsigned long long)w->plans, (double)w->predicted_ns / 1e6, evict,
+                (double)w->pop_ns / 1e6);
 }
 
 static void run_actions(struct ms_daemon *d)

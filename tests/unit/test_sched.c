@@ -67,6 +67,10 @@ struct fshim {
     uint64_t pop_credit, pop_used;
     /* behaviour */
     bool hold_evict, hold_pop, hold_stop; /* leave these orders unanswered */
+    /* the last EVICT left unanswered (answer_evict replies to it) */
+    struct ms_run held_runs[256];
+    uint32_t held_n, held_epoch;
+    bool held;
     bool partial;                         /* progress one run per reply */
     bool sloppy_credit;                   /* populate beyond credit (a broken shim) */
     int errors, drops;
@@ -233,8 +237,14 @@ static void deliver(struct world *w, struct fshim *f, struct ms_msg *m)
         to_sched(w, f, &r);
         break;
     case MS_MSG_EVICT:
-        if (!f->hold_evict)
+        if (!f->hold_evict) {
             do_evict(w, f, &m->order);
+        } else if (m->order.nruns <= MS_ARRAY_LEN(f->held_runs)) {
+            memcpy(f->held_runs, m->order.runs, m->order.nruns * sizeof(struct ms_run));
+            f->held_n = m->order.nruns;
+            f->held_epoch = m->order.epoch;
+            f->held = true;
+        }
         break;
     case MS_MSG_POPULATE:
         assert_false(f->pop_active);
@@ -785,6 +795,17 @@ static void test_death_mid_switch(void **state)
         death_case(where);
 }
 
+/* f answers the EVICT it held. */
+static void answer_evict(struct world *w, struct fshim *f)
+{
+    assert_true(f->held);
+    f->hold_evict = false;
+    f->held = false;
+    struct ms_msg_order o = {.epoch = f->held_epoch, .runs = f->held_runs, .nruns = f->held_n};
+    do_evict(w, f, &o);
+    settle_world(w);
+}
+
 /* a answers the STOP it held. */
 static void answer_stop(struct world *w, struct fshim *a)
 {
@@ -1148,6 +1169,22 @@ static void test_switch_record(void **state)
     assert_true(w.s.last_switch.in == 2 * CH);
     assert_true(w.s.last_switch.plans == 1);
     assert_true(w.s.last_switch.predicted_ns > 0);
+    assert_int_equal(w.s.last_switch.evict_task, b->task);
+    /* Who held a switch up: b's eviction, answered 30 ms late, and a's population, which
+     * waited for it. */
+    advance_to_deadline(&w, 1000 * MS); /* to b */
+    assert_ptr_equal(running(&w), b);
+    b->hold_evict = true;
+    advance_to_deadline(&w, 1000 * MS); /* back to a: b's eviction is held */
+    assert_ptr_not_equal(running(&w), a);
+    advance(&w, 30 * MS);
+    answer_evict(&w, b);
+    advance(&w, 1 * MS);
+    assert_ptr_equal(running(&w), a);
+    assert_int_equal(w.s.last_switch.evict_task, b->task);
+    assert_true(w.s.last_switch.evict_ns >= 30 * MS);
+    assert_true(w.s.last_switch.pop_ns >= 30 * MS);
+    assert_true(w.s.last_switch.ns >= w.s.last_switch.pop_ns);
     world_fini(&w);
 }
 
