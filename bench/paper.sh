@@ -26,7 +26,9 @@
 # limit with loading (default ACC_SECS + 90), PROGRAMS which programs (default all 11).
 # SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
 # bench/micro/run_sweep.sh; a W-P-b part, which has no opt run, takes the slice from W-P-a's
-# results, so run part a first); default 1s round-robin.
+# results, so run part a first); default 1s round-robin. LOOP_S sets every sweep process's timed
+# loop in seconds (default 25 for micro and A, 35 for B, 40 for C and D): longer slices need
+# longer loops for the same number of switches in the measuring window.
 # A sweep's processes get BARRIER_S (default 240) to load and LOOP_GRACE (default 90) past their
 # timed loop before the sweep kills them and moves on (bench/micro/run_sweep.sh); a part cut off
 # by a time limit or ^C keeps what it wrote in DIR/raw/<part>.interrupted.tgz.
@@ -34,6 +36,10 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 export BARRIER_S=${BARRIER_S:-240} LOOP_GRACE=${LOOP_GRACE:-90}
+if [ -n "${LOOP_S:-}" ] && ! [[ $LOOP_S =~ ^[1-9][0-9]*$ ]]; then
+    echo "paper.sh: LOOP_S must be a whole number of seconds, not '$LOOP_S'" >&2
+    exit 2
+fi
 OUT=bench/results/gpu/paper
 PARTS=()
 PAGE=1
@@ -144,6 +150,7 @@ run_part() {
     *)
         local w=${p%%-*} pr=${p#*-} secs=25 sys=$SYSTEMS
         case $w in C | D) secs=40 ;; B) secs=35 ;; esac
+        secs=${LOOP_S:-$secs}
         # C and D load for long (before the start barrier): their systems come in two parts, a
         # (with the normalization) and b, each under 10 minutes
         local slice=$SLICE

@@ -168,6 +168,10 @@ if [ -f "$ROOT/bench/paper.sh" ]; then
         grep -q "^$part " "$T/list.txt" || fail "the page names part '$part', bench/paper.sh has no such part"
     done <"$T/parts.txt"
     pass "every part the notes name is a part of bench/paper.sh"
+    LOOP_S=1.5 bash "$ROOT/bench/paper.sh" --list >/dev/null 2>"$T/loops.err"
+    [ $? = 2 ] || fail "bench/paper.sh with LOOP_S=1.5 did not exit 2"
+    has "$T/loops.err" "LOOP_S must be a whole number of seconds, not '1.5'"
+    pass "bench/paper.sh refuses a malformed LOOP_S"
 fi
 
 # Slice sets: a SLICE=adaptive run of micro at 150 % beside the fixture's 1 s runs. Its file a
