@@ -111,6 +111,13 @@ $(BUILD)/tests/fake_shim: $(BUILD)/obj/tests/daemon/fake_shim.o $(IPC_LIB) $(COR
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 TEST_EXTRA += $(BUILD)/tests/fake_shim
 
+# The fake daemon of the shim's tests (tests/cli/lost_demand.sh).
+$(BUILD)/tests/fake_daemon: $(BUILD)/obj/tests/daemon/fake_daemon.o $(IPC_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+TEST_EXTRA += $(BUILD)/tests/fake_daemon
+
 $(MSCHEDD): $(call obj,$(DAEMON_SRC)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")

@@ -24,6 +24,10 @@
  * Demands. `dem_pending` is set when a DEMAND goes out and cleared by RUN, STOP and the end of a
  * POPULATE: a waiting thread sends a DEMAND only when none is pending (or, while not running,
  * when the union of the waiting threads' needs grew), so waking up never floods the daemon.
+ * While running, a DEMAND that nothing answered for DEMAND_REPEAT_NS (no POPULATE came, no STOP)
+ * is sent again: a DEMAND only restates what the task needs, so a repeat is harmless, and a
+ * daemon that lost the first (or could not act on it then) does not leave the task waiting for
+ * ever.
  *
  * Invariants
  *   - C.up: the connection is open and the engine is in daemon mode; once false it never
@@ -52,6 +56,7 @@
 #define BATCH_BYTES (64 * MS_MIB) /* one EVICTED / POPULATED per this much, */
 #define BATCH_RUNS 8u             /* or per this many runs */
 #define WAIT_NS 200000000ull      /* a waiting thread re-checks at least this often */
+#define DEMAND_REPEAT_NS 1000000000ull /* running: an unanswered DEMAND is repeated after this */
 #define CONNECT_MS 1000
 #define WELCOME_MS 2000
 #define JOIN_S 10      /* at exit, how long to wait for an order in progress */
@@ -93,6 +98,7 @@ static struct {
     uint64_t run_t0;
     uint32_t waiters;
     bool dem_pending, want_whole;
+    uint64_t dem_at; /* when the last DEMAND went out */
     struct ms_chunk_set want; /* union of the needs of threads waiting for RUN */
     size_t want_sent;
     /* the POPULATE order */
@@ -424,6 +430,7 @@ static void send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exa
     m.demand.nrecent = (uint32_t)(n - nnext);
     if (csend(&m, 0) == MS_OK) {
         C.dem_pending = true;
+        C.dem_at = now_ns();
         C.idle_sent = false;
         C.st.demands++;
     }
@@ -528,6 +535,10 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
         }
         if (C.running && !C.hold) {
             /* Running, chunks missing: the daemon populates them (no local faults). */
+            if (!C.pop_active && C.dem_pending && now_ns() - C.dem_at >= DEMAND_REPEAT_NS) {
+                C.st.demand_repeats++;
+                C.dem_pending = false;
+            }
             if (!C.pop_active && !C.dem_pending)
                 send_demand(need, unbounded);
         } else if (!C.running) {

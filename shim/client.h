@@ -133,7 +133,8 @@ void ms_client_atfork_child(void);
 
 struct ms_client_stats {
     uint64_t slices, stops, demands, idles, evict_orders, pop_orders, waits, wait_ns;
-    uint64_t quiet_idles; /* of idles: sent while running because the task went quiet */
+    uint64_t quiet_idles;    /* of idles: sent while running because the task went quiet */
+    uint64_t demand_repeats; /* of demands: repeated because nothing answered the last one */
 };
 void ms_client_stats_get(struct ms_client_stats *out);
 

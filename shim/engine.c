@@ -1339,14 +1339,16 @@ void ms_engine_exit(bool verbose)
     ms_client_stats_get(&c);
     if (c.slices || c.demands)
         fprintf(stderr,
-                "msched[%d]: daemon: %s, %llu slices, %llu stops, %llu demands, %llu idles "
-                "(%llu quiet), %llu evict orders, %llu populate orders, %llu waits (%.3f s)\n",
+                "msched[%d]: daemon: %s, %llu slices, %llu stops, %llu demands (%llu repeated), "
+                "%llu idles (%llu quiet), %llu evict orders, %llu populate orders, %llu waits "
+                "(%.3f s)\n",
                 (int)getpid(),
                 s.daemon   ? "connected"
                 : s.failed ? "gone, failed"
                            : "gone, alone",
                 (unsigned long long)c.slices, (unsigned long long)c.stops,
-                (unsigned long long)c.demands, (unsigned long long)c.idles,
+                (unsigned long long)c.demands, (unsigned long long)c.demand_repeats,
+                (unsigned long long)c.idles,
                 (unsigned long long)c.quiet_idles, (unsigned long long)c.evict_orders, (unsigned long long)c.pop_orders,
                 (unsigned long long)c.waits, (double)c.wait_ns / 1e9);
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# lost_demand.sh - a running task whose DEMAND nothing answers asks again instead of waiting for
+# ever.
+#
+# tests/daemon/fake_daemon serves one libmsched client (tests/shim/engine_stress "cycle" on the
+# fake CUDA driver) with everything it asks for, except that with --lose N it drops the first N
+# DEMANDs that arrive while the client runs and name memory not yet populated: what a daemon
+# that lost a demand does. The client must repeat each lost DEMAND (after about a second),
+# finish its rounds with the fake driver's oracle satisfied (memory not populated is PROT_NONE),
+# and report the repeats in its summary line. Without --lose nothing is repeated. Every wait is
+# bounded (the fake daemon's watchdog and `timeout` on the client).
+. "$(dirname "$0")/../daemon/lib.sh"
+
+SHIMDIR=$BUILD/lib/msched
+FAKELIB=$BUILD/lib/fakecuda/libcuda.so.1
+STRESS=$BUILD/tests/shim/engine_stress
+FDAEMON=$BUILD/tests/fake_daemon
+if [ ! -e "$SHIMDIR/libcuda.so.1" ] || [ ! -e "$FAKELIB" ] || [ ! -x "$STRESS" ]; then
+    echo "SKIP: libmsched, the fake driver or engine_stress is not built (no CUDA headers?)"
+    exit 0
+fi
+[ -x "$FDAEMON" ] || fail "no fake daemon at $FDAEMON (make $FDAEMON)"
+
+# Sanitizer builds run several times slower.
+LIMIT=20
+case "$BUILD" in *thread* | *address*) LIMIT=60 ;; esac
+
+# serve NAME LOSE: the fake daemon losing LOSE demands, then the client; both bounded.
+serve() {
+    local name=$1 lose=$2
+    rm -f "$MSCHED_SOCKET"
+    "$FDAEMON" "$MSCHED_SOCKET" --lose "$lose" --budget-mib 48 --timeout "$LIMIT" \
+        >"$T/$name-daemon.out" 2>&1 &
+    local d=$!
+    PIDS+=("$d")
+    local i
+    for i in $(seq 1 100); do
+        [ -S "$MSCHED_SOCKET" ] && break
+        sleep 0.05
+    done
+    [ -S "$MSCHED_SOCKET" ] || fail "$name: the fake daemon did not listen"
+    timeout -k 5 "$LIMIT" env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKELIB" \
+        MS_FAKECUDA="$FAKELIB" MSCHED_VERBOSE=1 "$STRESS" 4 1 cycle >"$T/$name.out" 2>&1
+    local rc=$?
+    wait "$d"
+    local drc=$?
+    [ "$rc" = 0 ] || fail "$name: the client exited $rc (124: it waited for a DEMAND's answer until killed)"
+    [ "$drc" = 0 ] || fail "$name: the fake daemon exited $drc: $(cat "$T/$name-daemon.out")"
+    grep -q "ENGINE_CYCLE rounds=4" "$T/$name.out" || fail "$name: no ENGINE_CYCLE line"
+}
+
+serve clean 0
+grep -q "lost=0 " "$T/clean-daemon.out" || fail "clean: $(cat "$T/clean-daemon.out")"
+grep -q "demands (0 repeated)" "$T/clean.out" ||
+    fail "clean: a DEMAND was repeated although every one was answered: $(grep 'daemon:' "$T/clean.out")"
+pass "every DEMAND answered: none repeated"
+
+serve lose2 2
+grep -q "lost=2 " "$T/lose2-daemon.out" ||
+    fail "lose2: the fake daemon did not lose two demands: $(cat "$T/lose2-daemon.out")"
+grep -q "demands (2 repeated)" "$T/lose2.out" ||
+    fail "lose2: expected two repeated DEMANDs: $(grep 'daemon:' "$T/lose2.out")"
+pass "two lost DEMANDs: each repeated, the client finished"
