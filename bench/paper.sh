@@ -36,8 +36,9 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 export BARRIER_S=${BARRIER_S:-240} LOOP_GRACE=${LOOP_GRACE:-90}
-if [ -n "${LOOP_S:-}" ] && ! [[ $LOOP_S =~ ^[1-9][0-9]*$ ]]; then
-    echo "paper.sh: LOOP_S must be a whole number of seconds, not '$LOOP_S'" >&2
+# run_sweep.sh measures from W (default 5) s into the loop and needs 9 s more.
+if [ -n "${LOOP_S:-}" ] && ! { [[ $LOOP_S =~ ^[1-9][0-9]*$ ]] && [ "$LOOP_S" -ge $((${W:-5} + 9)) ]; }; then
+    echo "paper.sh: LOOP_S must be a whole number of seconds, at least $((${W:-5} + 9)), not '$LOOP_S'" >&2
     exit 2
 fi
 OUT=bench/results/gpu/paper

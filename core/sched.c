@@ -402,6 +402,11 @@ static void leave_schedule(struct ms_sched *s, struct ms_stask *t)
     if (s->cur == id) {
         s->cur = NONE;
         s->last = id;
+        if (s->phase == MS_PH_STOPPING && s->in_switch) {
+            /* It never answered its STOP (dropped, or gone): the wait was its drain. */
+            s->stop_pending = s->now > s->switch_t0 ? s->now - s->switch_t0 : 0;
+            s->stop_from = id;
+        }
         if (s->phase == MS_PH_RUNNING || s->phase == MS_PH_STOPPING ||
             (s->phase == MS_PH_MIGRATING && s->incremental)) {
             s->phase = MS_PH_IDLE;
@@ -767,16 +772,21 @@ static int on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, boo
         struct oentry *e = &o->e[i];
         if (!e->valid)
             continue;
+        /* Only an order sent during the switch in progress counts in its record (an
+         * incremental order of the slice before may finish inside it). */
+        bool mine = s->in_switch && o->t0 >= s->switch_t0;
         if (evict) {
             if (chunk_apply(s, t, e->id, MS_CE_EVICT_DONE) == MS_OK) {
                 t->bytes_out += e->bytes;
                 s->bytes_out += e->bytes;
+                s->sw_out += mine ? e->bytes : 0;
             }
         } else if (!e->fresh) {
             if (chunk_apply(s, t, e->id, MS_CE_POP_DONE) == MS_OK) {
                 chunk_apply(s, t, e->id, MS_CE_TOUCH);
                 t->bytes_in += e->bytes;
                 s->bytes_in += e->bytes;
+                s->sw_in += mine ? e->bytes : 0;
             }
         }
     }
@@ -784,11 +794,12 @@ static int on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, boo
     o->deadline = now + s->cfg.order_timeout_ns;
     if (o->runs_done == o->nruns) {
         uint64_t took = now > o->t0 ? now - o->t0 : 0;
-        if (s->in_switch && evict && took >= s->sw_evict_ns) {
+        bool mine = s->in_switch && o->t0 >= s->switch_t0;
+        if (mine && evict && took >= s->sw_evict_ns) {
             s->sw_evict_ns = took;
             s->sw_evict_task = t->id;
         }
-        if (s->in_switch && !evict)
+        if (mine && !evict)
             s->sw_pop_ns = MS_MAX(s->sw_pop_ns, took);
         order_reset(o);
     }
@@ -1091,8 +1102,7 @@ static void switch_begin(struct ms_sched *s, uint64_t now)
 {
     s->in_switch = true;
     s->switch_t0 = now;
-    s->sw_in0 = s->bytes_in;
-    s->sw_out0 = s->bytes_out;
+    s->sw_in = s->sw_out = 0;
     s->sw_plans0 = s->plans;
     s->sw_predicted_ns = 0;
     s->sw_evict_ns = s->sw_pop_ns = 0;
@@ -1128,8 +1138,8 @@ static void start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     s->last_switch.stop_ns = MS_MIN(s->stop_pending, d);
     s->last_switch.from = s->stop_from;
     s->last_switch.to = t->id;
-    s->last_switch.in = s->bytes_in - s->sw_in0;
-    s->last_switch.out = s->bytes_out - s->sw_out0;
+    s->last_switch.in = s->sw_in;
+    s->last_switch.out = s->sw_out;
     s->last_switch.plans = s->plans - s->sw_plans0;
     s->last_switch.predicted_ns = s->sw_predicted_ns;
     s->last_switch.evict_ns = s->sw_evict_ns;

@@ -169,14 +169,17 @@ struct ms_sched {
      * had to be waited for); predicted_ns: the cost model's time for those plans' bytes;
      * evict_ns: its longest eviction order, sent to completed, and evict_task its owner
      * (MS_TASK_NONE when none completed); pop_ns: its longest population order, which
-     * includes waiting for the room its credit needs (the evictions). */
+     * includes waiting for the room its credit needs (the evictions). Only orders sent during
+     * the switch count, and only their progress before RUN: with early_run (RUN sent with the
+     * POPULATE) the record holds the drain and the plan, not the migration. stop_ns/from: the
+     * drain, also when the outgoing task never answered its STOP and was dropped. */
     struct {
         uint64_t seq, ns, stop_ns;
         uint64_t in, out, plans, predicted_ns, evict_ns, pop_ns;
         uint32_t from, to, evict_task;
     } last_switch;
     /* the switch in progress */
-    uint64_t sw_in0, sw_out0, sw_plans0, sw_predicted_ns, sw_evict_ns, sw_pop_ns;
+    uint64_t sw_in, sw_out, sw_plans0, sw_predicted_ns, sw_evict_ns, sw_pop_ns;
     uint32_t sw_evict_task;
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;

@@ -17,8 +17,8 @@ Slice sets: runs of one pressure measured at different slice lengths are not com
 other. Each run (a file's records of one workload and pressure) belongs to the set its daemon
 windows' "slice" names: "adaptive" when one of them is "adaptive:<ms>" (the opt run of
 SLICE=adaptive) or when its slice is the one such an adaptive opt run picked at that workload and
-pressure, written the same way ("1700ms": the other systems of SLICE=adaptive, also a part b
-run later), else the slice as written ("1s"); "" when no window says. A row is one (pressure, set); its `ref` is the set's own,
+pressure, written the same way, in a file without `ref` or `opt` of its own (a part b run
+later at "1700ms"), else the slice as written ("1s"); "" when no window says. A row is one (pressure, set); its `ref` is the set's own,
 else one of the same pressure.
 Prints a Markdown table (and --json: one JSON object per row). --workload NAME selects the
 records of one workload (default micro; records without the field are micro).
@@ -97,12 +97,14 @@ def _ms(slice_text):
 def slice_sets(located):
     """Tag every sweep record (one with a pressure and a system) of (path, line, record) triples
     with "_set", its run's slice set (see the module's docstring)."""
-    runs, picked = {}, {}
+    runs, picked, whole = {}, {}, set()
     for path, _, r in located:
         if "pressure" not in r or "system" not in r:
             continue
         key = (path, r.get("workload", "micro"), r["pressure"])
         runs.setdefault(key, [])
+        if r["system"] in ("ref", "opt"):
+            whole.add(key)  # a run of its own, not a part b
         if "proc" not in r and "slice" in r:
             t = str(r["slice"])
             runs[key].append(t)
@@ -110,7 +112,7 @@ def slice_sets(located):
                 picked.setdefault(key[1:], set()).add(t.split(":", 1)[1])
     sets = {}
     for key, slices in runs.items():
-        mine = picked.get(key[1:], set())
+        mine = picked.get(key[1:], set()) if key not in whole else set()
         if any(t.startswith("adaptive:") or t in mine for t in slices):
             sets[key] = "adaptive"
         else:
@@ -151,12 +153,17 @@ def link_seconds(in_bytes, out_bytes):
     return max(in_bytes / POP, out_bytes / EVI, (in_bytes + out_bytes) / SWAP)
 
 
+def set_name(st):
+    """A slice set as a reader says it: "adaptive", "1 s", "" (unknown)."""
+    ms = _ms(st) if st != "adaptive" else None
+    return f"{ms / 1000:.3g} s" if ms is not None else st
+
+
 def slice_label(pk, wins):
     """How a row's runs were sliced: "adaptive 1.66 s" (the opt run's pick), "1 s", or ""."""
     p, st = pk
     if st != "adaptive":
-        ms = _ms(st)
-        return f"{ms / 1000:.3g} s" if ms is not None else st
+        return set_name(st)
     got = [str(w.get("slice", "")) for (k, s), w in sorted(wins.items(), key=lambda kv: kv[0][1])
            if k == pk and s == "opt"] + [str(w.get("slice", "")) for (k, _), w in wins.items()
                                          if k == pk]
@@ -169,7 +176,7 @@ def slice_label(pk, wins):
 
 def ref_of(procs, pk):
     """The `ref` processes a row is normalized to: its set's own, else one of its pressure (the
-    unknown set's first)."""
+    unknown set's first; compute_rows marks such a row ref_from)."""
     own = procs.get((pk, "ref"))
     if own:
         return own
@@ -191,6 +198,9 @@ def compute_rows(records, workload="micro"):
             continue  # a ref-only run that serves the other rows of its pressure
         ref = ref_of(procs, pk)
         row = {"pressure": p, "set": pk[1], "slice_label": slice_label(pk, wins)}
+        if ref and not procs.get((pk, "ref")):
+            row["ref_from"] = next(k[1] for k, s in procs
+                                   if s == "ref" and procs[(k, s)] is ref)
         for s in systems:
             got = procs.get((pk, s))
             if not got or not ref:

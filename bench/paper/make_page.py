@@ -252,7 +252,7 @@ def fpk(pk, sliced):
     p, st = pk
     if not sliced:
         return fpress(p)
-    return f"{fpress(p)} ({'1 s' if st == '1s' else st or 'slice unknown'})"
+    return f"{fpress(p)} ({ss.set_name(st) or 'slice unknown'})"
 
 
 def ratio(a, b):
@@ -313,7 +313,7 @@ def gen_provenance(data):
         out.append(f"- memory budget: {b:g} GiB" if is_num(b) else f"- memory budget: {b}")
     sets = sorted({r.get("_set", "") for r in data.sweep}, key=lambda t: (t != "adaptive", t))
     if len(sets) > 1:
-        named = ["1 s" if t == "1s" else t or "not recorded" for t in sets]
+        named = [ss.set_name(t) or "not recorded" for t in sets]
         out.append(f"- time slice: per run ({', '.join(named)}), named in each sweep table's "
                    "slice column")
     elif env.get("slice") is not None:
@@ -436,7 +436,7 @@ def sweep_tables(w, data):
         return None
     rows = ss.compute_rows(data.sweep, w)
     systems = ss.systems_of(data.sweep, w)
-    sliced = len({k[0][1] for k in procs}) > 1
+    sliced = len({r["set"] for r in rows}) > 1
     baselines = [b for b in ("whole", "lru", "demand") if b in systems]
     head = (["pressure"] + (["slice length"] if sliced else []) + systems + ["Ideal", "opt / Ideal"]
             + (["Ideal x slice", "opt / (Ideal x slice)"] if "slice" in systems else [])
@@ -464,6 +464,10 @@ def sweep_tables(w, data):
     noref = [fpk(pk, sliced) for pk in pks if not ss.ref_of(procs, pk)]
     if noref:
         out += ["", f"No `ref` run at {', '.join(noref)}: not normalized."]
+    borrowed = [f"{fpk(pk, sliced)} to the `ref` of {fpk((pk[0], r['ref_from']), True)}"
+                for pk, r in zip(pks, rows) if "ref_from" in r]
+    if borrowed:
+        out += ["", "Without a `ref` run of their own, normalized: " + "; ".join(borrowed) + "."]
     noideal = [fpk(pk, sliced) for pk, r in zip(pks, rows)
                if r.get("opt") is not None and r.get("ideal") is None]
     if noideal:
@@ -685,13 +689,15 @@ def gen_targets(data):
     points, missing, no_ideal = [], [], []
     at_slice = {}  # slice label -> the points measured at it
     for w in WORKLOADS:
-        got = ss.preferred(ss.compute_rows(data.sweep, w))
-        if not got:
+        rows_w = ss.compute_rows(data.sweep, w)
+        with_opt = ss.preferred(rows_w)
+        if not with_opt:
             missing.append(w)
+        got = ss.preferred([r for r in rows_w if r.get("slice") is not None])
+        rated = {r["pressure"] for r in got}
+        no_ideal += [f"{w} {fpress(r['pressure'])}" for r in with_opt
+                     if r["pressure"] not in rated]
         for r in got:
-            if r.get("slice") is None:
-                no_ideal.append(f"{w} {fpress(r['pressure'])}")
-                continue
             v = 100 * r["opt"] / r["slice"] if r["slice"] > 0 else math.inf
             points.append((v, w, r["pressure"]))
             kind = "adaptive" if r["set"] == "adaptive" else r["slice_label"] or "slice unknown"

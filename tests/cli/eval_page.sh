@@ -170,7 +170,11 @@ if [ -f "$ROOT/bench/paper.sh" ]; then
     pass "every part the notes name is a part of bench/paper.sh"
     LOOP_S=1.5 bash "$ROOT/bench/paper.sh" --list >/dev/null 2>"$T/loops.err"
     [ $? = 2 ] || fail "bench/paper.sh with LOOP_S=1.5 did not exit 2"
-    has "$T/loops.err" "LOOP_S must be a whole number of seconds, not '1.5'"
+    has "$T/loops.err" "LOOP_S must be a whole number of seconds, at least 14, not '1.5'"
+    LOOP_S=13 bash "$ROOT/bench/paper.sh" --list >/dev/null 2>"$T/loops.err"
+    [ $? = 2 ] || fail "bench/paper.sh with LOOP_S=13 (under W + 9) did not exit 2"
+    LOOP_S=14 bash "$ROOT/bench/paper.sh" --list >/dev/null 2>"$T/loops.err" ||
+        fail "bench/paper.sh with LOOP_S=14 exited $?"
     pass "bench/paper.sh refuses a malformed LOOP_S"
 fi
 
@@ -181,24 +185,32 @@ fi
 # 228/200.. = 114.0, whole 198/200.. = 99.0 (the fixture's ref would make it 198.0). Same bytes as
 # the fixture's opt: Ideal 90.0, 114 / 90 = 127 %, Ideal x slice 117.0, 114 / 117 = 97 %. The 1 s
 # row keeps its numbers; the targets rate the adaptive row at 150 % (114 / 130 = 87.7 %) and the
-# 1 s row at 200 %, and say which is which.
+# 1 s row at 200 %, and say which is which. File c, a run of its own (ref and opt, the
+# fixture's rates) at a fixed 2000ms, the slice the adaptive opt picked, stays a row of its own
+# (opt 120.0), not merged into the adaptive one.
 mkdir -p "$T/sets"
 cp "$FIX/results/"* "$T/sets/"
 "$PY" - "$FIX/results/micro.jsonl" "$T/sets" <<'PYEOF' || fail "making the slice-set records"
 import json, sys
 src, out = sys.argv[1], sys.argv[2]
 scale = {"ref": 2.0, "slice": 2.0, "opt": 1.9, "whole": 2.2}
-a, b = [], []
+a, b, c = [], [], []
 for line in open(src):
     r = json.loads(line)
     if r.get("pressure") != 150 or r["system"] not in scale:
         continue
+    if r["system"] in ("ref", "opt"):  # file c: the same run at a fixed 2000ms slice
+        k = dict(r)
+        if "proc" not in k and k["system"] == "opt":
+            k["slice"] = "2000ms"
+        c.append(k)
     if "proc" in r:
         r["tasks_per_s"] = round(r["tasks_per_s"] * scale[r["system"]], 6)
     elif r["system"] != "ref":
         r["slice"] = "adaptive:2000ms" if r["system"] == "opt" else "2000ms"
     (b if r["system"] == "whole" else a).append(r)
-for name, recs in (("micro-150-a.jsonl", a), ("micro-150-b.jsonl", b)):
+for name, recs in (("micro-150-a.jsonl", a), ("micro-150-b.jsonl", b),
+                   ("micro-150-c.jsonl", c)):
     with open(f"{out}/{name}", "w") as f:
         f.write("".join(json.dumps(r) + "\n" for r in recs))
 PYEOF
@@ -210,12 +222,13 @@ has "$S" "| pressure | slice length | slice | opt | whole | demand | Ideal |"
 has "$S" "| 150 % | adaptive 2 s | 130.0 | 114.0 | 99.0 | - | 90.0 | 127 % | 117.0 | 97 % | 73.0 | 1.2x | - |"
 has "$S" "| 150 % | 1 s | 130.0 | 120.0 | 90.0 | 30.0 | 90.0 | 133 % | 117.0 | 103 % | 73.0 | 1.3x | 4.0x |"
 has "$S" "| 200 % | 1 s | 125.0 | 70.0 | 60.0 | 20.0 | 80.0 | 88 % |"
+has "$S" "| 150 % | 2 s | - | 120.0 | - | - | 90.0 | 133 % | - | - | 73.0 | - | - |"
 [ "$(grep -n '| 150 % | adaptive 2 s' "$S" | cut -d: -f1)" -lt "$(grep -n '| 150 % | 1 s |' "$S" | cut -d: -f1)" ] ||
     fail "the adaptive row does not come first"
 has "$S" "| 150 % (adaptive) | opt | 43.5 / 43.5 |"
 has "$S" "| 150 % (1 s) | opt | 43.5 / 43.5 |"
 has "$S" "worst 56.0 % of Ideal: micro at 200 % (2 points measured); slices: adaptive: micro 150 %; 1 s: micro 200 %"
-has "$S" "- time slice: per run (adaptive, 1 s), named in each sweep table's slice column"
+has "$S" "- time slice: per run (adaptive, 1 s, 2 s), named in each sweep table's slice column"
 "$PY" "$ROOT/bench/micro/summarize_sweep.py" "$T/sets/micro.jsonl" "$T/sets/micro-150-a.jsonl" \
     "$T/sets/micro-150-b.jsonl" >"$T/sets-summary.md" || fail "summarize_sweep.py on slice sets exited $?"
 has "$T/sets-summary.md" "| 150 % | adaptive 2 s | 130.0 | 114.0 | 99.0 | - | 90.0 | 127 % | 117.0 | 97 % | 73.0 | 1.2x | - |"

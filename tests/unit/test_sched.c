@@ -1186,6 +1186,22 @@ static void test_switch_record(void **state)
     assert_true(w.s.last_switch.pop_ns >= 30 * MS);
     assert_true(w.s.last_switch.ns >= w.s.last_switch.pop_ns);
     world_fini(&w);
+
+    /* An outgoing task that never answers its STOP is dropped at stop_timeout (50 ms here):
+     * the switch names it, and the wait is its drain. */
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 16 * CH);
+    a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    a->hold_stop = true;
+    advance_to_deadline(&w, 1000 * MS); /* STOP to a, never answered */
+    advance(&w, 60 * MS);
+    expect_dropped(&w, a, MS_E_STATE);
+    assert_ptr_equal(running(&w), b);
+    assert_int_equal(w.s.last_switch.from, a->task);
+    assert_true(w.s.last_switch.stop_ns >= 50 * MS);
+    world_fini(&w);
 }
 
 /* The drain's share of a switch: STOP sent .. STOPPED received, summed in stop_ns_total. */
