@@ -111,7 +111,7 @@ $(BUILD)/tests/fake_shim: $(BUILD)/obj/tests/daemon/fake_shim.o $(IPC_LIB) $(COR
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 TEST_EXTRA += $(BUILD)/tests/fake_shim
 
-# The fake daemon of the shim's tests (tests/cli/lost_demand.sh).
+# The fake daemon of the shim's tests (tests/cli/shim_fake_daemon.sh).
 $(BUILD)/tests/fake_daemon: $(BUILD)/obj/tests/daemon/fake_daemon.o $(IPC_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")

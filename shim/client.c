@@ -106,6 +106,7 @@ static struct {
     uint32_t pop_epoch, pop_seq, pop_n, pop_done;
     struct ms_run *pop_runs;
     uint64_t pop_credit, pop_taken;
+    uint64_t pop_work, pop_step; /* the engine's time on it: total, longest batch */
     /* wire ids */
     struct wreg *w;
     size_t nw, capw, ndead;
@@ -681,6 +682,19 @@ static uint64_t resident_bytes_of(const struct ms_chunk_set *s)
     return b;
 }
 
+/* An order whose own work (the engine's copies and mappings, not waiting for credit or a
+ * drain) took this long is logged with its size and longest step: a copy at the link's speed
+ * is about 20 ms per GiB, so anything far slower is the driver or the host holding it up. */
+#define SLOW_ORDER_NS 300000000ull
+
+static void order_timed(const char *what, uint64_t work_ns, uint64_t step_ns, uint64_t bytes)
+{
+    if (work_ns >= SLOW_ORDER_NS)
+        ms__shim_log("slow %s: %.1f ms of work for %.2f GiB (%.1f GB/s), the longest step "
+                     "%.1f ms", what, (double)work_ns / 1e6, (double)bytes / (double)MS_GIB,
+                     work_ns ? (double)bytes / (double)work_ns : 0.0, (double)step_ns / 1e6);
+}
+
 static void on_evict(const struct ms_msg *m)
 {
     const struct ms_msg_order *o = &m->order;
@@ -688,7 +702,7 @@ static void on_evict(const struct ms_msg *m)
     /* The daemon evicts from tasks that do not run; if this one runs, hold its admissions. */
     C.hold = true;
     drain("evict");
-    uint64_t freed = 0, batch = 0;
+    uint64_t freed = 0, batch = 0, work = 0, step = 0;
     uint32_t nbatch = 0;
     ms_chunk_set_clear(&C.batch);
     for (uint32_t k = 0; k < o->nruns && C.up && !C.broken; k++) {
@@ -700,10 +714,14 @@ static void on_evict(const struct ms_msg *m)
         if (batch < BATCH_BYTES && ++nbatch < BATCH_RUNS && k + 1 < o->nruns)
             continue;
         uint64_t before = resident_bytes_of(&C.batch);
+        uint64_t t0 = now_ns();
         if (ms__engine_exec(&C.batch, NULL, NULL) != MS_OK) {
             conn_break("an eviction failed");
             break;
         }
+        uint64_t dt = now_ns() - t0;
+        work += dt;
+        step = MS_MAX(step, dt);
         freed += before - resident_bytes_of(&C.batch);
         ms_chunk_set_clear(&C.batch);
         batch = 0;
@@ -715,6 +733,7 @@ static void on_evict(const struct ms_msg *m)
         r.progress.bytes = freed;
         csend(&r, m->seq);
     }
+    order_timed("eviction", work, step, freed);
     C.hold = false;
     broadcast();
 }
@@ -739,10 +758,14 @@ static void pop_progress(void)
         }
         if (j == C.pop_done)
             return;
+        uint64_t t0 = now_ns();
         if (ms__engine_exec(NULL, &C.batch, NULL) != MS_OK) {
             conn_break("a population failed");
             return;
         }
+        uint64_t dt = now_ns() - t0;
+        C.pop_work += dt;
+        C.pop_step = MS_MAX(C.pop_step, dt);
         C.pop_done = j;
         C.pop_taken = taken;
         struct ms_msg r;
@@ -756,6 +779,7 @@ static void pop_progress(void)
     if (C.pop_active && C.pop_done == C.pop_n) {
         C.pop_active = false;
         C.dem_pending = false;
+        order_timed("population", C.pop_work, C.pop_step, C.pop_taken);
         broadcast();
     }
 }
@@ -781,6 +805,7 @@ static void on_populate(struct ms_msg *m)
     C.pop_done = 0;
     C.pop_credit = m->order.credit;
     C.pop_taken = 0;
+    C.pop_work = C.pop_step = 0;
     pop_progress();
 }
 

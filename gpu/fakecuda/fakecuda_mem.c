@@ -834,6 +834,8 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
     return rc;
 }
 
+/* MSCHED_FAKE_MAP_MS makes every cuMemMap take that long (outside the fake's lock): a slow
+ * migration, for tests of what reports one. */
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -842,6 +844,12 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         return rc;
     if (size == 0 || !gran_ok(size) || !gran_ok(ptr) || offset != 0 || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    const char *slow = getenv("MSCHED_FAKE_MAP_MS");
+    long ms = slow ? strtol(slow, NULL, 10) : 0;
+    if (ms > 0) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     pthread_mutex_lock(&ms__fk_lock);
     struct phys *ph = phys_of(handle);
     struct resv *r = resv_at(ptr);

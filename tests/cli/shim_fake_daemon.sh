@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# lost_demand.sh - a running task whose DEMAND nothing answers asks again instead of waiting for
-# ever.
+# shim_fake_daemon.sh - libmsched against a scripted daemon: a running task whose DEMAND nothing
+# answers asks again instead of waiting for ever, and a slow migration is reported.
 #
 # tests/daemon/fake_daemon serves one libmsched client (tests/shim/engine_stress "cycle" on the
 # fake CUDA driver) with everything it asks for, except that with --lose N it drops the first N
 # DEMANDs that arrive while the client runs and name memory not yet populated: what a daemon
 # that lost a demand does. The client must repeat each lost DEMAND (after about a second),
 # finish its rounds with the fake driver's oracle satisfied (memory not populated is PROT_NONE),
-# and report the repeats in its summary line. Without --lose nothing is repeated. Every wait is
-# bounded (the fake daemon's watchdog and `timeout` on the client).
+# and report the repeats in its summary line. Without --lose nothing is repeated. With the fake
+# driver's cuMemMap slowed past 300 ms (MSCHED_FAKE_MAP_MS), the shim logs a "slow population"
+# line with the work's time, size and longest step. Every wait is bounded (the fake daemon's
+# watchdog and `timeout` on the client).
 . "$(dirname "$0")/../daemon/lib.sh"
 
 SHIMDIR=$BUILD/lib/msched
@@ -25,9 +27,11 @@ fi
 LIMIT=20
 case "$BUILD" in *thread* | *address*) LIMIT=60 ;; esac
 
-# serve NAME LOSE: the fake daemon losing LOSE demands, then the client; both bounded.
+# serve NAME LOSE [VAR=value...]: the fake daemon losing LOSE demands, then the client (with
+# those variables); both bounded.
 serve() {
     local name=$1 lose=$2
+    shift 2
     rm -f "$MSCHED_SOCKET"
     "$FDAEMON" "$MSCHED_SOCKET" --lose "$lose" --budget-mib 48 --timeout "$LIMIT" \
         >"$T/$name-daemon.out" 2>&1 &
@@ -40,7 +44,7 @@ serve() {
     done
     [ -S "$MSCHED_SOCKET" ] || fail "$name: the fake daemon did not listen"
     timeout -k 5 "$LIMIT" env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKELIB" \
-        MS_FAKECUDA="$FAKELIB" MSCHED_VERBOSE=1 "$STRESS" 4 1 cycle >"$T/$name.out" 2>&1
+        MS_FAKECUDA="$FAKELIB" MSCHED_VERBOSE=1 "$@" "$STRESS" 4 1 cycle >"$T/$name.out" 2>&1
     local rc=$?
     wait "$d"
     local drc=$?
@@ -61,3 +65,9 @@ grep -q "lost=2 " "$T/lose2-daemon.out" ||
 grep -q "demands (2 repeated)" "$T/lose2.out" ||
     fail "lose2: expected two repeated DEMANDs: $(grep 'daemon:' "$T/lose2.out")"
 pass "two lost DEMANDs: each repeated, the client finished"
+
+serve slow 0 MSCHED_FAKE_MAP_MS=310
+grep -q "slow population: [0-9.]* ms of work for [0-9.]* GiB ([0-9.]* GB/s), the longest step [0-9.]* ms" "$T/slow.out" ||
+    fail "slow: no slow-population line: $(grep 'msched' "$T/slow.out" | tail -n 5)"
+grep -q "slow population" "$T/clean.out" && fail "clean: a slow-population line without a slow driver"
+pass "a slow migration (cuMemMap 310 ms) is reported with its time, size and longest step"
