@@ -2,8 +2,9 @@
 # bench/paper.sh [--part P]... [--out DIR] [--list] [--no-page]
 #
 # The evaluation suite (docs/evaluation.md) on a GPU machine, in parts of under 10 minutes each:
-# every part writes its raw results as DIR/<part>.jsonl (replacing that part's earlier results)
-# and its raw outputs as DIR/raw/<part>.tgz, then bench/paper/make_page.py regenerates the
+# every part writes its raw results as DIR/<part>.jsonl (replacing that part's earlier results;
+# DIR/<part>-<slice>.jsonl for a sweep part at a fixed SLICE, below) and its raw outputs as
+# DIR/raw/<part>.tgz (the same name), then bench/paper/make_page.py regenerates the
 # measured blocks of docs/evaluation.md and its plots from everything in DIR. Without --part
 # every part runs, one after the other. DIR defaults to bench/results/gpu/paper.
 #
@@ -24,9 +25,12 @@
 # fewer systems replaces the part's earlier results); RTBE_SYSTEMS the same for the rtbe part;
 # ACC_SECS (default 15) is how long each accuracy or strict program runs, ACC_LIMIT its time
 # limit with loading (default ACC_SECS + 90), PROGRAMS which programs (default all 11).
-# SLICE=adaptive runs every sweep system at the slice msched's adaptive policy picks (see
-# bench/micro/run_sweep.sh; a W-P-b part, which has no opt run, takes the slice from W-P-a's
-# results, so run part a first); default 1s round-robin. LOOP_S sets every sweep process's timed
+# SLICE (default adaptive) is the sweep parts' time slice. adaptive runs opt under msched's
+# adaptive policy and every other system at the slice it picked (see bench/micro/run_sweep.sh;
+# a W-P-b part, which has no opt run, takes the slice from W-P-a's results, so run part a
+# first), as the targets ask. A fixed slice (SLICE=1s, 500ms) runs every system round-robin at
+# it, and its results go to DIR/<part>-<slice>.jsonl (and raw/<part>-<slice>.tgz), beside the
+# adaptive ones. LOOP_S sets every sweep process's timed
 # loop in seconds (default 25 for micro and A, 35 for B, 40 for C and D): longer slices need
 # longer loops for the same number of switches in the measuring window.
 # A sweep's processes get BARRIER_S (default 240) to load and LOOP_GRACE (default 90) past their
@@ -48,7 +52,12 @@ ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150 B-200 B-
 C-150-b C-200-a C-200-b C-300-a C-300-b D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe accuracy strict"
 USER_SYSTEMS=${SYSTEMS:-}
 SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
-SLICE=${SLICE:-1s}
+SLICE=${SLICE:-adaptive}
+if [ "$SLICE" != adaptive ] && ! [[ $SLICE =~ ^[1-9][0-9]*(ms|s)$ ]]; then
+    echo "paper.sh: SLICE must be adaptive or a duration such as 1s or 500ms, not '$SLICE'" >&2
+    exit 2
+fi
+export SLICE
 
 usage() {
     sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
@@ -106,7 +115,7 @@ env = {"gpu": sh("nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
        "host": f"{platform.machine()}, {sh('nproc')} CPUs",
        "budget_gib": int(os.environ.get("BUDGET_MIB", "16384")) / 1024,
-       "slice": os.environ.get("SLICE", "1s")}
+       "slice": os.environ.get("SLICE", "adaptive")}
 json.dump(env, open(sys.argv[1], "w"), indent=1)
 PY
 }
@@ -134,9 +143,13 @@ on_term() {
 trap on_term TERM INT
 
 run_part() {
-    local p=$1 tmp rc=0
+    local p=$1 tmp rc=0 name=$1
+    case $p in
+    env | engine | rtbe | accuracy | strict) ;;
+    *) [ "$SLICE" = adaptive ] || name=$p-$SLICE ;;
+    esac
     tmp=$(mktemp -d)
-    CUR_PART=$p CUR_TMP=$tmp
+    CUR_PART=$name CUR_TMP=$tmp
     log "part $p"
     local t0=$SECONDS
     case $p in
@@ -179,12 +192,12 @@ for l in open(sys.argv[1]):
         ;;
     esac
     if [ -s "$tmp/out.jsonl" ]; then
-        mv "$tmp/out.jsonl" "$OUT/$p.jsonl"
+        mv "$tmp/out.jsonl" "$OUT/$name.jsonl"
     else
         echo "paper.sh: part $p produced no results (rc=$rc); earlier results kept" >&2
         [ "$rc" = 0 ] && rc=1
     fi
-    tar -C "$tmp" -czf "$OUT/raw/$p.tgz" . 2>/dev/null
+    tar -C "$tmp" -czf "$OUT/raw/$name.tgz" . 2>/dev/null
     rm -rf "$tmp"
     CUR_TMP=""
     log "part $p done in $((SECONDS - t0)) s (rc=$rc)"

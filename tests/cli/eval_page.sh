@@ -175,7 +175,11 @@ if [ -f "$ROOT/bench/paper.sh" ]; then
     [ $? = 2 ] || fail "bench/paper.sh with LOOP_S=13 (under W + 9) did not exit 2"
     LOOP_S=14 bash "$ROOT/bench/paper.sh" --list >/dev/null 2>"$T/loops.err" ||
         fail "bench/paper.sh with LOOP_S=14 exited $?"
-    pass "bench/paper.sh refuses a malformed LOOP_S"
+    SLICE=2x bash "$ROOT/bench/paper.sh" --list >/dev/null 2>"$T/slice.err"
+    [ $? = 2 ] || fail "bench/paper.sh with SLICE=2x did not exit 2"
+    has "$T/slice.err" "SLICE must be adaptive or a duration such as 1s or 500ms, not '2x'"
+    SLICE=500ms bash "$ROOT/bench/paper.sh" --list >/dev/null 2>&1 || fail "SLICE=500ms refused"
+    pass "bench/paper.sh refuses a malformed LOOP_S or SLICE"
 fi
 
 # Slice sets: a SLICE=adaptive run of micro at 150 % beside the fixture's 1 s runs. Its file a
