@@ -768,13 +768,13 @@ static int on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, boo
                  (unsigned long long)o->credit);
         return MS_E_STATE;
     }
+    /* Only an order sent during the switch in progress counts in its record (an incremental
+     * order of the slice before may finish inside it). */
+    bool mine = s->in_switch && o->t0 >= s->switch_t0;
     for (size_t i = from; i < to; i++) {
         struct oentry *e = &o->e[i];
         if (!e->valid)
             continue;
-        /* Only an order sent during the switch in progress counts in its record (an
-         * incremental order of the slice before may finish inside it). */
-        bool mine = s->in_switch && o->t0 >= s->switch_t0;
         if (evict) {
             if (chunk_apply(s, t, e->id, MS_CE_EVICT_DONE) == MS_OK) {
                 t->bytes_out += e->bytes;
@@ -794,7 +794,6 @@ static int on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, boo
     o->deadline = now + s->cfg.order_timeout_ns;
     if (o->runs_done == o->nruns) {
         uint64_t took = now > o->t0 ? now - o->t0 : 0;
-        bool mine = s->in_switch && o->t0 >= s->switch_t0;
         if (mine && evict && took >= s->sw_evict_ns) {
             s->sw_evict_ns = took;
             s->sw_evict_task = t->id;
@@ -1096,8 +1095,8 @@ static uint64_t predict_cost(struct ms_sched *s)
     return ms_cost_transfer_ns(c, out, in, true) + fixed;
 }
 
-/* A switch begins (STOP sent, or planning begun with nothing to stop): its clock and the
- * counters its record is the difference of. */
+/* A switch begins (STOP sent, or planning begun with nothing to stop): its clock, and its
+ * record's counters from zero (plans: from the running total). */
 static void switch_begin(struct ms_sched *s, uint64_t now)
 {
     s->in_switch = true;
