@@ -311,7 +311,8 @@ def gen_provenance(data):
     b = env.get("budget_gib")
     if b is not None:
         out.append(f"- memory budget: {b:g} GiB" if is_num(b) else f"- memory budget: {b}")
-    sets = sorted({r.get("_set", "") for r in data.sweep}, key=lambda t: (t != "adaptive", t))
+    sets = sorted({r.get("_set", "") for r in data.sweep if r.get("system") != "ref"},
+                  key=lambda t: (t != "adaptive", t))
     if len(sets) > 1:
         named = [ss.set_name(t) or "not recorded" for t in sets]
         out.append(f"- time slice: per run ({', '.join(named)}), named in each sweep table's "

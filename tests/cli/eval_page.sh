@@ -191,14 +191,16 @@ fi
 # row keeps its numbers; the targets rate the adaptive row at 150 % (114 / 130 = 87.7 %) and the
 # 1 s row at 200 %, and say which is which. File c, a run of its own (ref and opt, the
 # fixture's rates) at a fixed 2000ms, the slice the adaptive opt picked, stays a row of its own
-# (opt 120.0), not merged into the adaptive one.
+# (opt 120.0), not merged into the adaptive one. File d is a ref run alone (twice the fixture's
+# rates) and file e an opt run alone at 3000ms: e's row borrows d's ref (opt 60.0) and says so;
+# d makes no row of its own.
 mkdir -p "$T/sets"
 cp "$FIX/results/"* "$T/sets/"
 "$PY" - "$FIX/results/micro.jsonl" "$T/sets" <<'PYEOF' || fail "making the slice-set records"
 import json, sys
 src, out = sys.argv[1], sys.argv[2]
 scale = {"ref": 2.0, "slice": 2.0, "opt": 1.9, "whole": 2.2}
-a, b, c = [], [], []
+a, b, c, d, e = [], [], [], [], []
 for line in open(src):
     r = json.loads(line)
     if r.get("pressure") != 150 or r["system"] not in scale:
@@ -208,13 +210,18 @@ for line in open(src):
         if "proc" not in k and k["system"] == "opt":
             k["slice"] = "2000ms"
         c.append(k)
+    if r["system"] == "ref":  # file d: a ref run alone, twice the fixture's rates
+        d.append(dict(r, tasks_per_s=r["tasks_per_s"] * 2))
+    if r["system"] == "opt":  # file e: opt alone at 3000ms, no ref of its own
+        e.append(dict(r, slice="3000ms") if "proc" not in r else dict(r))
     if "proc" in r:
         r["tasks_per_s"] = round(r["tasks_per_s"] * scale[r["system"]], 6)
     elif r["system"] != "ref":
         r["slice"] = "adaptive:2000ms" if r["system"] == "opt" else "2000ms"
     (b if r["system"] == "whole" else a).append(r)
 for name, recs in (("micro-150-a.jsonl", a), ("micro-150-b.jsonl", b),
-                   ("micro-150-c.jsonl", c)):
+                   ("micro-150-c.jsonl", c), ("micro-150-d.jsonl", d),
+                   ("micro-150-e.jsonl", e)):
     with open(f"{out}/{name}", "w") as f:
         f.write("".join(json.dumps(r) + "\n" for r in recs))
 PYEOF
@@ -227,12 +234,17 @@ has "$S" "| 150 % | adaptive 2 s | 130.0 | 114.0 | 99.0 | - | 90.0 | 127 % | 117
 has "$S" "| 150 % | 1 s | 130.0 | 120.0 | 90.0 | 30.0 | 90.0 | 133 % | 117.0 | 103 % | 73.0 | 1.3x | 4.0x |"
 has "$S" "| 200 % | 1 s | 125.0 | 70.0 | 60.0 | 20.0 | 80.0 | 88 % |"
 has "$S" "| 150 % | 2 s | - | 120.0 | - | - | 90.0 | 133 % | - | - | 73.0 | - | - |"
+has "$S" "| 150 % | 3 s | - | 60.0 | - | - | 90.0 | 67 % | - | - | 73.0 | - | - |"
+has "$S" "Without a \`ref\` run of their own, normalized: 150 % (3 s) to the \`ref\` of 150 % (slice unknown)."
+[ "$(grep -cE '^\| 150 % \| (adaptive )?[0-9.]+ s \|' "$S")" = 4 ] ||
+    fail "expected four rows at 150 % (adaptive, 1 s, 2 s, 3 s)"
+grep -q '^| 150 % | - |' "$S" && fail "a row for the ref-only run"
 [ "$(grep -n '| 150 % | adaptive 2 s' "$S" | cut -d: -f1)" -lt "$(grep -n '| 150 % | 1 s |' "$S" | cut -d: -f1)" ] ||
     fail "the adaptive row does not come first"
 has "$S" "| 150 % (adaptive) | opt | 43.5 / 43.5 |"
 has "$S" "| 150 % (1 s) | opt | 43.5 / 43.5 |"
 has "$S" "worst 56.0 % of Ideal: micro at 200 % (2 points measured); slices: adaptive: micro 150 %; 1 s: micro 200 %"
-has "$S" "- time slice: per run (adaptive, 1 s, 2 s), named in each sweep table's slice column"
+has "$S" "- time slice: per run (adaptive, 1 s, 2 s, 3 s), named in each sweep table's slice column"
 "$PY" "$ROOT/bench/micro/summarize_sweep.py" "$T/sets/micro.jsonl" "$T/sets/micro-150-a.jsonl" \
     "$T/sets/micro-150-b.jsonl" >"$T/sets-summary.md" || fail "summarize_sweep.py on slice sets exited $?"
 has "$T/sets-summary.md" "| 150 % | adaptive 2 s | 130.0 | 114.0 | 99.0 | - | 90.0 | 127 % | 117.0 | 97 % | 73.0 | 1.2x | - |"
