@@ -99,6 +99,21 @@ static int send_msg(struct ms_conn *c, struct ms_msg *m)
     return 0;
 }
 
+#define HOUR_NS (3600ull * 1000000000ull)
+
+/* RUN for an hour (STOP never comes); true when it went out. */
+static bool send_run(struct ms_conn *c, uint32_t epoch)
+{
+    struct ms_msg r;
+    ms_msg_init(&r, MS_MSG_RUN);
+    r.run.epoch = epoch;
+    r.run.slice_ns = HOUR_NS;
+    if (send_msg(c, &r))
+        return false;
+    stats.runs++;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL;
@@ -174,7 +189,7 @@ int main(int argc, char **argv)
                 r.welcome.version = MS_PROTO_VERSION;
                 r.welcome.task = 1;
                 r.welcome.budget = budget;
-                r.welcome.slice_ns = 3600ull * 1000000000ull;
+                r.welcome.slice_ns = HOUR_NS;
                 r.seq = m.seq;
                 if (send_msg(&c, &r))
                     status = 1;
@@ -187,13 +202,8 @@ int main(int argc, char **argv)
                     break;
                 }
                 if (m.demand.nnext == 0) {
-                    if (!running && !pop_active) {
-                        ms_msg_init(&r, MS_MSG_RUN);
-                        r.run.epoch = ++epoch;
-                        r.run.slice_ns = 3600ull * 1000000000ull;
-                        running = !send_msg(&c, &r);
-                        stats.runs += running;
-                    }
+                    if (!running && !pop_active)
+                        running = send_run(&c, ++epoch);
                     break;
                 }
                 /* A POPULATE of the runs named (a new one replaces one in progress). */
@@ -228,11 +238,7 @@ int main(int argc, char **argv)
                             status = 1;
                 if (run_after_pop) {
                     run_after_pop = false;
-                    ms_msg_init(&r, MS_MSG_RUN);
-                    r.run.epoch = ++epoch;
-                    r.run.slice_ns = 3600ull * 1000000000ull;
-                    running = !send_msg(&c, &r);
-                    stats.runs += running;
+                    running = send_run(&c, ++epoch);
                 }
                 break;
             case MS_MSG_BYE: bye = true; break;
