@@ -38,3 +38,7 @@ for w in micro B D; do
     run "adaptive-$w-h200-1s" --workload "$w" --profile h200 --budget 16GiB --pressure 1.5,2,3 \
         --slice 1s --adaptive --duration 60s --policies opt,lru,whole
 done
+# D at 200 % at the slice the adaptive policy picked on the H200 (1.7 s, docs/evaluation.md,
+# workload D), for the opt / whole / LRU runs there.
+run slice-D-h200-1700ms --workload D --profile h200 --budget 16GiB --pressure 2 \
+    --policies opt,whole,lru --slice 1700ms --duration 60s
