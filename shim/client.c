@@ -29,6 +29,21 @@
  * daemon that lost the first (or could not act on it then) does not leave the task waiting for
  * ever.
  *
+ * Where running time goes (the daemon line of the exit summary, engine.c). `ran` (st.run_ns)
+ * adds up each slice, from RUN to the STOPPED answer (the gpu_ns it reports), or to the
+ * daemon's going away, or to the summary for a slice still open at exit. `waiting on demands`
+ * (st.dwait_ns) is the wall time during which the process held RUN and at least one thread
+ * waited in the gate for memory the daemon is to populate (running, not held by an eviction,
+ * its chunks not resident): the union over threads, not a sum. `dwait` counts such threads;
+ * an interval opens (dw_t0) when the count leaves 0 while running or RUN comes with it above 0,
+ * and closes when the count returns to 0, at STOP or when the daemon goes (invariant: dw_t0 is
+ * set exactly while running && dwait > 0). A thread enters or leaves that count only on the
+ * gate's waiting path, so the launch fast path reads no clock. `orders under the lock`
+ * (st.order_run_ns) is the service thread's time in the engine's executor (EVICT and POPULATE
+ * batches, the engine's lock held throughout) while the process held RUN: the most that orders
+ * can have kept the application's threads from the gate then. The figures overlap: a thread
+ * waiting on a demand waits through the population that answers it.
+ *
  * Invariants
  *   - C.up: the connection is open and the engine is in daemon mode; once false it never
  *     becomes true again in this process.
@@ -97,6 +112,8 @@ static struct {
     uint32_t run_epoch;
     uint64_t run_t0;
     uint32_t waiters;
+    uint32_t dwait;  /* threads waiting on a demand's population (Where running time goes) */
+    uint64_t dw_t0;  /* running && dwait > 0 since then; 0: not */
     bool dem_pending, want_whole;
     uint64_t dem_at; /* when the last DEMAND went out */
     struct ms_chunk_set want; /* union of the needs of threads waiting for RUN */
@@ -129,6 +146,39 @@ static _Thread_local bool admitted;
 static uint64_t now_ns(void)
 {
     return ms_ipc_now_ns();
+}
+
+/* ---- where running time goes (lock held) --------------------------------------------------- */
+
+/* Close the open interval of waiting on demands (STOP, the daemon gone, the last waiter out). */
+static void dwait_close(uint64_t now)
+{
+    if (C.dw_t0) {
+        C.st.dwait_ns += now - C.dw_t0;
+        C.dw_t0 = 0;
+    }
+}
+
+/* The calling thread's state: waiting (on) or not for a demand's population while running.
+ * *mine is the thread's current state; the clock is read only when the union changes. */
+static void dwait_set(bool *mine, bool on)
+{
+    if (*mine == on)
+        return;
+    *mine = on;
+    if (on) {
+        if (C.dwait++ == 0 && C.running)
+            C.dw_t0 = now_ns();
+    } else if (--C.dwait == 0) {
+        dwait_close(now_ns());
+    }
+}
+
+/* The slice in progress ends (STOPPED, the daemon gone) or is replaced: count its time. */
+static void slice_end(uint64_t now)
+{
+    if (C.running)
+        C.st.run_ns += now - C.run_t0;
 }
 
 /* ---- configuration ------------------------------------------------------------------------ */
@@ -221,6 +271,12 @@ void ms_client_stats_get(struct ms_client_stats *out)
 {
     pthread_mutex_lock(ms__engine_mutex());
     *out = C.st;
+    /* A slice (or a wait) still open counts up to now. */
+    uint64_t now = now_ns();
+    if (C.running)
+        out->run_ns += now - C.run_t0;
+    if (C.dw_t0)
+        out->dwait_ns += now - C.dw_t0;
     pthread_mutex_unlock(ms__engine_mutex());
 }
 
@@ -495,6 +551,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
     struct ms_chunk_set *need = *needp;
     struct ms_rtable *rt = ms__engine_rt();
     bool counted = false;
+    bool dwaiting = false; /* counted in C.dwait */
     int capt = -1; /* capturing(stream), asked once and only when the command would wait */
     uint64_t t0 = 0;
     int rc = CUDA_SUCCESS;
@@ -574,11 +631,14 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             t0 = now_ns();
             C.st.waits++;
         }
+        /* Running, not held, chunks missing: waiting on the daemon to populate them. */
+        dwait_set(&dwaiting, C.running && !C.hold);
         timed_wait(WAIT_NS);
         drop_dead(need);
     }
     if (counted)
         C.waiters--;
+    dwait_set(&dwaiting, false);
     if (t0)
         C.st.wait_ns += now_ns() - t0;
     return rc;
@@ -635,9 +695,13 @@ static void drain(const char *why)
 
 static void on_run(const struct ms_msg *m)
 {
+    uint64_t now = now_ns();
+    slice_end(now); /* a RUN while running: the slice so far counts, a new one starts */
     C.running = true;
     C.run_epoch = m->run.epoch;
-    C.run_t0 = now_ns();
+    C.run_t0 = now;
+    if (C.dwait && !C.dw_t0)
+        C.dw_t0 = now; /* threads were already waiting on a demand: that counts from now */
     C.quiet_t0 = C.run_t0; /* idle_sent stays: an IDLE may have crossed this RUN */
     C.dem_pending = false;
     ms_chunk_set_clear(&C.want);
@@ -651,12 +715,14 @@ static void on_stop(const struct ms_msg *m)
 {
     C.st.stops++;
     bool was = C.running;
+    dwait_close(now_ns());
     C.running = false; /* no admission from now on */
     drain("stop");
     struct ms_msg r;
     ms_msg_init(&r, MS_MSG_STOPPED);
     r.stopped.epoch = m->stop.epoch;
     r.stopped.gpu_ns = was ? now_ns() - C.run_t0 : 0;
+    C.st.run_ns += r.stopped.gpu_ns; /* the slice ends with its STOPPED */
     r.stopped.bytes_moved = 0;
     csend(&r, m->seq);
     C.dem_pending = false;
@@ -722,6 +788,8 @@ static void on_evict(const struct ms_msg *m)
         uint64_t dt = now_ns() - t0;
         work += dt;
         step = MS_MAX(step, dt);
+        if (C.running)
+            C.st.order_run_ns += dt;
         freed += before - resident_bytes_of(&C.batch);
         ms_chunk_set_clear(&C.batch);
         batch = 0;
@@ -764,6 +832,8 @@ static void pop_progress(void)
             return;
         }
         uint64_t dt = now_ns() - t0;
+        if (C.running)
+            C.st.order_run_ns += dt;
         C.pop_work += dt;
         C.pop_step = MS_MAX(C.pop_step, dt);
         C.pop_done = j;
@@ -823,6 +893,9 @@ static void gone(const char *why)
     if (!C.up)
         return;
     C.up = false;
+    uint64_t now = now_ns();
+    slice_end(now);
+    dwait_close(now);
     C.running = false;
     C.pop_active = false;
     C.dem_pending = false;
@@ -1129,6 +1202,8 @@ void ms_client_atfork_child(void)
     C.running = false;
     C.pop_active = false;
     C.waiters = 0;
+    C.dwait = 0;
+    C.dw_t0 = 0;
     __atomic_store_n(&inflight, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&stopping, 0, __ATOMIC_SEQ_CST);
     if (C.cond_ready)

@@ -1341,7 +1341,8 @@ void ms_engine_exit(bool verbose)
         fprintf(stderr,
                 "msched[%d]: daemon: %s, %llu slices, %llu stops, %llu demands (%llu repeated), "
                 "%llu idles (%llu quiet), %llu evict orders, %llu populate orders, %llu waits "
-                "(%.3f s)\n",
+                "(%.3f s), ran %.3f s (%.3f s of it waiting on demands, %.3f s executing orders "
+                "under the lock)\n",
                 (int)getpid(),
                 s.daemon   ? "connected"
                 : s.failed ? "gone, failed"
@@ -1350,5 +1351,6 @@ void ms_engine_exit(bool verbose)
                 (unsigned long long)c.demands, (unsigned long long)c.demand_repeats,
                 (unsigned long long)c.idles,
                 (unsigned long long)c.quiet_idles, (unsigned long long)c.evict_orders, (unsigned long long)c.pop_orders,
-                (unsigned long long)c.waits, (double)c.wait_ns / 1e9);
+                (unsigned long long)c.waits, (double)c.wait_ns / 1e9, (double)c.run_ns / 1e9,
+                (double)c.dwait_ns / 1e9, (double)c.order_run_ns / 1e9);
 }

@@ -11,6 +11,16 @@
 # driver's cuMemMap slowed past 300 ms (MSCHED_FAKE_MAP_MS), the shim logs a "slow population"
 # line with the work's time, size and longest step. Every wait is bounded (the fake daemon's
 # watchdog and `timeout` on the client).
+#
+# Where running time goes: the summary's "ran R s (W s of it waiting on demands, O s executing
+# orders under the lock)". The fake daemon never stops the client, so every DEMAND after the
+# first is sent while running. Answered at once, they leave W and O small (under 0.5 s). Two
+# lost ones are one wait: the first DEMAND and its first repeat are dropped, the second repeat
+# (at least 2 s after the first DEMAND: a repeat goes out when a waiting thread, waking every
+# 200 ms, finds the last DEMAND a second old) is answered, so W is at least 2 s (checked: 1.9)
+# and R at least W. With cuMemMap slowed to 310 ms, the populations that run while the client
+# holds RUN map at least one chunk: O is at least 0.3 s, and W at least O (the thread waits
+# through the population that answers it).
 . "$(dirname "$0")/../daemon/lib.sh"
 
 SHIMDIR=$BUILD/lib/msched
@@ -53,11 +63,28 @@ serve() {
     grep -q "ENGINE_CYCLE rounds=4" "$T/$name.out" || fail "$name: no ENGINE_CYCLE line"
 }
 
+# figures NAME: ran, dw and ord from NAME's summary line (ran, waiting on demands, orders).
+figures() {
+    local f
+    f=$(sed -n 's/.*daemon: connected, .*, ran \([0-9.]*\) s (\([0-9.]*\) s of it waiting on demands, \([0-9.]*\) s executing orders under the lock)$/\1 \2 \3/p' "$T/$1.out")
+    [ -n "$f" ] || fail "$1: no ran/waiting/orders figures: $(grep 'daemon:' "$T/$1.out")"
+    read -r ran dw ord <<<"$f"
+}
+
+# holds A OP B: the awk comparison of two numbers.
+holds() {
+    awk -v a="$1" -v b="$3" "BEGIN { exit !(a $2 b) }"
+}
+
 serve clean 0
 grep -q "lost=0 " "$T/clean-daemon.out" || fail "clean: $(cat "$T/clean-daemon.out")"
 grep -q "demands (0 repeated)" "$T/clean.out" ||
     fail "clean: a DEMAND was repeated although every one was answered: $(grep 'daemon:' "$T/clean.out")"
 pass "every DEMAND answered: none repeated"
+figures clean
+holds "$dw" "<" 0.5 && holds "$ord" "<" 0.5 && holds "$ran" ">=" "$dw" ||
+    fail "clean: expected under 0.5 s waiting on demands and executing orders (ran >= waiting): $(grep 'daemon:' "$T/clean.out")"
+pass "every DEMAND answered: ran $ran s, $dw s of it waiting on demands, $ord s executing orders"
 
 serve lose2 2
 grep -q "lost=2 " "$T/lose2-daemon.out" ||
@@ -65,9 +92,17 @@ grep -q "lost=2 " "$T/lose2-daemon.out" ||
 grep -q "demands (2 repeated)" "$T/lose2.out" ||
     fail "lose2: expected two repeated DEMANDs: $(grep 'daemon:' "$T/lose2.out")"
 pass "two lost DEMANDs: each repeated, the client finished"
+figures lose2
+holds "$dw" ">=" 1.9 && holds "$ran" ">=" "$dw" ||
+    fail "lose2: expected at least 1.9 s waiting on demands and a ran time at least as long: $(grep 'daemon:' "$T/lose2.out")"
+pass "two lost DEMANDs: ran $ran s, $dw s of it waiting on demands"
 
 serve slow 0 MSCHED_FAKE_MAP_MS=310
 grep -q "slow population: [0-9.]* ms of work for [0-9.]* GiB ([0-9.]* GB/s), the longest step [0-9.]* ms" "$T/slow.out" ||
     fail "slow: no slow-population line: $(grep 'msched' "$T/slow.out" | tail -n 5)"
 grep -q "slow population" "$T/clean.out" && fail "clean: a slow-population line without a slow driver"
 pass "a slow migration (cuMemMap 310 ms) is reported with its time, size and longest step"
+figures slow
+holds "$ord" ">=" 0.3 && holds "$dw" ">=" "$ord" && holds "$ran" ">=" "$dw" ||
+    fail "slow: expected at least 0.3 s executing orders while running, no more than the waiting on demands, no more than ran: $(grep 'daemon:' "$T/slow.out")"
+pass "a slow migration while running: ran $ran s, $dw s of it waiting on demands, $ord s executing orders"
