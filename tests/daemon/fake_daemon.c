@@ -12,7 +12,11 @@
  *
  *   The fake remembers which chunks it populated (region id, chunk index). With --lose N, the
  *   first N DEMANDs that arrive while the client runs and name a chunk not populated yet are
- *   dropped: nothing answers them, the way a daemon that lost a demand would behave. A shim
+ *   dropped: nothing answers them, the way a daemon that lost a demand would behave. Losses
+ *   begin only after one DEMAND has been answered while running: a DEMAND that crossed the RUN
+ *   on the wire was sent by a client that did not know it ran (and sends a fresh one on RUN),
+ *   while one sent after that answer arrived (it came after the RUN, the socket keeps order)
+ *   was sent by a client that knew. So every lost DEMAND is one the client must repeat. A shim
  *   that never asks twice then waits forever; one that repeats an unanswered DEMAND gets its
  *   POPULATE the second time.
  *
@@ -166,6 +170,7 @@ int main(int argc, char **argv)
     ms_conn_init(&c, fd, 0);
     struct popset done = {0};
     bool running = false, run_after_pop = false, pop_active = false;
+    bool armed = false; /* a DEMAND got its POPULATE while running: losses may begin */
     uint32_t epoch = 0, pop_epoch = 0, pop_nruns = 0;
     struct ms_run *pop_runs = NULL;
     int status = 0;
@@ -196,7 +201,7 @@ int main(int argc, char **argv)
                 break;
             case MS_MSG_DEMAND:
                 stats.demands++;
-                if (running && stats.lost < lose &&
+                if (running && armed && stats.lost < lose &&
                     names_new(&done, m.demand.next, m.demand.nnext)) {
                     stats.lost++; /* nothing answers it */
                     break;
@@ -225,6 +230,7 @@ int main(int argc, char **argv)
                     break;
                 }
                 stats.populates++;
+                armed = armed || running;
                 pop_active = true;
                 run_after_pop = !running;
                 break;
