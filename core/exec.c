@@ -53,10 +53,53 @@ static struct ms_gpu_chunk describe(struct ms_rtable *rt, ms_chunk_id id)
     return g;
 }
 
+/* The seam's calls, each timed into its phase of ms_exec_stats (exec.h). */
+static uint64_t clock_ns(const struct ctx *x)
+{
+    return x->gpu->now_ns(x->gpu->impl);
+}
+
+static int g_map(struct ctx *x, struct ms_gpu_chunk *g)
+{
+    uint64_t t = clock_ns(x);
+    int e = x->gpu->map(x->gpu->impl, g, 1);
+    x->st->map_ns += clock_ns(x) - t;
+    return e;
+}
+
+static int g_unmap(struct ctx *x, struct ms_gpu_chunk *g)
+{
+    uint64_t t = clock_ns(x);
+    int e = x->gpu->unmap(x->gpu->impl, g, 1);
+    x->st->unmap_ns += clock_ns(x) - t;
+    return e;
+}
+
+static int g_wait(struct ctx *x, uint64_t event)
+{
+    uint64_t t = clock_ns(x);
+    int e = x->gpu->wait(x->gpu->impl, event);
+    x->st->wait_ns += clock_ns(x) - t;
+    return e;
+}
+
+/* Queue one copy on stream s and record the event that marks its end in *ev. */
+static int g_issue(struct ctx *x, enum ms_stream s, const struct ms_gpu_chunk *g, uint64_t *ev)
+{
+    uint64_t t = clock_ns(x);
+    int e = x->gpu->copy(x->gpu->impl, s, g, 1);
+    if (e == MS_OK) {
+        x->st->copies++;
+        e = x->gpu->record(x->gpu->impl, s, ev);
+    }
+    x->st->issue_ns += clock_ns(x) - t;
+    return e;
+}
+
 static int unmap_one(struct ctx *x, ms_chunk_id id)
 {
     struct ms_gpu_chunk g = describe(x->rt, id);
-    int e = x->gpu->unmap(x->gpu->impl, &g, 1);
+    int e = g_unmap(x, &g);
     if (e == MS_OK)
         x->st->unmaps++;
     return e;
@@ -67,7 +110,7 @@ static int settle_out(struct ctx *x)
 {
     struct pend pd = x->out.v[x->out.head++];
     struct ms_chunk *c = ms_chunk_get(x->rt, pd.id);
-    int e = x->gpu->wait(x->gpu->impl, pd.event);
+    int e = g_wait(x, pd.event);
     x->gpu->release_event(x->gpu->impl, pd.event);
     if (e == MS_OK)
         e = unmap_one(x, pd.id);
@@ -84,7 +127,7 @@ static int settle_in(struct ctx *x)
 {
     struct pend pd = x->in.v[x->in.head++];
     struct ms_chunk *c = ms_chunk_get(x->rt, pd.id);
-    int e = x->gpu->wait(x->gpu->impl, pd.event);
+    int e = g_wait(x, pd.event);
     x->gpu->release_event(x->gpu->impl, pd.event);
     if (e != MS_OK) {
         int u = unmap_one(x, pd.id);
@@ -115,7 +158,10 @@ static size_t hash_batch(struct ctx *x, const ms_chunk_id *ids, size_t n, uint64
         return 0;
     for (size_t i = 0; i < n; i++)
         x->gdesc[i] = describe(x->rt, ids[i]);
-    if (x->gpu->hash(x->gpu->impl, x->gdesc, n, out) != MS_OK)
+    uint64_t t = clock_ns(x);
+    int e = x->gpu->hash(x->gpu->impl, x->gdesc, n, out);
+    x->st->hash_ns += clock_ns(x) - t;
+    if (e != MS_OK)
         return 0;
     x->st->hashes += n;
     return n;
@@ -224,17 +270,13 @@ static int evict(struct ctx *x, ms_chunk_id id)
             return e;
     }
     struct ms_gpu_chunk g = describe(x->rt, id);
-    int e = x->gpu->copy(x->gpu->impl, MS_STREAM_OUT, &g, 1);
-    if (e)
-        return e;
-    x->st->copies++;
     uint64_t ev = 0;
-    e = x->gpu->record(x->gpu->impl, MS_STREAM_OUT, &ev);
+    int e = g_issue(x, MS_STREAM_OUT, &g, &ev);
     if (e)
-        return e; /* the copy may still run; the chunk stays mapped and DIRTY: harmless */
+        return e; /* a copy may still run; the chunk stays mapped and DIRTY: harmless */
     e = ms_chunk_apply(x->rt, id, MS_CE_EVICT_START);
     if (e) {
-        x->gpu->wait(x->gpu->impl, ev);
+        g_wait(x, ev);
         x->gpu->release_event(x->gpu->impl, ev);
         return e;
     }
@@ -271,7 +313,7 @@ static int populate(struct ctx *x, ms_chunk_id id, uint64_t budget)
         return MS_E_NOSPACE;
 
     struct ms_gpu_chunk g = describe(x->rt, id);
-    int e = x->gpu->map(x->gpu->impl, &g, 1);
+    int e = g_map(x, &g);
     if (e)
         return e;
     x->st->maps++;
@@ -282,16 +324,12 @@ static int populate(struct ctx *x, ms_chunk_id id, uint64_t budget)
         c->phys = g.phys;
         return e;
     }
-    e = x->gpu->copy(x->gpu->impl, MS_STREAM_IN, &g, 1);
     uint64_t ev = 0;
-    if (e == MS_OK) {
-        x->st->copies++;
-        e = x->gpu->record(x->gpu->impl, MS_STREAM_IN, &ev);
-    }
+    e = g_issue(x, MS_STREAM_IN, &g, &ev);
     if (e) {
         /* No event to wait on: release the mapping (a real backend's unmap synchronizes with
          * any copy still in flight on that memory). The chunk stays HOST. */
-        x->gpu->unmap(x->gpu->impl, &g, 1);
+        g_unmap(x, &g);
         c->phys = 0;
         return e;
     }
@@ -299,9 +337,9 @@ static int populate(struct ctx *x, ms_chunk_id id, uint64_t budget)
     c->phys = g.phys;
     c->event = ev;
     if (e) {
-        x->gpu->wait(x->gpu->impl, ev);
+        g_wait(x, ev);
         x->gpu->release_event(x->gpu->impl, ev);
-        x->gpu->unmap(x->gpu->impl, &g, 1);
+        g_unmap(x, &g);
         return e;
     }
     x->in.v[x->in.tail++] = (struct pend){.id = id, .event = ev};

@@ -52,6 +52,12 @@ struct ms_exec_stats {
     uint64_t bytes_fresh;   /* mapped without a copy (never written) */
     uint64_t maps, unmaps, copies, hashes;
     uint64_t elapsed_ns; /* gpu->now_ns() at return minus at entry */
+    /* Where elapsed_ns went, by the seam call it was spent in (gpu->now_ns() around each call):
+     * hash (the GPU hash, which waits for its kernel), issue (copy and record: queuing the
+     * copies), wait (waiting for copies to complete), map, unmap. What is left of elapsed_ns
+     * is the executor's own bookkeeping. A step that stalls shows here in the call that
+     * stalled. */
+    uint64_t hash_ns, issue_ns, wait_ns, map_ns, unmap_ns;
 };
 
 /* Execute plan p against rt with at most `budget` bytes resident. Stats are added to *st. */

@@ -124,6 +124,7 @@ static struct {
     struct ms_run *pop_runs;
     uint64_t pop_credit, pop_taken;
     uint64_t pop_work, pop_step; /* the engine's time on it: total, longest batch */
+    struct ms_exec_stats pop_longest; /* the longest batch's phases */
     /* wire ids */
     struct wreg *w;
     size_t nw, capw, ndead;
@@ -749,16 +750,23 @@ static uint64_t resident_bytes_of(const struct ms_chunk_set *s)
 }
 
 /* An order whose own work (the engine's copies and mappings, not waiting for credit or a
- * drain) took this long is logged with its size and longest step: a copy at the link's speed
- * is about 20 ms per GiB, so anything far slower is the driver or the host holding it up. */
+ * drain) took this long is logged with its size and longest step, and where that step's time
+ * went by driver call (ms_exec_stats): a copy at the link's speed is about 20 ms per GiB, so
+ * anything far slower is the driver or the host holding it up, and the phase names the call. */
 #define SLOW_ORDER_NS 300000000ull
 
-static void order_timed(const char *what, uint64_t work_ns, uint64_t step_ns, uint64_t bytes)
+static void order_timed(const char *what, uint64_t work_ns, uint64_t step_ns, uint64_t bytes,
+                        const struct ms_exec_stats *step)
 {
     if (work_ns >= SLOW_ORDER_NS)
         ms__shim_log("slow %s: %.1f ms of work for %.2f GiB (%.1f GB/s), the longest step "
-                     "%.1f ms", what, (double)work_ns / 1e6, (double)bytes / (double)MS_GIB,
-                     work_ns ? (double)bytes / (double)work_ns : 0.0, (double)step_ns / 1e6);
+                     "%.1f ms (hashing %.1f, queuing copies %.1f, waiting on copies %.1f, "
+                     "mapping %.1f, unmapping %.1f ms)",
+                     what, (double)work_ns / 1e6, (double)bytes / (double)MS_GIB,
+                     work_ns ? (double)bytes / (double)work_ns : 0.0, (double)step_ns / 1e6,
+                     (double)step->hash_ns / 1e6, (double)step->issue_ns / 1e6,
+                     (double)step->wait_ns / 1e6, (double)step->map_ns / 1e6,
+                     (double)step->unmap_ns / 1e6);
 }
 
 static void on_evict(const struct ms_msg *m)
@@ -769,6 +777,8 @@ static void on_evict(const struct ms_msg *m)
     C.hold = true;
     drain("evict");
     uint64_t freed = 0, batch = 0, work = 0, step = 0;
+    struct ms_exec_stats longest;
+    memset(&longest, 0, sizeof(longest));
     uint32_t nbatch = 0;
     ms_chunk_set_clear(&C.batch);
     for (uint32_t k = 0; k < o->nruns && C.up && !C.broken; k++) {
@@ -780,14 +790,19 @@ static void on_evict(const struct ms_msg *m)
         if (batch < BATCH_BYTES && ++nbatch < BATCH_RUNS && k + 1 < o->nruns)
             continue;
         uint64_t before = resident_bytes_of(&C.batch);
+        struct ms_exec_stats xs;
+        memset(&xs, 0, sizeof(xs));
         uint64_t t0 = now_ns();
-        if (ms__engine_exec(&C.batch, NULL, NULL) != MS_OK) {
+        if (ms__engine_exec(&C.batch, NULL, &xs) != MS_OK) {
             conn_break("an eviction failed");
             break;
         }
         uint64_t dt = now_ns() - t0;
         work += dt;
-        step = MS_MAX(step, dt);
+        if (dt > step) {
+            step = dt;
+            longest = xs;
+        }
         if (C.running)
             C.st.order_run_ns += dt;
         freed += before - resident_bytes_of(&C.batch);
@@ -801,7 +816,7 @@ static void on_evict(const struct ms_msg *m)
         r.progress.bytes = freed;
         csend(&r, m->seq);
     }
-    order_timed("eviction", work, step, freed);
+    order_timed("eviction", work, step, freed, &longest);
     C.hold = false;
     broadcast();
 }
@@ -826,8 +841,10 @@ static void pop_progress(void)
         }
         if (j == C.pop_done)
             return;
+        struct ms_exec_stats xs;
+        memset(&xs, 0, sizeof(xs));
         uint64_t t0 = now_ns();
-        if (ms__engine_exec(NULL, &C.batch, NULL) != MS_OK) {
+        if (ms__engine_exec(NULL, &C.batch, &xs) != MS_OK) {
             conn_break("a population failed");
             return;
         }
@@ -835,7 +852,10 @@ static void pop_progress(void)
         if (C.running)
             C.st.order_run_ns += dt;
         C.pop_work += dt;
-        C.pop_step = MS_MAX(C.pop_step, dt);
+        if (dt > C.pop_step) {
+            C.pop_step = dt;
+            C.pop_longest = xs;
+        }
         C.pop_done = j;
         C.pop_taken = taken;
         struct ms_msg r;
@@ -849,7 +869,7 @@ static void pop_progress(void)
     if (C.pop_active && C.pop_done == C.pop_n) {
         C.pop_active = false;
         C.dem_pending = false;
-        order_timed("population", C.pop_work, C.pop_step, C.pop_taken);
+        order_timed("population", C.pop_work, C.pop_step, C.pop_taken, &C.pop_longest);
         broadcast();
     }
 }
@@ -876,6 +896,7 @@ static void on_populate(struct ms_msg *m)
     C.pop_credit = m->order.credit;
     C.pop_taken = 0;
     C.pop_work = C.pop_step = 0;
+    memset(&C.pop_longest, 0, sizeof(C.pop_longest));
     pop_progress();
 }
 

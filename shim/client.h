@@ -152,7 +152,8 @@ bool ms__engine_all_ready(const struct ms_chunk_set *need);
 /*
  * Evict every settled resident chunk of `evict`, then populate every non-resident chunk of
  * `pop` (in order), through the executor, with no budget of its own (the daemon's credit is
- * the limit). Bytes moved are added to *st. Errors: the executor's (the table stays consistent).
+ * the limit). Bytes moved, the elapsed time and its phases (exec.h) are added to *st when st is
+ * not NULL. Errors: the executor's (the table stays consistent).
  */
 int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
                     struct ms_exec_stats *st);

@@ -887,6 +887,12 @@ int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set 
         st->bytes_out += x.bytes_out;
         st->bytes_dropped += x.bytes_dropped;
         st->bytes_fresh += x.bytes_fresh;
+        st->elapsed_ns += x.elapsed_ns;
+        st->hash_ns += x.hash_ns;
+        st->issue_ns += x.issue_ns;
+        st->wait_ns += x.wait_ns;
+        st->map_ns += x.map_ns;
+        st->unmap_ns += x.unmap_ns;
     }
     if (e != MS_OK)
         say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));

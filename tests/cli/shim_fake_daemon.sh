@@ -9,8 +9,8 @@
 # finish its rounds with the fake driver's oracle satisfied (memory not populated is PROT_NONE),
 # and report the repeats in its summary line. Without --lose nothing is repeated. With the fake
 # driver's cuMemMap slowed past 300 ms (MSCHED_FAKE_MAP_MS), the shim logs a "slow population"
-# line with the work's time, size and longest step. Every wait is bounded (the fake daemon's
-# watchdog and `timeout` on the client).
+# line with the work's time, size and longest step, whose time the line puts in mapping. Every
+# wait is bounded (the fake daemon's watchdog and `timeout` on the client).
 #
 # Where running time goes: the summary's "ran R s (W s of it waiting on demands, O s executing
 # orders under the lock)". The fake daemon never stops the client, so every DEMAND after the
@@ -103,6 +103,16 @@ grep -q "slow population: [0-9.]* ms of work for [0-9.]* GiB ([0-9.]* GB/s), the
     fail "slow: no slow-population line: $(grep 'msched' "$T/slow.out" | tail -n 5)"
 grep -q "slow population" "$T/clean.out" && fail "clean: a slow-population line without a slow driver"
 pass "a slow migration (cuMemMap 310 ms) is reported with its time, size and longest step"
+# The longest step's time is split by driver call: the slowed cuMemMap is in "mapping".
+line=$(grep -m1 "slow population:" "$T/slow.out")
+step=$(printf '%s\n' "$line" | sed -n 's/.*the longest step \([0-9.]*\) ms (.*/\1/p')
+mapping=$(printf '%s\n' "$line" | sed -n 's/.* mapping \([0-9.]*\), unmapping.*/\1/p')
+waiting=$(printf '%s\n' "$line" | sed -n 's/.* waiting on copies \([0-9.]*\), mapping.*/\1/p')
+[ -n "$step" ] && [ -n "$mapping" ] && [ -n "$waiting" ] ||
+    fail "slow: the slow-population line lacks its phases: $line"
+holds "$mapping" ">=" 300 && holds "$step" ">=" "$mapping" && holds "$mapping" ">" "$waiting" ||
+    fail "slow: expected the longest step's time in mapping (>= 300 ms, <= the step, more than waiting on copies): $line"
+pass "the slow step's time is where the driver was slow: $mapping of $step ms mapping"
 figures slow
 holds "$ord" ">=" 0.3 && holds "$dw" ">=" "$ord" && holds "$ran" ">=" "$dw" ||
     fail "slow: expected at least 0.3 s executing orders while running, no more than the waiting on demands, no more than ran: $(grep 'daemon:' "$T/slow.out")"

@@ -411,11 +411,62 @@ static void free_region(void **unused)
     free(w);
 }
 
+/* Each phase of the stats is the time spent in its seam calls: the fake's clock advances 1 us
+ * per call, so each phase is 1 us times its calls, and together they are the whole elapsed
+ * time (the fake's release_event costs nothing). Rounds: map fresh, evict (copies), populate
+ * (copies back and hashes), evict half changed (hashes, drops two, copies two). */
+static void phases_add_up(void **unused)
+{
+    (void)unused;
+    static const int op[4] = {MS_STEP_POPULATE, MS_STEP_EVICT, MS_STEP_POPULATE, MS_STEP_EVICT};
+    for (int pipe = 0; pipe < 2; pipe++) {
+        struct world *w = world_new(8 * CH);
+        struct ms_plan p;
+        ms_plan_init(&p);
+        for (int round = 0; round < 4; round++) {
+            uint64_t before[MS_FAKE_OPS];
+            for (int k = 0; k < MS_FAKE_OPS; k++)
+                before[k] = ms_gpu_fake_calls(w->fake, (enum ms_fake_op)k);
+            struct ms_exec_stats st;
+            p.n = 0;
+            plan_region(&p, op[round], w, 0);
+            run(w, &p, 8 * CH, pipe, true, &st);
+            uint64_t d[MS_FAKE_OPS];
+            for (int k = 0; k < MS_FAKE_OPS; k++)
+                d[k] = 1000 * (ms_gpu_fake_calls(w->fake, (enum ms_fake_op)k) - before[k]);
+            assert_int_equal(st.map_ns, d[MS_FAKE_MAP]);
+            assert_int_equal(st.unmap_ns, d[MS_FAKE_UNMAP]);
+            assert_int_equal(st.wait_ns, d[MS_FAKE_WAIT]);
+            assert_int_equal(st.hash_ns, d[MS_FAKE_HASH]);
+            assert_int_equal(st.issue_ns, d[MS_FAKE_COPY] + d[MS_FAKE_RECORD]);
+            assert_int_equal(st.elapsed_ns,
+                             st.map_ns + st.unmap_ns + st.wait_ns + st.hash_ns + st.issue_ns);
+            if (round == 0) {
+                assert_true(st.map_ns > 0 && st.issue_ns == 0 && st.wait_ns == 0);
+                for (uint32_t k = 0; k < CHUNKS_PER_REG; k++)
+                    gpu_write(w, 0, k);
+            } else if (round == 2) {
+                assert_true(st.map_ns > 0 && st.issue_ns > 0 && st.wait_ns > 0 && st.hash_ns > 0);
+                gpu_write(w, 0, 0);
+                gpu_write(w, 0, 3);
+            } else if (round == 3) {
+                assert_int_equal(st.bytes_dropped, 2 * CH);
+                assert_int_equal(st.bytes_out, 2 * CH);
+                assert_true(st.hash_ns > 0 && st.issue_ns > 0 && st.wait_ns > 0 &&
+                            st.unmap_ns > 0 && st.map_ns == 0);
+            }
+        }
+        ms_plan_fini(&p);
+        world_free(w);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(round_trip),
         cmocka_unit_test(copy_to_evict_never_drops),
+        cmocka_unit_test(phases_add_up),
         cmocka_unit_test(evict_then_repopulate),
         cmocka_unit_test(hash_detects_unchanged),
         cmocka_unit_test(budget_is_respected),
