@@ -31,6 +31,7 @@
 
 #include "shim/accuracy.h"
 #include "shim/client.h"
+#include "shim/hostmem.h"
 #include "shim/shim_int.h"
 
 #include "core/exec.h"
@@ -378,7 +379,7 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
         pthread_mutex_unlock(&E.lock);
         r = MS_REAL(cuMemAddressReserve)(&va, span, 0, 0, 0);
         if (r == CUDA_SUCCESS)
-            r = MS_REAL(cuMemHostAlloc)(&host, span, 0);
+            r = ms__host_pin(span, ms_chunk_bytes_for(bytes), &host);
         pthread_mutex_lock(&E.lock);
     }
     uint32_t id = 0;
@@ -386,8 +387,7 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     if (r == CUDA_SUCCESS)
         e = region_new(va, bytes, MS_RK_DEVICE, host, &id);
     if (r != CUDA_SUCCESS || e != MS_OK) {
-        if (host)
-            MS_REAL(cuMemFreeHost)(host);
+        ms__host_unpin(host); /* the allocation fails either way */
         if (va)
             release_va(va, span);
         pthread_mutex_unlock(&E.lock);
@@ -436,8 +436,9 @@ int ms_engine_free(uint64_t dptr, bool *handled)
     /* The region is forgotten: its range and host backing are this thread's to release, and
      * unpinning takes long enough (as pinning does) to keep it out of the lock. */
     release_va(dptr, span);
-    if (host)
-        MS_REAL(cuMemFreeHost)(host);
+    /* The device memory is gone whatever the driver says about the host store; a failure to
+     * release that is counted in the exit summary, not returned for a free that happened. */
+    ms__host_unpin(host);
     return CUDA_SUCCESS;
 }
 
@@ -1341,6 +1342,17 @@ void ms_engine_exit(bool verbose)
     if (E.strict)
         fprintf(stderr, "msched[%d]: strict: %llu chunks evicted outside the predictions\n",
                 (int)getpid(), (unsigned long long)s.strict_evictions);
+    struct ms_host_stats h;
+    ms__host_stats(&h);
+    if (h.stores)
+        fprintf(stderr,
+                "msched[%d]: host backing: %llu stores, %llu MiB pinned in %.3f s (slowest "
+                "%.1f ms), %llu in pieces of %llu MiB, %llu fallbacks, %llu release errors\n",
+                (int)getpid(), (unsigned long long)h.stores,
+                (unsigned long long)(h.bytes / MS_MIB), (double)h.pin_ns / 1e9,
+                (double)h.longest_ns / 1e6, (unsigned long long)h.pieced,
+                (unsigned long long)(h.piece / MS_MIB), (unsigned long long)h.fallbacks,
+                (unsigned long long)h.unpin_errors);
     struct ms_client_stats c;
     ms_client_stats_get(&c);
     if (c.slices || c.demands)

@@ -37,6 +37,7 @@
 
 #include "shim/client.h"
 #include "shim/engine.h"
+#include "shim/hostmem.h"
 #include "shim/shim_events.h"
 
 #include <pthread.h>
@@ -90,7 +91,7 @@ static void vh_maybe_free(struct vhandle *vh)
             handles[i] = handles[--nhandles];
             break;
         }
-    MS_REAL(cuMemFreeHost)(vh->host);
+    ms__host_unpin(vh->host); /* a release cannot be undone: nothing to report it to */
     vh->magic = 0;
     free(vh);
 }
@@ -140,7 +141,9 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     struct vhandle *vh = calloc(1, sizeof(*vh));
     if (!vh)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (MS_REAL(cuMemHostAlloc)(&vh->host, size, 0) != CUDA_SUCCESS) {
+    /* One piece: a mapping may start anywhere in the handle, so its chunks need not fall on
+     * piece boundaries of the store. */
+    if (ms__host_pin(size, size, &vh->host) != CUDA_SUCCESS) {
         free(vh);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -164,7 +167,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         handles[nhandles++] = vh;
     pthread_mutex_unlock(&vmm_lock);
     if (!ok) {
-        MS_REAL(cuMemFreeHost)(vh->host);
+        ms__host_unpin(vh->host);
         free(vh);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

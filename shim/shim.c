@@ -39,6 +39,7 @@
 #include "shim/shim_int.h"
 #include "shim/client.h"
 #include "shim/engine.h"
+#include "shim/hostmem.h"
 
 #include "shim/procaddr.h"
 #include "shim/shim_events.h"
@@ -52,6 +53,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 void *ms__shim_slots[MS_SYM_COUNT];
@@ -119,6 +121,18 @@ void ms__shim_log(const char *fmt, ...)
     buf[len++] = '\n';
     ssize_t w = write(2, buf, len);
     (void)w;
+}
+
+void ms__shim_wallclock(char *buf, size_t n)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    time_t sec = ts.tv_sec;
+    localtime_r(&sec, &tm);
+    size_t k = strftime(buf, n, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (k && k + 5 <= n)
+        snprintf(buf + k, n - k, ".%03ld", ts.tv_nsec / 1000000L);
 }
 
 /* "123", "16GiB", "512MiB", "2G": bytes; 0 on success, -1 on a malformed or huge value. */
@@ -337,6 +351,14 @@ static void init_once_fn(void)
     ms_client_configure(env("MSCHED_DAEMON"), env("MSCHED_PRIORITY"), env("MSCHED_WEIGHT"),
                         env("MSCHED_IDLE_MS"), env("MSCHED_DAEMON_TIMEOUT_MS"));
     ms_engine_configure(budget, env("MSCHED_ENGINE"), env("MSCHED_STRICT"));
+    uint64_t piece = 0;
+    const char *pp = env("MSCHED_PIN_PIECE");
+    if (pp && parse_size(pp, &piece) != 0) {
+        ms__shim_log("MSCHED_PIN_PIECE=%s is not a size (e.g. 64MiB); host stores are pinned in "
+                     "one call", pp);
+        piece = 0;
+    }
+    ms__host_configure(piece);
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0)
         ms__shim_log("pthread_atfork failed; a forked child may inherit a held lock");
     in_init = false;

@@ -32,10 +32,11 @@ SHIM_SOFLAGS = $(LDFLAGS) -shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,no
 SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 
 SHIM_SRC := shim/shim.c shim/events.c shim/funcinfo.c shim/procaddr.c shim/hook_init.c \
-            shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/hook_vmm.c shim/gen/syms.c \
-            shim/gen/tramp.c shim/engine.c shim/accuracy.c shim/client.c gpu/cuda/gpu_cuda.c core/trace.c \
-            core/alloc.c core/region.c core/predict.c core/accuracy.c core/plan.c core/exec.c core/timeline.c \
-            core/proto.c ipc/sock.c ipc/conn.c $(BUILD)/gen/hash_ptx.c
+            shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/hook_vmm.c \
+            shim/gen/syms.c shim/gen/tramp.c shim/engine.c shim/hostmem.c shim/accuracy.c \
+            shim/client.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c core/region.c \
+            core/predict.c core/accuracy.c core/plan.c core/exec.c core/timeline.c core/proto.c \
+            ipc/sock.c ipc/conn.c $(BUILD)/gen/hash_ptx.c
 
 # The GPU hash kernel's PTX, embedded as a string (no nvcc: no GPU hash, see engine.h).
 NVCC ?= $(CUDA_HOME)/bin/nvcc

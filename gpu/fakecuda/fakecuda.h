@@ -28,7 +28,10 @@
  *
  *   Environment: MSCHED_FAKE_MEM_BYTES sets the device memory size (default 16 GiB; reserved
  *   lazily, so only touched bytes cost host memory); MSCHED_FAKE_PIN_MS makes each
- *   cuMemHostAlloc of 64 MiB or more take that many milliseconds (pinning is slow on a GPU).
+ *   cuMemHostAlloc or cuMemHostRegister of 64 MiB or more take that many milliseconds
+ *   (pinning is slow on a GPU). Registrations are tracked as the driver tracks them: a range
+ *   overlapping a registered one is refused (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), and so
+ *   is unregistering a pointer that does not start one (CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED).
  *
  * Getting at these functions: a test linked against the fake may call them directly. Under
  * libmsched (which does not export them) a test dlopens the fake by absolute path and uses
@@ -93,6 +96,7 @@ struct ms_fake_stats {
     uint64_t um_prefetch_in, um_prefetch_out; /* bytes moved by cuMemPrefetchAsync */
     uint64_t um_device_bytes, um_device_max;  /* managed bytes on the device: now, at most */
     uint64_t graph_launches;                  /* cuGraphLaunch calls */
+    uint64_t host_registered;                 /* live cuMemHostRegister ranges */
 };
 
 void ms_fake_get_stats(struct ms_fake_stats *out);

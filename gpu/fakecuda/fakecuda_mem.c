@@ -955,8 +955,19 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 
 /* ------------------------------------------------------------------------------------------ */
 /* Pinned host memory: plain page-aligned host memory here (nothing to pin). Pinning a real
- * driver's GiBs takes seconds; MSCHED_FAKE_PIN_MS makes every allocation of 64 MiB or more
- * take that long (outside the fake's lock), so tests can see who waits for it.               */
+ * driver's GiBs takes seconds; MSCHED_FAKE_PIN_MS makes every allocation or registration of
+ * 64 MiB or more take that long (outside the fake's lock), so tests can see who waits for it.
+ * Registered ranges are kept (under ms__fk_lock) to refuse overlaps and unknown pointers.    */
+
+static void pin_delay(size_t bytesize)
+{
+    const char *slow = getenv("MSCHED_FAKE_PIN_MS");
+    long ms = slow ? strtol(slow, NULL, 10) : 0;
+    if (ms > 0 && bytesize >= (64u << 20)) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
 
 CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
@@ -966,12 +977,7 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
         return rc;
     if (!pp || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    const char *slow = getenv("MSCHED_FAKE_PIN_MS");
-    long ms = slow ? strtol(slow, NULL, 10) : 0;
-    if (ms > 0 && bytesize >= (64u << 20)) {
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    pin_delay(bytesize);
     void *p = NULL;
     if (posix_memalign(&p, 4096, bytesize) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -984,14 +990,43 @@ CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
     return cuMemHostAlloc(pp, bytesize, 0);
 }
 
-/* Registration pins nothing here; it only checks its arguments. */
+struct hostreg {
+    uintptr_t lo, hi; /* [lo, hi) */
+};
+static struct hostreg *regs; /* under ms__fk_lock */
+static size_t nregs, capregs;
+
+/* Registration pins nothing here; it checks its arguments and keeps the range. */
 CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
     (void)Flags;
     CUresult rc = ms__fk_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
-    return p && bytesize ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!p || !bytesize)
+        return CUDA_ERROR_INVALID_VALUE;
+    pin_delay(bytesize);
+    uintptr_t lo = (uintptr_t)p, hi = lo + bytesize;
+    pthread_mutex_lock(&ms__fk_lock);
+    for (size_t i = 0; i < nregs; i++)
+        if (lo < regs[i].hi && regs[i].lo < hi) {
+            pthread_mutex_unlock(&ms__fk_lock);
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        }
+    if (nregs == capregs) {
+        size_t cap = capregs ? capregs * 2 : 64;
+        void *q = realloc(regs, cap * sizeof(*regs));
+        if (!q) {
+            pthread_mutex_unlock(&ms__fk_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        regs = q;
+        capregs = cap;
+    }
+    regs[nregs++] = (struct hostreg){lo, hi};
+    ms__fk_stats.host_registered = nregs;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemHostUnregister(void *p)
@@ -999,7 +1034,19 @@ CUresult CUDAAPI cuMemHostUnregister(void *p)
     CUresult rc = ms__fk_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
-    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    pthread_mutex_lock(&ms__fk_lock);
+    for (size_t i = 0; i < nregs; i++)
+        if (regs[i].lo == (uintptr_t)p) {
+            regs[i] = regs[--nregs];
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    ms__fk_stats.host_registered = nregs;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return rc;
 }
 
 CUresult CUDAAPI cuMemFreeHost(void *p)

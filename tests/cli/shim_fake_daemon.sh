@@ -108,11 +108,12 @@ line=$(grep -m1 "slow population:" "$T/slow.out")
 step=$(printf '%s\n' "$line" | sed -n 's/.*the longest step \([0-9.]*\) ms (.*/\1/p')
 mapping=$(printf '%s\n' "$line" | sed -n 's/.* mapping \([0-9.]*\), unmapping.*/\1/p')
 waiting=$(printf '%s\n' "$line" | sed -n 's/.* waiting on copies \([0-9.]*\), mapping.*/\1/p')
-[ -n "$step" ] && [ -n "$mapping" ] && [ -n "$waiting" ] ||
-    fail "slow: the slow-population line lacks its phases: $line"
+started=$(printf '%s\n' "$line" | sed -n 's/.* ms), started \(20[0-9-]*T[0-9:.]*\)$/\1/p')
+[ -n "$step" ] && [ -n "$mapping" ] && [ -n "$waiting" ] && [ -n "$started" ] ||
+    fail "slow: the slow-population line lacks its phases or its start time: $line"
 holds "$mapping" ">=" 300 && holds "$step" ">=" "$mapping" && holds "$mapping" ">" "$waiting" ||
     fail "slow: expected the longest step's time in mapping (>= 300 ms, <= the step, more than waiting on copies): $line"
-pass "the slow step's time is where the driver was slow: $mapping of $step ms mapping"
+pass "the slow step's time is where the driver was slow: $mapping of $step ms mapping (started $started)"
 figures slow
 holds "$ord" ">=" 0.3 && holds "$dw" ">=" "$ord" && holds "$ran" ">=" "$dw" ||
     fail "slow: expected at least 0.3 s executing orders while running, no more than the waiting on demands, no more than ran: $(grep 'daemon:' "$T/slow.out")"

@@ -409,6 +409,56 @@ static int pin_lock(const struct ms_api *a)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* pin-pieces: host backing stores registered in pieces (MSCHED_PIN_PIECE=64MiB)                */
+
+/* Under the engine with MSCHED_BUDGET=256MiB and MSCHED_PIN_PIECE=64MiB: a 320 MiB buffer (five
+ * 64 MiB chunks) has its store registered in five pieces, a 128 MiB one (a single chunk) in
+ * one; filling both evicts part of the first through its pieced store, and every byte reads
+ * back; freeing them unregisters every piece. */
+static int pin_pieces(const struct ms_api *a, const struct ms_fake_api *fk)
+{
+    const size_t chunk = 64u << 20, big = 5 * chunk, small = 128u << 20;
+    CUcontext ctx;
+    CUdeviceptr d, e;
+    struct ms_fake_stats st;
+    if (ctx_up(a, &ctx))
+        return 1;
+    fk->get_stats(&st);
+    uint64_t base = st.host_registered;
+    MS_CK(a->MemAlloc(&d, big));
+    MS_CK(a->MemAlloc(&e, small));
+    fk->get_stats(&st);
+    if (st.host_registered - base != 6)
+        return printf("FAIL: %llu registrations for the two stores, want 6\n",
+                      (unsigned long long)(st.host_registered - base)), 1;
+    for (size_t k = 0; k < 5; k++)
+        MS_CK(a->MemsetD8(d + k * chunk, (unsigned char)(0x21 + k), chunk));
+    MS_CK(a->MemsetD8(e, 0x77, small));
+    unsigned char *h = malloc(chunk);
+    if (!h)
+        return printf("FAIL: malloc\n"), 1;
+    for (size_t k = 0; k < 5; k++) {
+        MS_CK(a->MemcpyDtoH(h, d + k * chunk, chunk));
+        for (size_t i = 0; i < chunk; i += 4093)
+            if (h[i] != (unsigned char)(0x21 + k)) {
+                unsigned got = h[i];
+                free(h);
+                return printf("FAIL: chunk %zu byte %zu is 0x%02x\n", k, i, got), 1;
+            }
+    }
+    free(h);
+    MS_CK(a->MemFree(d));
+    MS_CK(a->MemFree(e));
+    fk->get_stats(&st);
+    if (st.host_registered != base)
+        return printf("FAIL: %llu registrations left after the frees\n",
+                      (unsigned long long)(st.host_registered - base)), 1;
+    MS_CK(a->PrimaryCtxRelease(0));
+    printf("pin-pieces: 6 registrations, data intact, none left\n");
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* strict: a kernel that follows a pointer another kernel stored in device memory              */
 
 static CUfunction sfill, splant, schase;
@@ -525,6 +575,8 @@ int main(int argc, char **argv)
             rc = fork_mode(&a);
         else if (strcmp(mode, "pin-lock") == 0)
             rc = pin_lock(&a);
+        else if (strcmp(mode, "pin-pieces") == 0)
+            rc = pin_pieces(&a, &fk);
         else if (strcmp(mode, "strict") == 0)
             rc = strict_mode(&a, &fk);
         else if (strcmp(mode, "acc") == 0)

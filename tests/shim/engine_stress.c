@@ -718,7 +718,8 @@ int main(int argc, char **argv)
     if (stats) {
         struct ms_fake_stats st;
         stats(&st);
-        printf("FAKE allocs=%llu\n", (unsigned long long)st.allocs);
+        printf("FAKE allocs=%llu host_registered=%llu\n", (unsigned long long)st.allocs,
+               (unsigned long long)st.host_registered);
         printf("UM faults=%llu kernel_faults=%llu prefetch_in_mib=%llu prefetch_out_mib=%llu "
                "device_max_mib=%llu\n",
                (unsigned long long)st.um_faults, (unsigned long long)st.um_kernel_faults,

@@ -255,6 +255,20 @@ simple direct/oracle cuda_test_linked oracle "${DIRECT[@]}"
 simple shim/oracle cuda_test_linked oracle "${SHIM[@]}"
 # A host backing that takes 1.5 s to pin must not hold up another thread's command.
 simple shim/pin-lock cuda_test_dl pin-lock "${SHIM[@]}" MSCHED_BUDGET=1GiB MSCHED_FAKE_PIN_MS=1500
+# Host stores registered in 64 MiB pieces (MSCHED_PIN_PIECE): the program checks the fake's
+# registrations and its data; each piece takes 100 ms to pin, so the 320 MiB store is a slow
+# pin, logged with the wall-clock time it started, and the exit summary counts the stores.
+simple shim/pin-pieces cuda_test_dl pin-pieces "${SHIM[@]}" MSCHED_BUDGET=256MiB \
+    MSCHED_PIN_PIECE=64MiB MSCHED_FAKE_PIN_MS=100 MSCHED_VERBOSE=1
+if grep -q "slow pin: [0-9.]* ms for 0.31 GiB of host backing (in pieces), started 20[0-9-]*T[0-9:.]*" \
+    "$WORK/shim/pin-pieces.err" &&
+    grep -q "host backing: 2 stores, 448 MiB pinned in [0-9.]* s (slowest [0-9.]* ms), 2 in pieces of 64 MiB, 0 fallbacks, 0 release errors" \
+        "$WORK/shim/pin-pieces.err"; then
+    pass "shim/pin-pieces-log"
+else
+    fail "shim/pin-pieces-log" "no slow-pin line or host-backing summary"
+    show shim/pin-pieces
+fi
 # MSCHED_STRICT=1 (the coverage check): a kernel that follows a pointer stored in device memory
 # reaches memory its launch does not name. With the budget alone it runs (the target stays
 # resident); strict, the target is evicted first and the process dies of the fault.
@@ -332,6 +346,20 @@ if [ $rc -eq 0 ] && grep -q "mismatches=0" <<<"$out" && [ "${evicted:-0}" -gt 0 
     pass "engine/budget-stress (seed $seed, $faults faults, $evicted MiB evicted)"
 else
     fail engine/budget-stress "rc=$rc seed=$seed $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+
+# The same with the host stores registered in pieces (MSCHED_PIN_PIECE): the data survives every
+# eviction, and at the end no registration is left (the fake counts them).
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_PIN_PIECE=2MiB MSCHED_VERBOSE=1 "$T/engine_stress" 600 "$seed" 2>&1)
+rc=$?
+regs=$(grep -o "host_registered=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+pieced=$(grep -o "[0-9]* in pieces of" <<<"$out" | grep -o "^[0-9]*")
+if [ $rc -eq 0 ] && grep -q "mismatches=0" <<<"$out" && [ "${regs:-1}" -eq 0 ] &&
+    [ "${pieced:-0}" -gt 40 ] && grep -q " 0 fallbacks, 0 release errors" <<<"$out"; then
+    pass "engine/budget-stress-pieced (seed $seed, $pieced stores registered, none left)"
+else
+    fail engine/budget-stress-pieced "rc=$rc regs=$regs pieced=$pieced $(grep -E 'host backing|FAIL' <<<"$out" | tail -n 2 | tr '\n' ' ')"
 fi
 
 # A kernel launched through its CUkernel handle (CUDA 12+ lets it stand for a CUfunction): the

@@ -1,0 +1,167 @@
+/*
+ * hostmem.c - pinned host backing stores, in pieces when configured (contract: hostmem.h).
+ *
+ * A pieced store is an anonymous mapping registered piece by piece; a whole one is a single
+ * cuMemHostAlloc. ms__host_unpin must know which, so pieced stores are listed (base, size,
+ * piece) in a small array under `lock`: one entry per live store, found by a linear scan
+ * (stores are freed rarely: PyTorch's caching allocator keeps its segments). The lock guards the
+ * list and the statistics only; no driver call runs under it.
+ */
+#include "shim/hostmem.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define SLOW_PIN_NS 300000000ull
+
+struct pieced {
+    void *base;
+    size_t bytes, piece;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pieced *list;
+static size_t nlist, caplist;
+static struct ms_host_stats st;
+static uint64_t piece_bytes;
+
+void ms__host_configure(uint64_t piece)
+{
+    pthread_mutex_lock(&lock);
+    piece_bytes = MS_ROUND_UP(piece, MS_GRAN);
+    st.piece = piece_bytes;
+    pthread_mutex_unlock(&lock);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Release the first `done` bytes' registrations and the mapping of a pieced store. */
+static CUresult drop_pieces(void *base, size_t bytes, size_t done, size_t piece)
+{
+    CUresult first = CUDA_SUCCESS;
+    for (size_t off = 0; off < done; off += piece) {
+        CUresult r = MS_REAL(cuMemHostUnregister)((char *)base + off);
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+            first = r;
+    }
+    munmap(base, bytes);
+    return first;
+}
+
+/* A pieced store: *out on success; on failure nothing is held. */
+static CUresult pin_pieces(size_t bytes, size_t piece, void **out)
+{
+    void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t off = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (; off < bytes && r == CUDA_SUCCESS; off += piece)
+        r = MS_REAL(cuMemHostRegister_v2)((char *)base + off, MS_MIN(piece, bytes - off), 0);
+    if (r != CUDA_SUCCESS) {
+        drop_pieces(base, bytes, off - piece, piece);
+        return r;
+    }
+    pthread_mutex_lock(&lock);
+    if (nlist == caplist) {
+        size_t cap = caplist ? caplist * 2 : 64;
+        struct pieced *p = realloc(list, cap * sizeof(*list));
+        if (!p) {
+            pthread_mutex_unlock(&lock);
+            drop_pieces(base, bytes, bytes, piece);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        list = p;
+        caplist = cap;
+    }
+    list[nlist++] = (struct pieced){base, bytes, piece};
+    pthread_mutex_unlock(&lock);
+    *out = base;
+    return CUDA_SUCCESS;
+}
+
+CUresult ms__host_pin(size_t bytes, size_t align, void **out)
+{
+    *out = NULL;
+    if (bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    uint64_t piece = piece_bytes;
+    pthread_mutex_unlock(&lock);
+    char started[40];
+    ms__shim_wallclock(started, sizeof(started));
+    uint64_t t0 = mono_ns();
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    bool pieced = false, fell_back = false;
+    if (piece) {
+        if (align > piece)
+            piece = align;
+        else if (align)
+            piece = MS_ROUND_UP(piece, align);
+        r = pin_pieces(bytes, piece, out);
+        pieced = r == CUDA_SUCCESS;
+        fell_back = !pieced;
+        if (fell_back)
+            MS_LOG_ONCE("host backing: registering %.2f GiB in pieces failed (CUresult %d); "
+                        "such stores are pinned in one call instead",
+                        (double)bytes / (double)MS_GIB, (int)r);
+    }
+    if (!pieced)
+        r = MS_REAL(cuMemHostAlloc)(out, bytes, 0);
+    uint64_t dt = mono_ns() - t0;
+    if (r != CUDA_SUCCESS) {
+        *out = NULL;
+        return r;
+    }
+    pthread_mutex_lock(&lock);
+    st.stores++;
+    st.bytes += bytes;
+    st.pin_ns += dt;
+    st.longest_ns = MS_MAX(st.longest_ns, dt);
+    st.pieced += pieced;
+    st.fallbacks += fell_back;
+    pthread_mutex_unlock(&lock);
+    if (dt >= SLOW_PIN_NS)
+        ms__shim_log("slow pin: %.1f ms for %.2f GiB of host backing (%s), started %s",
+                     (double)dt / 1e6, (double)bytes / (double)MS_GIB,
+                     pieced ? "in pieces" : "one call", started);
+    return CUDA_SUCCESS;
+}
+
+CUresult ms__host_unpin(void *p)
+{
+    if (!p)
+        return CUDA_SUCCESS;
+    struct pieced found = {0};
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nlist; i++)
+        if (list[i].base == p) {
+            found = list[i];
+            list[i] = list[--nlist];
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    CUresult r = found.base ? drop_pieces(found.base, found.bytes, found.bytes, found.piece)
+                            : MS_REAL(cuMemFreeHost)(p);
+    if (r != CUDA_SUCCESS) {
+        pthread_mutex_lock(&lock);
+        st.unpin_errors++;
+        pthread_mutex_unlock(&lock);
+    }
+    return r;
+}
+
+void ms__host_stats(struct ms_host_stats *out)
+{
+    pthread_mutex_lock(&lock);
+    *out = st;
+    pthread_mutex_unlock(&lock);
+}

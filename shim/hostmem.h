@@ -1,0 +1,61 @@
+/*
+ * hostmem.h - the pinned host memory behind device memory that the engine may evict.
+ *
+ * Design
+ *   Every region of the VMM engine, and every handle of the application's own VMM calls, has a
+ *   host backing store that its evicted bytes are copied to. It is pinned, so that the copies
+ *   run at the link's speed. Pinning runs inside the driver at about 2 GB/s, under locks that
+ *   other processes' driver calls take too (docs/engine.md, "Host backing"), so one call that
+ *   pins GiBs can hold up another process's eviction for a second or more.
+ *
+ *   With a piece size configured (MSCHED_PIN_PIECE), a store is mapped as ordinary anonymous
+ *   memory and registered with the driver one piece at a time (cuMemHostRegister), so that no
+ *   single driver call pins more than a piece. A piece is a multiple of the caller's alignment
+ *   (its chunk size), so no chunk's copy spans two registrations. If a registration fails, the
+ *   pieces done are released and the store falls back to one cuMemHostAlloc. Without a piece
+ *   size, a store is one cuMemHostAlloc.
+ *
+ *   Every store's pinning is timed. A store whose pinning took SLOW_PIN (300 ms) or more is
+ *   logged when verbose, with the local wall-clock time it started (the format of mschedd's
+ *   log), so that a stall in another process can be matched to it.
+ *
+ * Ownership: a store belongs to the caller from ms__host_pin until ms__host_unpin.
+ * Locking: thread-safe (one internal mutex, never held across a driver call). ms__host_pin can
+ *   take seconds: call it without holding a lock that others need.
+ * Errors: the driver's CUresult; CUDA_ERROR_OUT_OF_MEMORY when the store or its bookkeeping
+ *   cannot be had. On error nothing is held.
+ */
+#ifndef MS_SHIM_HOSTMEM_H
+#define MS_SHIM_HOSTMEM_H
+
+#include "shim/shim_int.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Before any pin: the piece size in bytes (rounded up to 2 MiB); 0 pins each store in one call. */
+MS_HIDDEN void ms__host_configure(uint64_t piece);
+
+/* A pinned store of `bytes` into *out (*out is NULL on error). Pieces are multiples of
+ * `align`: the caller's chunk size, the store's size for a single piece, or 0 for none. */
+MS_HIDDEN CUresult ms__host_pin(size_t bytes, size_t align, void **out);
+
+/* Release a store from ms__host_pin; NULL does nothing. Returns the driver's first error (the
+ * store is released as far as the driver allows either way; errors are also counted in the
+ * statistics, for callers whose own call has already succeeded and cannot report one). */
+MS_HIDDEN CUresult ms__host_unpin(void *p);
+
+struct ms_host_stats {
+    uint64_t stores;       /* pinned so far */
+    uint64_t bytes;        /* their bytes */
+    uint64_t pin_ns;       /* time in the driver pinning them */
+    uint64_t longest_ns;   /* the slowest store's */
+    uint64_t pieced;       /* stores registered in pieces */
+    uint64_t fallbacks;    /* stores whose registration failed and that cuMemHostAlloc made */
+    uint64_t unpin_errors; /* releases the driver refused */
+    uint64_t piece;        /* the configured piece size (0: none) */
+};
+
+MS_HIDDEN void ms__host_stats(struct ms_host_stats *out);
+
+#endif /* MS_SHIM_HOSTMEM_H */
