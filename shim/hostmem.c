@@ -62,6 +62,12 @@ static CUresult pin_pieces(size_t bytes, size_t piece, void **out)
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Not inherited by a fork (as the driver's own pinned memory is not): a child would
+     * otherwise get a copy of every pinned store (PyTorch's data-loader workers fork). */
+    if (madvise(base, bytes, MADV_DONTFORK) != 0) {
+        munmap(base, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     size_t off = 0;
     CUresult r = CUDA_SUCCESS;
     for (; off < bytes && r == CUDA_SUCCESS; off += piece)

@@ -9,11 +9,11 @@
  *   pins GiBs can hold up another process's eviction for a second or more.
  *
  *   With a piece size configured (MSCHED_PIN_PIECE), a store is mapped as ordinary anonymous
- *   memory and registered with the driver one piece at a time (cuMemHostRegister), so that no
- *   single driver call pins more than a piece. A piece is a multiple of the caller's alignment
- *   (its chunk size), so no chunk's copy spans two registrations. If a registration fails, the
- *   pieces done are released and the store falls back to one cuMemHostAlloc. Without a piece
- *   size, a store is one cuMemHostAlloc.
+ *   memory (not inherited by a fork) and registered with the driver one piece at a time
+ *   (cuMemHostRegister), so that no single driver call pins more than a piece. A piece is a
+ *   multiple of the caller's alignment (its chunk size), so no chunk's copy spans two
+ *   registrations. If a registration fails, the pieces done are released and the store falls
+ *   back to one cuMemHostAlloc. Without a piece size, a store is one cuMemHostAlloc.
  *
  *   Every store's pinning is timed. A store whose pinning took SLOW_PIN (300 ms) or more is
  *   logged when verbose, with the local wall-clock time it started (the format of mschedd's
