@@ -125,7 +125,7 @@ static struct {
     uint64_t pop_credit, pop_taken;
     uint64_t pop_work, pop_step; /* the engine's time on it: total, longest batch */
     struct ms_exec_stats pop_longest; /* the longest batch's phases */
-    char pop_started[40];             /* when the order came (ms__shim_wallclock) */
+    struct timespec pop_started;      /* when the order came (CLOCK_REALTIME) */
     /* wire ids */
     struct wreg *w;
     size_t nw, capw, ndead;
@@ -757,17 +757,20 @@ static uint64_t resident_bytes_of(const struct ms_chunk_set *s)
 #define SLOW_ORDER_NS 300000000ull
 
 static void order_timed(const char *what, uint64_t work_ns, uint64_t step_ns, uint64_t bytes,
-                        const struct ms_exec_stats *step, const char *started)
+                        const struct ms_exec_stats *step, const struct timespec *at)
 {
-    if (work_ns >= SLOW_ORDER_NS)
-        ms__shim_log("slow %s: %.1f ms of work for %.2f GiB (%.1f GB/s), the longest step "
-                     "%.1f ms (hashing %.1f, queuing copies %.1f, waiting on copies %.1f, "
-                     "mapping %.1f, unmapping %.1f ms), started %s",
-                     what, (double)work_ns / 1e6, (double)bytes / (double)MS_GIB,
-                     work_ns ? (double)bytes / (double)work_ns : 0.0, (double)step_ns / 1e6,
-                     (double)step->hash_ns / 1e6, (double)step->issue_ns / 1e6,
-                     (double)step->wait_ns / 1e6, (double)step->map_ns / 1e6,
-                     (double)step->unmap_ns / 1e6, started);
+    if (work_ns < SLOW_ORDER_NS)
+        return;
+    char started[40];
+    ms__shim_wallclock(at, started, sizeof(started));
+    ms__shim_log("slow %s: %.1f ms of work for %.2f GiB (%.1f GB/s), the longest step "
+                 "%.1f ms (hashing %.1f, queuing copies %.1f, waiting on copies %.1f, "
+                 "mapping %.1f, unmapping %.1f ms), started %s",
+                 what, (double)work_ns / 1e6, (double)bytes / (double)MS_GIB,
+                 work_ns ? (double)bytes / (double)work_ns : 0.0, (double)step_ns / 1e6,
+                 (double)step->hash_ns / 1e6, (double)step->issue_ns / 1e6,
+                 (double)step->wait_ns / 1e6, (double)step->map_ns / 1e6,
+                 (double)step->unmap_ns / 1e6, started);
 }
 
 static void on_evict(const struct ms_msg *m)
@@ -777,8 +780,8 @@ static void on_evict(const struct ms_msg *m)
     /* The daemon evicts from tasks that do not run; if this one runs, hold its admissions. */
     C.hold = true;
     drain("evict");
-    char started[40];
-    ms__shim_wallclock(started, sizeof(started));
+    struct timespec started;
+    clock_gettime(CLOCK_REALTIME, &started);
     uint64_t freed = 0, batch = 0, work = 0, step = 0;
     struct ms_exec_stats longest;
     memset(&longest, 0, sizeof(longest));
@@ -819,7 +822,7 @@ static void on_evict(const struct ms_msg *m)
         r.progress.bytes = freed;
         csend(&r, m->seq);
     }
-    order_timed("eviction", work, step, freed, &longest, started);
+    order_timed("eviction", work, step, freed, &longest, &started);
     C.hold = false;
     broadcast();
 }
@@ -873,7 +876,7 @@ static void pop_progress(void)
         C.pop_active = false;
         C.dem_pending = false;
         order_timed("population", C.pop_work, C.pop_step, C.pop_taken, &C.pop_longest,
-                    C.pop_started);
+                    &C.pop_started);
         broadcast();
     }
 }
@@ -901,7 +904,7 @@ static void on_populate(struct ms_msg *m)
     C.pop_taken = 0;
     C.pop_work = C.pop_step = 0;
     memset(&C.pop_longest, 0, sizeof(C.pop_longest));
-    ms__shim_wallclock(C.pop_started, sizeof(C.pop_started));
+    clock_gettime(CLOCK_REALTIME, &C.pop_started);
     pop_progress();
 }
 

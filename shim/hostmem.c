@@ -9,6 +9,8 @@
  */
 #include "shim/hostmem.h"
 
+#include "ipc/ipc.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,13 +36,6 @@ void ms__host_configure(uint64_t piece)
     piece_bytes = MS_ROUND_UP(piece, MS_GRAN);
     st.piece = piece_bytes;
     pthread_mutex_unlock(&lock);
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Release the first `done` bytes' registrations and the mapping of a pieced store. */
@@ -102,9 +97,9 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
     pthread_mutex_lock(&lock);
     uint64_t piece = piece_bytes;
     pthread_mutex_unlock(&lock);
-    char started[40];
-    ms__shim_wallclock(started, sizeof(started));
-    uint64_t t0 = mono_ns();
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at);
+    uint64_t t0 = ms_ipc_now_ns();
     CUresult r = CUDA_ERROR_UNKNOWN;
     bool pieced = false, fell_back = false;
     if (piece) {
@@ -122,7 +117,7 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
     }
     if (!pieced)
         r = MS_REAL(cuMemHostAlloc)(out, bytes, 0);
-    uint64_t dt = mono_ns() - t0;
+    uint64_t dt = ms_ipc_now_ns() - t0;
     if (r != CUDA_SUCCESS) {
         *out = NULL;
         return r;
@@ -135,10 +130,13 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
     st.pieced += pieced;
     st.fallbacks += fell_back;
     pthread_mutex_unlock(&lock);
-    if (dt >= SLOW_PIN_NS)
+    if (dt >= SLOW_PIN_NS) {
+        char started[40];
+        ms__shim_wallclock(&at, started, sizeof(started));
         ms__shim_log("slow pin: %.1f ms for %.2f GiB of host backing (%s), started %s",
                      (double)dt / 1e6, (double)bytes / (double)MS_GIB,
                      pieced ? "in pieces" : "one call", started);
+    }
     return CUDA_SUCCESS;
 }
 

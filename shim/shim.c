@@ -123,16 +123,14 @@ void ms__shim_log(const char *fmt, ...)
     (void)w;
 }
 
-void ms__shim_wallclock(char *buf, size_t n)
+void ms__shim_wallclock(const struct timespec *at, char *buf, size_t n)
 {
-    struct timespec ts;
     struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    time_t sec = ts.tv_sec;
+    time_t sec = at->tv_sec;
     localtime_r(&sec, &tm);
     size_t k = strftime(buf, n, "%Y-%m-%dT%H:%M:%S", &tm);
     if (k && k + 5 <= n)
-        snprintf(buf + k, n - k, ".%03ld", ts.tv_nsec / 1000000L);
+        snprintf(buf + k, n - k, ".%03ld", at->tv_nsec / 1000000L);
 }
 
 /* "123", "16GiB", "512MiB", "2G": bytes; 0 on success, -1 on a malformed or huge value. */

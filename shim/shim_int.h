@@ -90,9 +90,11 @@ MS_HIDDEN bool ms__shim_verbose(void);
 /* One line to stderr, prefixed "msched[pid]: ", only when verbose. */
 MS_HIDDEN void ms__shim_log(const char *fmt, ...) MS_PRINTF_LIKE(1, 2);
 
-/* The local wall-clock time now as mschedd's log writes it ("2026-12-03T17:02:34.500"), so that
- * a shim's line can be matched to the daemon's. */
-MS_HIDDEN void ms__shim_wallclock(char *buf, size_t n);
+/* A wall-clock instant (CLOCK_REALTIME) as mschedd's log writes it, in local time
+ * ("2026-12-03T17:02:34.500"), so that a shim's line can be matched to the daemon's. Taking
+ * the instant is one clock read; format it only for a line that is logged. */
+struct timespec;
+MS_HIDDEN void ms__shim_wallclock(const struct timespec *at, char *buf, size_t n);
 
 /* Log a message the first time this call site is reached. */
 #define MS_LOG_ONCE(...)                                                                           \
