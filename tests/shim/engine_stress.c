@@ -22,8 +22,9 @@
  *          CUfunction goes, as CUDA 12+ allows): its layout must come from cuKernelGetParamInfo.
  *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
  *          ("tasks_per_s"), as a benchmark program does.
- *   serve: a request-serving task for ops seconds (a request every 50 ms, open loop, two fills
- *          and a sync each); prints latency percentiles as bench/workloads/rtbe.py rt does.
+ *   serve: a request-serving task for ops seconds (a request every 50 ms, or every argv[4]
+ *          ms, open loop, two fills and a sync each); prints latency percentiles as
+ *          bench/workloads/rtbe.py rt does.
  *   burst: a request-serving task: ops bursts of two fills of 4 MiB buffers and a sync, each
  *          followed by 60 ms without GPU work. Prints "ENGINE_BURST bursts=N".
  *   vmm:   the application's own VMM memory: one reservation, 24 handles of 4 MiB mapped into
@@ -473,9 +474,15 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "serve") == 0) {
-        /* A request-serving task for ops seconds: a request every 50 ms (open loop: its
-         * latency runs from when it was due), each filling two 4 MiB buffers and waiting; one
-         * JSON line with latency percentiles, as bench/workloads/rtbe.py rt prints. */
+        /* A request-serving task for ops seconds: a request every 50 ms or argv[4] ms (open
+         * loop: its latency runs from when it was due), each filling two 4 MiB buffers and
+         * waiting; one JSON line with latency percentiles, as bench/workloads/rtbe.py rt
+         * prints. */
+        int interval_ms = argc > 4 ? atoi(argv[4]) : 50;
+        if (interval_ms <= 0 || interval_ms > 60000) {
+            fprintf(stderr, "engine_stress serve: bad interval '%s' (1-60000 ms)\n", argv[4]);
+            return 2;
+        }
         for (int i = 0; i < 2; i++) {
             b[i].words = MIB;
             CK(p_alloc(&b[i].d, b[i].words * 4));
@@ -485,7 +492,7 @@ int main(int argc, char **argv)
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (;;) {
-            double due = 0.05 * (double)nl;
+            double due = (double)interval_ms / 1000.0 * (double)nl;
             if (due >= ops || nl == sizeof(lat) / sizeof(lat[0]))
                 break;
             clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -515,9 +522,9 @@ int main(int argc, char **argv)
             }
         printf("{\"program\": \"engine_stress\", \"role\": \"rt\", \"requests\": %zu, "
                "\"p50_ms\": %.3f, \"p90_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f, "
-               "\"interval_ms\": 50, \"tasks_per_s\": %.3f, \"mismatches\": 0}\n",
+               "\"interval_ms\": %d, \"tasks_per_s\": %.3f, \"mismatches\": 0}\n",
                nl, pct_ms(lat, nl, 50), pct_ms(lat, nl, 90), pct_ms(lat, nl, 99),
-               nl ? 1000 * lat[nl - 1] : 0, (double)nl / ops);
+               nl ? 1000 * lat[nl - 1] : 0, interval_ms, (double)nl / ops);
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "burst") == 0) {
