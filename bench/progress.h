@@ -53,7 +53,10 @@ struct ms_progress {
     double t0, last;
     std::vector<std::pair<double, size_t>> s;
 
-    ms_progress() : t0(wall()), last(t0) { s.emplace_back(t0, 0); }
+    ms_progress() : t0(wall()), last(t0)
+    {
+        s.emplace_back(t0, 0);
+    }
 
     void tick(size_t done)
     {

@@ -13,9 +13,9 @@
  *   the default path for GPU 0), `run` starts <bindir>/mschedd with idle_exit 60s (it leaves by
  *   itself a minute after its last client) and waits until it listens. Its budget is 90 % of
  *   GPU 0's memory as the CUDA driver reports it (cuDeviceTotalMem, no context created), or
- *   the daemon's default when no driver answers. --no-daemon (or MSCHED_DAEMON=off) skips that and the shim runs alone
- *   (under --budget, or only observing). A daemon that cannot be started is reported in one
- *   line and the program runs alone.
+ *   the daemon's default when no driver answers. --no-daemon (or MSCHED_DAEMON=off) skips
+ *   that and the shim runs alone (under --budget, or only observing). A daemon that cannot be
+ *   started is reported in one line and the program runs alone.
  *
  * Errors: a bad option or a missing program is a usage error (2); a missing libmsched or a
  * program that cannot be executed is a runtime error (1, or 127 when exec fails, like a shell).
@@ -37,24 +37,23 @@
 
 static void run_help(FILE *f)
 {
-    fprintf(f,
-            "usage: msched run [options] -- program [args...]\n"
-            "\n"
-            "Runs program with libmsched, the CUDA driver shim, in front of the real driver.\n"
-            "\n"
-            "options:\n"
-            "  --priority rt|be|N  scheduling priority (rt = real-time, be = best-effort)\n"
-            "  --weight N          share of GPU time relative to other tasks (default 1)\n"
-            "  --budget SIZE       device memory this process may keep resident (e.g. 16GiB);\n"
-            "                      beyond it the shim evicts and repopulates its own memory\n"
-            "  --engine vmm|unified|demand|off\n"
-            "                      vmm: explicit migration (default); unified: managed memory,\n"
-            "                      prefetched in and out; demand: managed memory prefetched\n"
-            "                      out, faulted in (the demand-paging baseline); off: observe\n"
-            "  --trace FILE        record the program's command stream (msched sim --trace)\n"
-            "  --no-daemon         do not join (or start) mschedd: the program runs alone\n"
-            "  --verbose           the shim reports what it does on stderr\n"
-            "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
+    fprintf(f, "usage: msched run [options] -- program [args...]\n"
+               "\n"
+               "Runs program with libmsched, the CUDA driver shim, in front of the real driver.\n"
+               "\n"
+               "options:\n"
+               "  --priority rt|be|N  scheduling priority (rt = real-time, be = best-effort)\n"
+               "  --weight N          share of GPU time relative to other tasks (default 1)\n"
+               "  --budget SIZE       device memory this process may keep resident (e.g. 16GiB);\n"
+               "                      beyond it the shim evicts and repopulates its own memory\n"
+               "  --engine vmm|unified|demand|off\n"
+               "                      vmm: explicit migration (default); unified: managed memory,\n"
+               "                      prefetched in and out; demand: managed memory prefetched\n"
+               "                      out, faulted in (the demand-paging baseline); off: observe\n"
+               "  --trace FILE        record the program's command stream (msched sim --trace)\n"
+               "  --no-daemon         do not join (or start) mschedd: the program runs alone\n"
+               "  --verbose           the shim reports what it does on stderr\n"
+               "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
 }
 
 /* The directory of the msched binary (mschedd is looked for there). */

@@ -429,8 +429,8 @@ static int sim_run(int argc, char **argv)
     snprintf(how, sizeof(how), "round-robin slices of %s", sl);
     if (a.slice_max_ns) {
         ms_fmt_ns(mx, sizeof(mx), MS_MAX(a.slice_max_ns, a.slice_ns));
-        snprintf(how, sizeof(how), "adaptive slices of %s to %s (a switch at most %llu %%)", sl,
-                 mx, (unsigned long long)a.switch_frac);
+        snprintf(how, sizeof(how), "adaptive slices of %s to %s (a switch at most %llu %%)", sl, mx,
+                 (unsigned long long)a.switch_frac);
     }
     printf("msched sim: simulated GPU (profile %s), %s, %s measured after warm-up, "
            "hash-clean %s\n\n",

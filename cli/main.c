@@ -12,7 +12,7 @@
 #include <string.h>
 
 static const struct ms_cli_cmd *const commands[] = {&ms_cmd_run,    &ms_cli_status, &ms_cli_top,
-                                                     &ms_cli_config, &ms_cmd_sim,    &ms_cmd_demo};
+                                                    &ms_cli_config, &ms_cmd_sim,    &ms_cmd_demo};
 
 static void usage(FILE *f)
 {

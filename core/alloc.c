@@ -21,9 +21,15 @@ static int should_fail(void)
     return 0;
 }
 
-void ms_alloc_fail_after(uint64_t n) { fail_countdown = n; }
+void ms_alloc_fail_after(uint64_t n)
+{
+    fail_countdown = n;
+}
 
-uint64_t ms_alloc_live(void) { return live_blocks; }
+uint64_t ms_alloc_live(void)
+{
+    return live_blocks;
+}
 
 void *ms_malloc(size_t n)
 {

@@ -76,7 +76,10 @@ static uint64_t ns_for(double bytes, double gbps)
     return (uint64_t)ceil(bytes / gbps);
 }
 
-static uint64_t us_to_ns(double us) { return us <= 0.0 ? 0 : (uint64_t)llround(us * 1000.0); }
+static uint64_t us_to_ns(double us)
+{
+    return us <= 0.0 ? 0 : (uint64_t)llround(us * 1000.0);
+}
 
 uint64_t ms_cost_copy_ns(const struct ms_cost *c, bool to_device, uint64_t bytes)
 {

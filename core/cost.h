@@ -32,13 +32,13 @@ struct ms_cost {
     double copy_call_us; /* fixed cost per copy call */
     double map_us, map_us_per_mib;
     double unmap_us, unmap_us_per_mib;
-    double fault_us;        /* one GPU page fault, control plane included */
-    uint64_t fault_bytes;   /* bytes one fault migrates */
-    double um_fault_gbps;   /* effective fault-driven population bandwidth */
-    double um_evict_gbps;   /* unified-memory eviction bandwidth (prefetch to host) */
-    double hash_gbps;       /* GPU reads a chunk to hash it */
-    double hbm_gbps;        /* device memory bandwidth (for synthetic kernel durations) */
-    double tflops;          /* dense throughput (for synthetic kernel durations) */
+    double fault_us;      /* one GPU page fault, control plane included */
+    uint64_t fault_bytes; /* bytes one fault migrates */
+    double um_fault_gbps; /* effective fault-driven population bandwidth */
+    double um_evict_gbps; /* unified-memory eviction bandwidth (prefetch to host) */
+    double hash_gbps;     /* GPU reads a chunk to hash it */
+    double hbm_gbps;      /* device memory bandwidth (for synthetic kernel durations) */
+    double tflops;        /* dense throughput (for synthetic kernel durations) */
 };
 
 extern const struct ms_cost ms_cost_h200;

@@ -175,8 +175,7 @@ static void find_unchanged(struct ctx *x, const struct ms_plan *p)
     for (size_t i = 0; i < p->n; i++) {
         struct ms_chunk *c = ms_chunk_get(x->rt, p->steps[i].chunk);
         c->mark = 0;
-        if (p->steps[i].op == MS_STEP_EVICT && c->state == MS_CS_DIRTY && c->hash != 0 &&
-            !c->pins)
+        if (p->steps[i].op == MS_STEP_EVICT && c->state == MS_CS_DIRTY && c->hash != 0 && !c->pins)
             x->ids[n++] = p->steps[i].chunk;
     }
     if (hash_batch(x, x->ids, n, x->hashes) != n)

@@ -62,7 +62,8 @@ struct ms_exec_stats {
 
 /* Execute plan p against rt with at most `budget` bytes resident. Stats are added to *st. */
 int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t budget,
-                 const struct ms_plan *p, const struct ms_exec_opts *opts, struct ms_exec_stats *st);
+                 const struct ms_plan *p, const struct ms_exec_opts *opts,
+                 struct ms_exec_stats *st);
 
 /*
  * Release every resident chunk of a region without saving data (the region is being freed):

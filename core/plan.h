@@ -57,7 +57,7 @@ struct ms_plan {
 struct ms_plan_input {
     struct ms_rtable *rt;
     uint64_t budget;
-    const struct ms_timeline *tl; /* may be NULL; only its length matters to the planner */
+    const struct ms_timeline *tl;  /* may be NULL; only its length matters to the planner */
     const struct ms_chunk_set *ws; /* nws sets; ws[k] for timeline entry k, in access order */
     size_t nws;
     enum ms_evict_policy policy;

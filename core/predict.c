@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ms_chunk_set_init(struct ms_chunk_set *s) { memset(s, 0, sizeof(*s)); }
+void ms_chunk_set_init(struct ms_chunk_set *s)
+{
+    memset(s, 0, sizeof(*s));
+}
 
 void ms_chunk_set_fini(struct ms_chunk_set *s)
 {
@@ -20,7 +23,10 @@ void ms_chunk_set_fini(struct ms_chunk_set *s)
     memset(s, 0, sizeof(*s));
 }
 
-void ms_chunk_set_clear(struct ms_chunk_set *s) { s->n = 0; }
+void ms_chunk_set_clear(struct ms_chunk_set *s)
+{
+    s->n = 0;
+}
 
 int ms_chunk_set_add(struct ms_chunk_set *s, ms_chunk_id id)
 {

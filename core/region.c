@@ -25,8 +25,7 @@ static const uint8_t next_state[MS_CS_COUNT][MS_CE_COUNT] = {
     [MS_CS_HOST] = {BAD, MS_CS_IN, BAD, BAD, BAD, BAD, BAD, BAD, BAD, MS_CS_EMPTY},
     [MS_CS_IN] = {BAD, BAD, MS_CS_CLEAN, MS_CS_HOST, BAD, BAD, BAD, BAD, BAD, BAD},
     [MS_CS_CLEAN] = {BAD, BAD, BAD, BAD, MS_CS_DIRTY, BAD, BAD, BAD, MS_CS_HOST, MS_CS_EMPTY},
-    [MS_CS_DIRTY] = {BAD, BAD, BAD, BAD, MS_CS_DIRTY, MS_CS_OUT, BAD, BAD, MS_CS_HOST,
-                     MS_CS_EMPTY},
+    [MS_CS_DIRTY] = {BAD, BAD, BAD, BAD, MS_CS_DIRTY, MS_CS_OUT, BAD, BAD, MS_CS_HOST, MS_CS_EMPTY},
     [MS_CS_OUT] = {BAD, BAD, BAD, BAD, BAD, BAD, MS_CS_HOST, MS_CS_DIRTY, BAD, BAD},
 };
 
@@ -40,7 +39,10 @@ bool ms_chunk_state_resident(enum ms_chunk_state s)
     return s == MS_CS_IN || s == MS_CS_CLEAN || s == MS_CS_DIRTY || s == MS_CS_OUT;
 }
 
-bool ms_chunk_state_ready(enum ms_chunk_state s) { return s == MS_CS_CLEAN || s == MS_CS_DIRTY; }
+bool ms_chunk_state_ready(enum ms_chunk_state s)
+{
+    return s == MS_CS_CLEAN || s == MS_CS_DIRTY;
+}
 
 const char *ms_chunk_state_name(enum ms_chunk_state s)
 {
@@ -55,7 +57,10 @@ uint64_t ms_chunk_bytes_for(uint64_t size)
     return 64 * MS_MIB;
 }
 
-void ms_rtable_init(struct ms_rtable *rt) { memset(rt, 0, sizeof(*rt)); }
+void ms_rtable_init(struct ms_rtable *rt)
+{
+    memset(rt, 0, sizeof(*rt));
+}
 
 void ms_rtable_fini(struct ms_rtable *rt)
 {
@@ -89,7 +94,10 @@ static size_t index_lower(const struct ms_rtable *rt, uint32_t task, uint64_t ba
     return lo;
 }
 
-static uint64_t region_span(const struct ms_region *r) { return MS_ROUND_UP(r->size, MS_GRAN); }
+static uint64_t region_span(const struct ms_region *r)
+{
+    return MS_ROUND_UP(r->size, MS_GRAN);
+}
 
 int ms_region_add(struct ms_rtable *rt, uint32_t task, uint64_t base, uint64_t size,
                   enum ms_region_kind kind, uint64_t chunk_bytes, uint32_t *out_region)
@@ -133,8 +141,7 @@ int ms_region_add(struct ms_rtable *rt, uint32_t task, uint64_t base, uint64_t s
     if (slot == rt->nslots) {
         if (rt->nslots >= UINT32_MAX)
             return MS_E_NOMEM;
-        int e = ms_grow((void **)&rt->regions, &rt->capslots, rt->nslots + 1,
-                        sizeof(*rt->regions));
+        int e = ms_grow((void **)&rt->regions, &rt->capslots, rt->nslots + 1, sizeof(*rt->regions));
         if (e)
             return e;
     }
@@ -231,8 +238,8 @@ int ms_region_remove(struct ms_rtable *rt, uint32_t region)
     return MS_OK;
 }
 
-int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr,
-                     uint32_t *out_region, uint32_t *out_chunk)
+int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, uint32_t *out_region,
+                     uint32_t *out_chunk)
 {
     /* The candidate is the last region of `task` whose base is <= addr. */
     size_t pos = index_lower(rt, task, addr);
@@ -303,7 +310,10 @@ int ms_chunk_apply(struct ms_rtable *rt, ms_chunk_id id, enum ms_chunk_event ev)
     return MS_OK;
 }
 
-uint64_t ms_rtable_tick(struct ms_rtable *rt) { return ++rt->clock; }
+uint64_t ms_rtable_tick(struct ms_rtable *rt)
+{
+    return ++rt->clock;
+}
 
 uint64_t ms_rtable_footprint(const struct ms_rtable *rt, uint32_t task)
 {

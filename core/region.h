@@ -109,9 +109,9 @@ struct ms_chunk {
 };
 
 struct ms_region {
-    uint64_t base;   /* first virtual address */
-    uint64_t size;   /* bytes the application asked for */
-    void *host;      /* host backing store (edge-owned), may be NULL */
+    uint64_t base; /* first virtual address */
+    uint64_t size; /* bytes the application asked for */
+    void *host;    /* host backing store (edge-owned), may be NULL */
     struct ms_chunk *chunks;
     uint32_t nchunks;
     uint32_t task;
@@ -171,8 +171,8 @@ struct ms_region *ms_region_get(struct ms_rtable *rt, uint32_t region);
 struct ms_chunk *ms_chunk_get(struct ms_rtable *rt, ms_chunk_id id);
 
 /* Region of `task` containing addr; MS_E_NOTFOUND if none. out_chunk may be NULL. */
-int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr,
-                     uint32_t *out_region, uint32_t *out_chunk);
+int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, uint32_t *out_region,
+                     uint32_t *out_chunk);
 
 /* Chunk index holding byte `offset` of region r (offset < round_up(size, MS_GRAN)). */
 uint32_t ms_region_chunk_at(const struct ms_region *r, uint64_t offset);

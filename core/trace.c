@@ -1001,7 +1001,8 @@ bool ms_trace_rec_equal(const struct ms_trace_rec *a, const struct ms_trace_rec 
     switch (a->kind) {
     case MS_TR_HEADER: return a->version == b->version;
     case MS_TR_TASK:
-        return a->task == b->task && a->prio == b->prio && strcmp(nonnull(a->name), nonnull(b->name)) == 0;
+        return a->task == b->task && a->prio == b->prio &&
+               strcmp(nonnull(a->name), nonnull(b->name)) == 0;
     case MS_TR_ALLOC:
         return a->task == b->task && a->addr == b->addr && a->size == b->size &&
                a->rkind == b->rkind;

@@ -32,8 +32,9 @@
 #include "region.h"
 
 #define MS_TRACE_VERSION 1
-#define MS_TRACE_MAX_LINE (1u << 20)     /* longest accepted line, bytes */
-#define MS_TRACE_MAX_PARAMS 4096u        /* parameter bytes of one launch (CUDA's limit is 32 KiB; 4 KiB is the classic limit) */
+#define MS_TRACE_MAX_LINE (1u << 20) /* longest accepted line, bytes */
+/* parameter bytes of one launch (CUDA's limit is 32 KiB; 4 KiB is the classic limit) */
+#define MS_TRACE_MAX_PARAMS 4096u
 #define MS_TRACE_MAX_LAYOUT 1024u
 #define MS_TRACE_MAX_NAME 512u
 
@@ -55,16 +56,16 @@ struct ms_trace_rec {
     uint32_t task;
     uint32_t stream;
     uint64_t dur_ns;
-    uint32_t version;        /* HEADER */
-    int32_t prio;            /* TASK */
-    const char *name;        /* TASK, KERNEL; NUL-terminated */
-    uint64_t addr;           /* ALLOC, FREE, MEMSET (destination) */
-    uint64_t size;           /* ALLOC, COPY, MEMSET bytes */
-    enum ms_region_kind rkind; /* ALLOC */
-    enum ms_copy_dir dir;    /* COPY */
-    uint64_t dst, src;       /* COPY */
+    uint32_t version;           /* HEADER */
+    int32_t prio;               /* TASK */
+    const char *name;           /* TASK, KERNEL; NUL-terminated */
+    uint64_t addr;              /* ALLOC, FREE, MEMSET (destination) */
+    uint64_t size;              /* ALLOC, COPY, MEMSET bytes */
+    enum ms_region_kind rkind;  /* ALLOC */
+    enum ms_copy_dir dir;       /* COPY */
+    uint64_t dst, src;          /* COPY */
     uint32_t grid[3], block[3]; /* KERNEL */
-    const uint8_t *params;   /* KERNEL */
+    const uint8_t *params;      /* KERNEL */
     size_t params_len;
     const struct ms_param_layout *layout; /* KERNEL; NULL when absent */
     size_t nlayout;

@@ -72,8 +72,8 @@ struct ms_daemon_stats {
     uint64_t bytes_in, bytes_out;
     uint64_t switch_stop_ns; /* the scheduler's stop_ns_total (sched.h), copied when read */
     uint64_t idle_holds, idle_resumes; /* the scheduler's, copied when read */
-    uint64_t slow_switches;  /* switches longer than MS_SLOW_SWITCH_NS (each one logged) */
-    uint64_t switch_seen;    /* the last switch looked at (sched.last_switch.seq) */
+    uint64_t slow_switches; /* switches longer than MS_SLOW_SWITCH_NS (each one logged) */
+    uint64_t switch_seen;   /* the last switch looked at (sched.last_switch.seq) */
 };
 
 struct ms_daemon {
@@ -88,7 +88,8 @@ struct ms_daemon {
     struct ms_ghost *ghosts;
     uint64_t next_session_id;
     uint64_t start_ns;
-    uint64_t idle_since; /* when the last session went away (0: a session exists, or idle_exit is off) */
+    /* when the last session went away (0: a session exists, or idle_exit is off) */
+    uint64_t idle_since;
     bool stop;
     int exit_code;
     struct ms_daemon_stats st;

@@ -121,8 +121,7 @@ static void session_close(struct ms_daemon *d, struct ms_session *s, bool died)
         if (s->pidfd >= 0 && still_running(s->pidfd) &&
             ms_sched_task_drop(&d->sched, now_ns(), task, MS_E_IO,
                                "closed its connection while its process runs") == MS_OK) {
-            ms_log_info("task %u (pid %d) closed its connection but still runs", task,
-                        (int)s->pid);
+            ms_log_info("task %u (pid %d) closed its connection but still runs", task, (int)s->pid);
             task_dropped(d, s, task); /* takes s->pidfd over */
         } else {
             ms_log_info("task %u (pid %d) is gone; its memory is released", task, (int)s->pid);

@@ -2,13 +2,14 @@
 # scripts/setup.sh - installs what msched needs to build and test on Debian/Ubuntu.
 #   libcmocka-dev   the unit-test framework (tests/unit)
 #   clang           libFuzzer builds of the fuzz targets (`make fuzz`)
+#   clang-format    the C style check (`make check-format`, run by CI)
 #   libncurses-dev  the `msched top` screen
 #   python3         the shim's code generator (scripts/gen_shim.py)
 #   python3-matplotlib  the evaluation page's plots (bench/paper/make_page.py)
 # The CUDA toolkit (nvcc, cuda.h) is expected at /usr/local/cuda for the shim; without it the
 # shim and its tests are skipped. Needs root (or sudo) for apt-get; does nothing if all is there.
 set -eu
-pkgs="libcmocka-dev clang libncurses-dev python3 python3-matplotlib make gcc"
+pkgs="libcmocka-dev clang clang-format libncurses-dev python3 python3-matplotlib make gcc"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -76,25 +76,25 @@ static struct {
     uint64_t max, measured;
     struct vec_rec recs;
     bool rec_nomem;
-    struct vec_range regs;   /* the live regions when the launch was admitted */
+    struct vec_range regs; /* the live regions when the launch was admitted */
     struct vec_range pred, lo, hi;
     char name[256];
     bool unbounded;
-    bool prepared; /* ms_acc_prepare readied the open measurement */
+    bool prepared;                         /* ms_acc_prepare readied the open measurement */
     uint64_t t0, t_sync, prev_t0, prev_t1; /* CUPTI timestamps; t_sync: the last collect's */
     /* totals */
     uint64_t covered, unbounded_n, pred_bytes, lo_bytes, hi_bytes, miss_bytes, faults, late;
-    uint64_t before_bytes, after_bytes; /* reported during a measurement, stamped outside it */
+    uint64_t before_bytes, after_bytes;   /* reported during a measurement, stamped outside it */
     uint64_t launch_before, launch_after; /* the same for the open measurement */
-    uint64_t reports, buffers; /* every CUPTI record and buffer delivered (diagnosis) */
-    uint64_t dropped;          /* records CUPTI says it dropped; UINT64_MAX: cannot tell */
-    uint64_t thrash, remote;   /* the driver's thrashing / throttling and remote-map reports */
-    bool mitigation;           /* those counters could be enabled */
-    bool dtoh_watched;         /* device-to-host migrations are reported */
-    uint64_t dtoh;             /* device-to-host bytes reported since the last reset */
-    uint64_t launch_evicted;   /* the open measurement's eviction, as the driver reported it */
-    uint64_t evicted_bytes;    /* total of launch_evicted */
-    int early;                 /* atomic: 0 not tried, 1 starting, 2 CUPTI on, 3 failed */
+    uint64_t reports, buffers;            /* every CUPTI record and buffer delivered (diagnosis) */
+    uint64_t dropped;        /* records CUPTI says it dropped; UINT64_MAX: cannot tell */
+    uint64_t thrash, remote; /* the driver's thrashing / throttling and remote-map reports */
+    bool mitigation;         /* those counters could be enabled */
+    bool dtoh_watched;       /* device-to-host migrations are reported */
+    uint64_t dtoh;           /* device-to-host bytes reported since the last reset */
+    uint64_t launch_evicted; /* the open measurement's eviction, as the driver reported it */
+    uint64_t evicted_bytes;  /* total of launch_evicted */
+    int early;               /* atomic: 0 not tried, 1 starting, 2 CUPTI on, 3 failed */
     char early_why[256];
     char err[160];
 } A = {.lock = PTHREAD_MUTEX_INITIALIZER, .rec_mu = PTHREAD_MUTEX_INITIALIZER};
@@ -204,9 +204,7 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffe
             rec_push(u->start, u->address, u->value ? u->value : PAGE);
             break;
         case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THRASHING:
-        case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING:
-            A.thrash++;
-            break;
+        case CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_THROTTLING: A.thrash++; break;
         default: break;
         }
     }
@@ -219,9 +217,10 @@ static void *open_cupti(void)
     const char *want = secure_getenv("MSCHED_CUPTI");
     if (want && *want)
         return dlopen(want, RTLD_NOW | RTLD_LOCAL);
-    static const char *const names[] = {
-        "libcupti.so.13", "libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
-        "/usr/local/cuda/lib64/libcupti.so", "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so"};
+    static const char *const names[] = {"libcupti.so.13", "libcupti.so",
+                                        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
+                                        "/usr/local/cuda/lib64/libcupti.so",
+                                        "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so"};
     for (size_t i = 0; i < MS_ARRAY_LEN(names); i++) {
         void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (h)
@@ -341,8 +340,8 @@ static int evict_all(void)
     memset(&host, 0, sizeof host);
     host.type = CU_MEM_LOCATION_TYPE_HOST;
     for (size_t k = 0; k < A.regs.n; k++) {
-        CUresult cr = A.api->cuMemPrefetchAsync((CUdeviceptr)A.regs.v[k].addr,
-                                                A.regs.v[k].bytes, host, 0, NULL);
+        CUresult cr = A.api->cuMemPrefetchAsync((CUdeviceptr)A.regs.v[k].addr, A.regs.v[k].bytes,
+                                                host, 0, NULL);
         if (cr != CUDA_SUCCESS) {
             stop("cuMemPrefetchAsync to the host: error %d", (int)cr);
             return MS_E_GPU;
@@ -354,8 +353,7 @@ static int evict_all(void)
 void ms_acc_early(void)
 {
     int want = 0;
-    if (!__atomic_compare_exchange_n(&A.early, &want, 1, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE))
+    if (!__atomic_compare_exchange_n(&A.early, &want, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return; /* done, or CUPTI's own cuInit while starting */
     const char *path = secure_getenv("MSCHED_ACCURACY");
     bool on = path && *path && cupti_start(A.early_why, sizeof A.early_why);
@@ -494,12 +492,11 @@ void ms_acc_end(void)
         fprintf(A.out,
                 ",\"unbounded\":%s,\"pred\":%" PRIu64 ",\"touch_lo\":%" PRIu64
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"miss_at\":%" PRIu64
-                ",\"covered\":%s,\"before\":%" PRIu64 ",\"after\":%" PRIu64
-                ",\"evicted\":%" PRIu64 "}\n",
-                A.unbounded ? "true" : "false", lo.pred_bytes, lo.touched_bytes,
-                hi.touched_bytes, hi.miss_bytes, hi.miss_first,
-                hi.covered ? "true" : "false", A.launch_before, A.launch_after,
-                A.launch_evicted);
+                ",\"covered\":%s,\"before\":%" PRIu64 ",\"after\":%" PRIu64 ",\"evicted\":%" PRIu64
+                "}\n",
+                A.unbounded ? "true" : "false", lo.pred_bytes, lo.touched_bytes, hi.touched_bytes,
+                hi.miss_bytes, hi.miss_first, hi.covered ? "true" : "false", A.launch_before,
+                A.launch_after, A.launch_evicted);
         fflush(A.out);
     }
     A.prev_t0 = t0;
@@ -554,14 +551,12 @@ void ms_acc_finish(void)
                 ",\"touch_hi\":%" PRIu64 ",\"miss\":%" PRIu64 ",\"faults\":%" PRIu64
                 ",\"late\":%" PRIu64 ",\"before\":%" PRIu64 ",\"after\":%" PRIu64
                 ",\"evicted\":%" PRIu64 ",\"dtoh_watched\":%s"
-                ",\"max\":%" PRIu64 ",\"reports\":%" PRIu64
-                ",\"buffers\":%" PRIu64 ",\"dropped\":%" PRId64 ",\"thrashing\":%" PRIu64
-                ",\"remote_maps\":%" PRIu64
+                ",\"max\":%" PRIu64 ",\"reports\":%" PRIu64 ",\"buffers\":%" PRIu64
+                ",\"dropped\":%" PRId64 ",\"thrashing\":%" PRIu64 ",\"remote_maps\":%" PRIu64
                 ",\"mitigation_watched\":%s,\"error\":",
                 A.measured, A.covered, A.unbounded_n, A.pred_bytes, A.lo_bytes, A.hi_bytes,
                 A.miss_bytes, A.faults, A.late, A.before_bytes, A.after_bytes, A.evicted_bytes,
-                A.dtoh_watched ? "true" : "false", A.max, reports,
-                buffers, dropped, thrash, remote,
+                A.dtoh_watched ? "true" : "false", A.max, reports, buffers, dropped, thrash, remote,
                 A.mitigation ? "true" : "false");
         write_name(A.out, A.err);
         fprintf(A.out, "}\n");

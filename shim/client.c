@@ -68,9 +68,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BATCH_BYTES (64 * MS_MIB) /* one EVICTED / POPULATED per this much, */
-#define BATCH_RUNS 8u             /* or per this many runs */
-#define WAIT_NS 200000000ull      /* a waiting thread re-checks at least this often */
+#define BATCH_BYTES (64 * MS_MIB)      /* one EVICTED / POPULATED per this much, */
+#define BATCH_RUNS 8u                  /* or per this many runs */
+#define WAIT_NS 200000000ull           /* a waiting thread re-checks at least this often */
 #define DEMAND_REPEAT_NS 1000000000ull /* running: an unanswered DEMAND is repeated after this */
 #define CONNECT_MS 1000
 #define WELCOME_MS 2000
@@ -103,19 +103,19 @@ static struct {
     pthread_cond_t cond;
     /* scheduling */
     bool running, hold;
-    bool idle_sent;     /* IDLE was the last word on our work (no DEMAND since): "Idle" */
-    uint64_t hang_ns;   /* a probe unanswered this long: the daemon is hung; 0: never */
-    uint64_t last_rx;   /* when the daemon last sent anything */
-    uint64_t probe_at;  /* when the unanswered liveness probe went out; 0: none */
-    uint64_t idle_ns;   /* quiet this long means idle; 0: never */
-    uint64_t quiet_t0;  /* running: when the task was last seen busy */
+    bool idle_sent;    /* IDLE was the last word on our work (no DEMAND since): "Idle" */
+    uint64_t hang_ns;  /* a probe unanswered this long: the daemon is hung; 0: never */
+    uint64_t last_rx;  /* when the daemon last sent anything */
+    uint64_t probe_at; /* when the unanswered liveness probe went out; 0: none */
+    uint64_t idle_ns;  /* quiet this long means idle; 0: never */
+    uint64_t quiet_t0; /* running: when the task was last seen busy */
     uint32_t run_epoch;
     uint64_t run_t0;
     uint32_t waiters;
-    uint32_t dwait;  /* threads waiting on a demand's population (Where running time goes) */
-    uint64_t dw_t0;  /* running && dwait > 0 since then; 0: not */
+    uint32_t dwait; /* threads waiting on a demand's population (Where running time goes) */
+    uint64_t dw_t0; /* running && dwait > 0 since then; 0: not */
     bool dem_pending, want_whole;
-    uint64_t dem_at; /* when the last DEMAND went out */
+    uint64_t dem_at;          /* when the last DEMAND went out */
     struct ms_chunk_set want; /* union of the needs of threads waiting for RUN */
     size_t want_sent;
     /* the POPULATE order */
@@ -123,7 +123,7 @@ static struct {
     uint32_t pop_epoch, pop_seq, pop_n, pop_done;
     struct ms_run *pop_runs;
     uint64_t pop_credit, pop_taken;
-    uint64_t pop_work, pop_step; /* the engine's time on it: total, longest batch */
+    uint64_t pop_work, pop_step;      /* the engine's time on it: total, longest batch */
     struct ms_exec_stats pop_longest; /* the longest batch's phases */
     struct timespec pop_started;      /* when the order came (CLOCK_REALTIME) */
     /* wire ids */
@@ -554,7 +554,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
     struct ms_rtable *rt = ms__engine_rt();
     bool counted = false;
     bool dwaiting = false; /* counted in C.dwait */
-    int capt = -1; /* capturing(stream), asked once and only when the command would wait */
+    int capt = -1;         /* capturing(stream), asked once and only when the command would wait */
     uint64_t t0 = 0;
     int rc = CUDA_SUCCESS;
     *alone = false;
@@ -691,8 +691,8 @@ static void drain(const char *why)
     if (t2 - t0 >= SLOW_DRAIN_NS)
         ms__shim_log("slow %s: %.1f ms waiting for %d admitted command(s) to return "
                      "(%u thread(s) in a synchronizing call), %.1f ms for the GPU to finish",
-                     why, (double)(t1 - t0) / 1e6, n0,
-                     __atomic_load_n(&insync, __ATOMIC_RELAXED), (double)(t2 - t1) / 1e6);
+                     why, (double)(t1 - t0) / 1e6, n0, __atomic_load_n(&insync, __ATOMIC_RELAXED),
+                     (double)(t2 - t1) / 1e6);
 }
 
 static void on_run(const struct ms_msg *m)
@@ -703,7 +703,7 @@ static void on_run(const struct ms_msg *m)
     C.run_epoch = m->run.epoch;
     C.run_t0 = now;
     if (C.dwait && !C.dw_t0)
-        C.dw_t0 = now; /* threads were already waiting on a demand: that counts from now */
+        C.dw_t0 = now;     /* threads were already waiting on a demand: that counts from now */
     C.quiet_t0 = C.run_t0; /* idle_sent stays: an IDLE may have crossed this RUN */
     C.dem_pending = false;
     ms_chunk_set_clear(&C.want);

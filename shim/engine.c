@@ -69,7 +69,7 @@ struct graph_reach {
     struct {
         uint32_t id;
         uint64_t base;
-    } *reg;
+    } * reg;
 };
 
 enum mode { MODE_ALONE = 0, MODE_DAEMON, MODE_FAILED };
@@ -258,8 +258,8 @@ static bool start(void)
     E.strict = E.strict_want && E.mode == MODE_ALONE && E.backing == BACK_VMM;
     if (E.strict)
         say("MSCHED_STRICT=1: every command runs with only its predicted memory mapped");
-    ms__shim_log("memory engine on (%s): %s, budget %llu MiB, GPU hash %s",
-                 backing_name[E.backing], E.mode == MODE_DAEMON ? "with the daemon" : "alone",
+    ms__shim_log("memory engine on (%s): %s, budget %llu MiB, GPU hash %s", backing_name[E.backing],
+                 E.mode == MODE_DAEMON ? "with the daemon" : "alone",
                  (unsigned long long)(E.budget / MS_MIB), E.ops->hash ? "on" : "off");
     __atomic_store_n(&E.acc_state, 1, __ATOMIC_RELEASE);
     set_flag(&E.active, true);
@@ -289,7 +289,8 @@ static bool managed_room(uint64_t span)
     if (E.st.footprint + span <= room)
         return true;
     say("%s engine: refusing %llu MiB more managed memory: %llu MiB would exceed the %llu MiB "
-        "the GPU can hold now", backing_name[E.backing], (unsigned long long)(span / MS_MIB),
+        "the GPU can hold now",
+        backing_name[E.backing], (unsigned long long)(span / MS_MIB),
         (unsigned long long)((E.st.footprint + span) / MS_MIB),
         (unsigned long long)(room / MS_MIB));
     return false;
@@ -581,7 +582,8 @@ static int add_vmm_neighbors(struct ms_chunk_set *s)
         for (int dir = -1; dir <= 1; dir += 2) {
             const struct ms_region *cur = r;
             for (;;) {
-                uint64_t probe = dir < 0 ? cur->base - 1 : cur->base + MS_ROUND_UP(cur->size, MS_GRAN);
+                uint64_t probe =
+                    dir < 0 ? cur->base - 1 : cur->base + MS_ROUND_UP(cur->size, MS_GRAN);
                 uint32_t nb;
                 if (ms_rtable_lookup(&E.rt, 0, probe, &nb, NULL) != MS_OK)
                     break;
@@ -1120,7 +1122,8 @@ void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l
         if (ms_predict_launch(&E.rt, &ml, &E.scratch) < 0)
             g->unbounded = true;
         for (size_t i = 0; i < E.scratch.n; i++)
-            if (i == 0 || MS_CHUNK_REGION(E.scratch.ids[i]) != MS_CHUNK_REGION(E.scratch.ids[i - 1]))
+            if (i == 0 ||
+                MS_CHUNK_REGION(E.scratch.ids[i]) != MS_CHUNK_REGION(E.scratch.ids[i - 1]))
                 graph_add_region(g, MS_CHUNK_REGION(E.scratch.ids[i]));
     }
     pthread_mutex_unlock(&E.lock);
@@ -1334,10 +1337,10 @@ void ms_engine_exit(bool verbose)
             "%llu faults, %llu unbounded launches, in %llu MiB, out %llu MiB, dropped %llu MiB, "
             "%.3f s migrating\n",
             (int)getpid(), backing_name[E.backing], (unsigned long long)(s.budget / MS_MIB),
-            (unsigned long long)s.regions,
-            (unsigned long long)(s.footprint / MS_MIB), (unsigned long long)(s.resident / MS_MIB),
-            (unsigned long long)s.faults, (unsigned long long)s.unbounded,
-            (unsigned long long)(s.bytes_in / MS_MIB), (unsigned long long)(s.bytes_out / MS_MIB),
+            (unsigned long long)s.regions, (unsigned long long)(s.footprint / MS_MIB),
+            (unsigned long long)(s.resident / MS_MIB), (unsigned long long)s.faults,
+            (unsigned long long)s.unbounded, (unsigned long long)(s.bytes_in / MS_MIB),
+            (unsigned long long)(s.bytes_out / MS_MIB),
             (unsigned long long)(s.bytes_dropped / MS_MIB), (double)s.migrate_ns / 1e9);
     if (E.strict)
         fprintf(stderr, "msched[%d]: strict: %llu chunks evicted outside the predictions\n",
@@ -1348,9 +1351,8 @@ void ms_engine_exit(bool verbose)
         fprintf(stderr,
                 "msched[%d]: host backing: %llu stores, %llu MiB pinned in %.3f s (slowest "
                 "%.1f ms), %llu in pieces of %llu MiB, %llu fallbacks, %llu release errors\n",
-                (int)getpid(), (unsigned long long)h.stores,
-                (unsigned long long)(h.bytes / MS_MIB), (double)h.pin_ns / 1e9,
-                (double)h.longest_ns / 1e6, (unsigned long long)h.pieced,
+                (int)getpid(), (unsigned long long)h.stores, (unsigned long long)(h.bytes / MS_MIB),
+                (double)h.pin_ns / 1e9, (double)h.longest_ns / 1e6, (unsigned long long)h.pieced,
                 (unsigned long long)(h.piece / MS_MIB), (unsigned long long)h.fallbacks,
                 (unsigned long long)h.unpin_errors);
     struct ms_client_stats c;
@@ -1367,8 +1369,8 @@ void ms_engine_exit(bool verbose)
                            : "gone, alone",
                 (unsigned long long)c.slices, (unsigned long long)c.stops,
                 (unsigned long long)c.demands, (unsigned long long)c.demand_repeats,
-                (unsigned long long)c.idles,
-                (unsigned long long)c.quiet_idles, (unsigned long long)c.evict_orders, (unsigned long long)c.pop_orders,
+                (unsigned long long)c.idles, (unsigned long long)c.quiet_idles,
+                (unsigned long long)c.evict_orders, (unsigned long long)c.pop_orders,
                 (unsigned long long)c.waits, (double)c.wait_ns / 1e9, (double)c.run_ns / 1e9,
                 (double)c.dwait_ns / 1e9, (double)c.order_run_ns / 1e9);
 }

@@ -111,9 +111,10 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes);
  * can and says whether it takes VMM memory now. ms_engine_vmm_map adopts a mapping
  * [va, va + bytes) of a handle whose contents live in `host` (pinned, owned by the caller):
  * it becomes a region of kind MS_RK_VMM, resident only when used; has_data: the handle already
- * holds data (mapped before): the region starts with its contents on the host. ms_engine_vmm_unmap saves what is resident into
- * the host backing and forgets the region (*handled false: not an adopted mapping that starts
- * at va with that size). ms_engine_vmm_owns: va lies in an adopted mapping. CUresult values.
+ * holds data (mapped before): the region starts with its contents on the host.
+ * ms_engine_vmm_unmap saves what is resident into the host backing and forgets the region
+ * (*handled false: not an adopted mapping that starts at va with that size).
+ * ms_engine_vmm_owns: va lies in an adopted mapping. CUresult values.
  */
 bool ms_engine_vmm_ready(void);
 int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data);
@@ -126,8 +127,8 @@ struct ms_engine_stats {
     uint64_t regions, footprint, resident, budget;
     uint64_t faults, unbounded, bytes_in, bytes_out, bytes_dropped, migrate_ns;
     uint64_t strict_evictions; /* chunks MSCHED_STRICT evicted */
-    bool daemon; /* connected to the daemon now */
-    bool failed; /* the daemon went away and the footprint could not be held alone */
+    bool daemon;               /* connected to the daemon now */
+    bool failed;               /* the daemon went away and the footprint could not be held alone */
 };
 void ms_engine_stats_get(struct ms_engine_stats *out);
 

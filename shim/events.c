@@ -25,9 +25,9 @@
  *   before and just after the real call, and its record waits in an in-order queue (every
  *   later record queues behind it) until the end event has completed; the queue is drained
  *   without blocking at synchronisations and when it grows long, and completely at exit. The
- *   driver calls (events) are made without the lock. A launch whose parameter bytes exceed the format's 4096 is written without its
- *   bytes and layout; a name longer than the format's 511 bytes is cut. Both count as
- *   trace_dropped.
+ *   driver calls (events) are made without the lock. A launch whose parameter bytes exceed
+ *   the format's 4096 is written without its bytes and layout; a name longer than the format's
+ *   511 bytes is cut. Both count as trace_dropped.
  *
  * Invariants
  *   - allocs[] is sorted by base with no two entries at the same base; counters.live_bytes is
@@ -104,8 +104,8 @@ static _Thread_local struct {
     CUstream stream;
 } tl;
 
-#define PQ_DRAIN 4096   /* queued records that start a non-blocking drain */
-#define PQ_MAX 65536    /* ... and a blocking one */
+#define PQ_DRAIN 4096 /* queued records that start a non-blocking drain */
+#define PQ_MAX 65536  /* ... and a blocking one */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Allocations and streams (ms__shim_lock held)                                                 */
@@ -358,8 +358,8 @@ static void trace_drain(bool wait)
         if (r == CUDA_ERROR_NOT_READY)
             break;
         float ms = 0;
-        if (r == CUDA_SUCCESS && MS_REAL(cuEventElapsedTime_v2)(&ms, p->ev0, p->ev1) == CUDA_SUCCESS &&
-            ms > 0)
+        if (r == CUDA_SUCCESS &&
+            MS_REAL(cuEventElapsedTime_v2)(&ms, p->ev0, p->ev1) == CUDA_SUCCESS && ms > 0)
             p->rec.dur_ns = (uint64_t)((double)ms * 1e6);
     }
     pthread_mutex_lock(&ms__shim_lock);
@@ -749,8 +749,7 @@ int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_
 }
 
 int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long long *src,
-                          const size_t *bytes, size_t n,
-                          struct ms_shim_stream s)
+                          const size_t *bytes, size_t n, struct ms_shim_stream s)
 {
     if (!dst || !src || !bytes || n == 0 || n > (SIZE_MAX / 2) / sizeof(uint64_t))
         return 0; /* the driver rejects it */
@@ -760,14 +759,14 @@ int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long lon
         ctr.copy_bytes += bytes[i];
         if (trace_ready()) {
             bool d = is_device(dst[i]), sdev = is_device(src[i]);
-            struct ms_trace_rec rec = {
-                .kind = MS_TR_COPY,
-                .task = tr.task,
-                .stream = stream_id(s),
-                .dir = d ? (sdev ? MS_COPY_D2D : MS_COPY_H2D) : (sdev ? MS_COPY_D2H : MS_COPY_H2H),
-                .dst = dst[i],
-                .src = src[i],
-                .size = bytes[i]};
+            struct ms_trace_rec rec = {.kind = MS_TR_COPY,
+                                       .task = tr.task,
+                                       .stream = stream_id(s),
+                                       .dir = d ? (sdev ? MS_COPY_D2D : MS_COPY_H2D)
+                                                : (sdev ? MS_COPY_D2H : MS_COPY_H2H),
+                                       .dst = dst[i],
+                                       .src = src[i],
+                                       .size = bytes[i]};
             trace_put(&rec);
         }
     }

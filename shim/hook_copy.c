@@ -44,8 +44,8 @@ static uint64_t extent(uint64_t width, uint64_t height, uint64_t pitch)
     CUresult CUDAAPI name(dst_t dst, src_t src, size_t ByteCount)                                  \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_copy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, ByteCount, kind,       \
-                        on(NULL, pt)));                                                             \
+        MS_GATED(ms_shim_on_copy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, ByteCount,    \
+                                 kind, on(NULL, pt)));                                             \
         return real(dst, src, ByteCount);                                                          \
     }
 
@@ -53,8 +53,8 @@ static uint64_t extent(uint64_t width, uint64_t height, uint64_t pitch)
     CUresult CUDAAPI name(dst_t dst, src_t src, size_t ByteCount, CUstream hStream)                \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_copy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, ByteCount, kind,       \
-                        on(hStream, pt)));                                                          \
+        MS_GATED(ms_shim_on_copy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, ByteCount,    \
+                                 kind, on(hStream, pt)));                                          \
         return real(dst, src, ByteCount, hStream);                                                 \
     }
 
@@ -83,7 +83,8 @@ COPY_ASYNC_PAIR(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, MS_SHIM_COPY_D2
                           CUcontext srcContext, size_t ByteCount)                                  \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_copy(dstDevice, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(NULL, pt)));          \
+        MS_GATED(                                                                                  \
+            ms_shim_on_copy(dstDevice, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(NULL, pt)));     \
         return real(dstDevice, dstContext, srcDevice, srcContext, ByteCount);                      \
     }
 
@@ -92,7 +93,8 @@ COPY_ASYNC_PAIR(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz, MS_SHIM_COPY_D2
                           CUcontext srcContext, size_t ByteCount, CUstream hStream)                \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_copy(dstDevice, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(hStream, pt)));       \
+        MS_GATED(                                                                                  \
+            ms_shim_on_copy(dstDevice, srcDevice, ByteCount, MS_SHIM_COPY_D2D, on(hStream, pt)));  \
         return real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);             \
     }
 
@@ -149,7 +151,7 @@ static int report_2d(const CUDA_MEMCPY2D *p, struct ms_shim_stream s)
     CUresult CUDAAPI name(const CUDA_MEMCPY2D *pCopy)                                              \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(report_2d(pCopy, on(NULL, pt)));                                                            \
+        MS_GATED(report_2d(pCopy, on(NULL, pt)));                                                  \
         return real(pCopy);                                                                        \
     }
 
@@ -157,7 +159,7 @@ static int report_2d(const CUDA_MEMCPY2D *p, struct ms_shim_stream s)
     CUresult CUDAAPI name(const CUDA_MEMCPY2D *pCopy, CUstream hStream)                            \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(report_2d(pCopy, on(hStream, pt)));                                                         \
+        MS_GATED(report_2d(pCopy, on(hStream, pt)));                                               \
         return real(pCopy, hStream);                                                               \
     }
 
@@ -197,16 +199,15 @@ static uint64_t extent3(size_t w, size_t h, size_t d, size_t pitch, size_t heigh
         if (a_ != 'u' && b_ != 'u')                                                                \
             k_ = a_ == 'h' ? (b_ == 'h' ? MS_SHIM_COPY_H2H : MS_SHIM_COPY_H2D)                     \
                            : (b_ == 'h' ? MS_SHIM_COPY_D2H : MS_SHIM_COPY_D2D);                    \
-        uint64_t src_ = side_addr3((p)->srcMemoryType, (p)->srcHost, (p)->srcDevice,               \
-                                   (p)->srcXInBytes, (p)->srcY, (p)->srcZ, (p)->srcPitch,          \
-                                   (p)->srcHeight);                                                \
-        uint64_t dst_ = side_addr3((p)->dstMemoryType, (p)->dstHost, (p)->dstDevice,               \
-                                   (p)->dstXInBytes, (p)->dstY, (p)->dstZ, (p)->dstPitch,          \
-                                   (p)->dstHeight);                                                \
-        uint64_t n_ = MS_MAX(extent3((p)->WidthInBytes, (p)->Height, (p)->Depth, (p)->srcPitch,    \
-                                     (p)->srcHeight),                                              \
-                             extent3((p)->WidthInBytes, (p)->Height, (p)->Depth, (p)->dstPitch,    \
-                                     (p)->dstHeight));                                             \
+        uint64_t src_ =                                                                            \
+            side_addr3((p)->srcMemoryType, (p)->srcHost, (p)->srcDevice, (p)->srcXInBytes,         \
+                       (p)->srcY, (p)->srcZ, (p)->srcPitch, (p)->srcHeight);                       \
+        uint64_t dst_ =                                                                            \
+            side_addr3((p)->dstMemoryType, (p)->dstHost, (p)->dstDevice, (p)->dstXInBytes,         \
+                       (p)->dstY, (p)->dstZ, (p)->dstPitch, (p)->dstHeight);                       \
+        uint64_t n_ = MS_MAX(                                                                      \
+            extent3((p)->WidthInBytes, (p)->Height, (p)->Depth, (p)->srcPitch, (p)->srcHeight),    \
+            extent3((p)->WidthInBytes, (p)->Height, (p)->Depth, (p)->dstPitch, (p)->dstHeight));   \
         return ms_shim_on_copy_ex(dst_, src_, n_, k_, (s), false);                                 \
     } while (0)
 
@@ -337,7 +338,7 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP
     CUresult CUDAAPI name(CUdeviceptr dstDevice, val_t value, size_t N)                            \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)N *(elem), 1, 0), on(NULL, pt)));             \
+        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)N *(elem), 1, 0), on(NULL, pt)));   \
         return real(dstDevice, value, N);                                                          \
     }
 
@@ -345,7 +346,8 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP
     CUresult CUDAAPI name(CUdeviceptr dstDevice, val_t value, size_t N, CUstream hStream)          \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)N *(elem), 1, 0), on(hStream, pt)));          \
+        MS_GATED(                                                                                  \
+            ms_shim_on_memset(dstDevice, extent((uint64_t)N *(elem), 1, 0), on(hStream, pt)));     \
         return real(dstDevice, value, N, hStream);                                                 \
     }
 
@@ -354,8 +356,8 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP
                           size_t Height)                                                           \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)Width *(elem), Height, dstPitch),            \
-                          on(NULL, pt)));                                                           \
+        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)Width *(elem), Height, dstPitch),   \
+                                   on(NULL, pt)));                                                 \
         return real(dstDevice, dstPitch, value, Width, Height);                                    \
     }
 
@@ -364,8 +366,8 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP
                           size_t Height, CUstream hStream)                                         \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)Width *(elem), Height, dstPitch),            \
-                          on(hStream, pt)));                                                        \
+        MS_GATED(ms_shim_on_memset(dstDevice, extent((uint64_t)Width *(elem), Height, dstPitch),   \
+                                   on(hStream, pt)));                                              \
         return real(dstDevice, dstPitch, value, Width, Height, hStream);                           \
     }
 

@@ -51,8 +51,8 @@ static void walk(CUgraph g, const void *exec, int depth)
         case CU_GRAPH_NODE_TYPE_KERNEL: {
             CUDA_KERNEL_NODE_PARAMS p;
             memset(&p, 0, sizeof(p));
-            if (MS_REAL(cuGraphKernelNodeGetParams_v2)(nodes[i], &p) != CUDA_SUCCESS ||
-                p.extra || (!p.func && !p.kern)) {
+            if (MS_REAL(cuGraphKernelNodeGetParams_v2)(nodes[i], &p) != CUDA_SUCCESS || p.extra ||
+                (!p.func && !p.kern)) {
                 ms_engine_graph_unbounded(exec);
                 break;
             }
@@ -63,8 +63,8 @@ static void walk(CUgraph g, const void *exec, int depth)
             uint8_t *heap;
             struct ms_shim_launch l;
             ms__shim_launch_build(&l, MS_SHIM_LAUNCH_KERNEL, f, grid, block, p.sharedMemBytes,
-                                  (struct ms_shim_stream){NULL, false}, p.kernelParams, NULL,
-                                  local, sizeof local, &heap);
+                                  (struct ms_shim_stream){NULL, false}, p.kernelParams, NULL, local,
+                                  sizeof local, &heap);
             ms_engine_graph_add_launch(exec, &l);
             free(heap);
             break;

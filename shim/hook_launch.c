@@ -46,10 +46,10 @@ struct dims {
  * it. The parameter bytes live in local (cap bytes) or, when larger, in *heap (the caller
  * frees it).
  */
-void ms__shim_launch_build(struct ms_shim_launch *out, int kind,
-                           CUfunction f, const unsigned grid[3], const unsigned block[3],
-                           unsigned smem, struct ms_shim_stream s, void **kernelParams,
-                           void **extra, uint8_t *local, size_t cap, uint8_t **heap)
+void ms__shim_launch_build(struct ms_shim_launch *out, int kind, CUfunction f,
+                           const unsigned grid[3], const unsigned block[3], unsigned smem,
+                           struct ms_shim_stream s, void **kernelParams, void **extra,
+                           uint8_t *local, size_t cap, uint8_t **heap)
 {
     const struct ms_funcinfo *fi = ms__shim_funcinfo(f);
     *heap = NULL;
@@ -137,8 +137,8 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
         __typeof__(&name) real = MS_REAL(name);                                                    \
         struct dims d = {                                                                          \
             {gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}, sharedMemBytes};    \
-        MS_GATED(report(MS_SHIM_LAUNCH_KERNEL, f, &d, (struct ms_shim_stream){hStream, pt}, kernelParams,   \
-               extra));                                                                             \
+        MS_GATED(report(MS_SHIM_LAUNCH_KERNEL, f, &d, (struct ms_shim_stream){hStream, pt},        \
+                        kernelParams, extra));                                                     \
         return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,              \
                     sharedMemBytes, hStream, kernelParams, extra);                                 \
     }
@@ -152,8 +152,8 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
         __typeof__(&name) real = MS_REAL(name);                                                    \
         struct dims d = {                                                                          \
             {gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}, sharedMemBytes};    \
-        MS_GATED(report(MS_SHIM_LAUNCH_COOP, f, &d, (struct ms_shim_stream){hStream, pt}, kernelParams,     \
-               NULL));                                                                              \
+        MS_GATED(report(MS_SHIM_LAUNCH_COOP, f, &d, (struct ms_shim_stream){hStream, pt},          \
+                        kernelParams, NULL));                                                      \
         return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,              \
                     sharedMemBytes, hStream, kernelParams);                                        \
     }
@@ -192,7 +192,7 @@ LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
     CUresult CUDAAPI name(CUgraphExec hGraphExec, CUstream hStream)                                \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
-        MS_GATED(ms_shim_on_graph_launch(hGraphExec, (struct ms_shim_stream){hStream, pt}));      \
+        MS_GATED(ms_shim_on_graph_launch(hGraphExec, (struct ms_shim_stream){hStream, pt}));       \
         return real(hGraphExec, hStream);                                                          \
     }
 

@@ -3,31 +3,29 @@
  * cuMemMap and the rest), as PyTorch's expandable segments and llama.cpp's pools use it.
  *
  * Design
- *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of
- *   plain pinned device memory on the current device (no compression or usage flags, no export
- *   handle type or RDMA capability; with MSCHED_VMM_EXPORTABLE=1 also a POSIX file descriptor
- *   or fabric export type and RDMA capability) returns a *virtual* handle: a record with the requested size and
- *   properties and a pinned host backing store of that size, allocated once here; no device
+ *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of plain
+ *   pinned device memory on the current device (no compression or usage flags, no export handle
+ *   type or RDMA capability; with MSCHED_VMM_EXPORTABLE=1 also a POSIX file descriptor or fabric
+ *   export type and RDMA capability) returns a *virtual* handle: a record with the requested size
+ *   and properties and a pinned host backing store of that size, allocated once here; no device
  *   memory is taken. cuMemMap of a virtual handle adopts the range as an engine region (kind
- *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory
- *   there only while the chunks are resident, at the application's addresses, inside the
- *   application's reservation. cuMemSetAccess on adopted ranges succeeds (the engine maps its
- *   chunks read-write for this device); cuMemUnmap saves what is resident into the store and
- *   releases the device memory; cuMemRelease frees the record once it is neither referenced
- *   nor mapped. Retaining, property and access queries are answered from the record. Export
- *   of a virtual handle is refused (CUDA_ERROR_NOT_SUPPORTED, one line on stderr): its memory
- *   moves, so another process could not hold it. Exportable handles are therefore passed to
- *   the driver by default: NCCL creates its buffers exportable and exports them to the other
- *   ranks, and RDMA-capable memory may be registered with a network adapter. PyTorch's
- *   expandable segments ask for the same (a POSIX file descriptor type, RDMA capability where
- *   the GPU has it) but export only when a tensor is shared with another process; with
- *   MSCHED_VMM_EXPORTABLE=1 they are virtualized (the RDMA request ignored) and work until such
- *   sharing, which then fails cleanly. Any other cuMemCreate goes to the driver, and the first
- *   one says why on stderr, as that memory stays resident.
- *   Everything else, and every handle that is not virtual, goes to the driver; ranges that mix
- *   adopted and driver mappings are split, the driver getting the parts that are its own.
- *   Mappings are reported as allocations (MS_RK_VMM) either way, so the shim's live bytes
- *   include them.
+ *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory there
+ *   only while the chunks are resident, at the application's addresses, inside the application's
+ *   reservation. cuMemSetAccess on adopted ranges succeeds (the engine maps its chunks read-write
+ *   for this device); cuMemUnmap saves what is resident into the store and releases the device
+ *   memory; cuMemRelease frees the record once it is neither referenced nor mapped. Retaining,
+ *   property and access queries are answered from the record. Export of a virtual handle is refused
+ *   (CUDA_ERROR_NOT_SUPPORTED, one line on stderr): its memory moves, so another process could not
+ *   hold it. Exportable handles are therefore passed to the driver by default: NCCL creates its
+ *   buffers exportable and exports them to the other ranks, and RDMA-capable memory may be
+ *   registered with a network adapter. PyTorch's expandable segments ask for the same (a POSIX file
+ *   descriptor type, RDMA capability where the GPU has it) but export only when a tensor is shared
+ *   with another process; with MSCHED_VMM_EXPORTABLE=1 they are virtualized (the RDMA request
+ *   ignored) and work until such sharing, which then fails cleanly. Any other cuMemCreate goes to
+ *   the driver, and the first one says why on stderr, as that memory stays resident. Everything
+ *   else, and every handle that is not virtual, goes to the driver; ranges that mix adopted and
+ *   driver mappings are split, the driver getting the parts that are its own. Mappings are reported
+ *   as allocations (MS_RK_VMM) either way, so the shim's live bytes include them.
  *
  * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is in
  *   `maps`, which is sorted by address; a handle's store is freed only when its references and
@@ -110,8 +108,8 @@ static const char *not_virtualizable(size_t size, const CUmemAllocationProp *p,
         const char *v = getenv("MSCHED_VMM_EXPORTABLE");
         exportable = v && *v && strcmp(v, "0") != 0;
     }
-    if (!exportable && (p->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE ||
-                        p->allocFlags.gpuDirectRDMACapable))
+    if (!exportable &&
+        (p->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE || p->allocFlags.gpuDirectRDMACapable))
         return "it asks for an exportable or RDMA-capable handle, as NCCL and PyTorch's "
                "expandable segments do; MSCHED_VMM_EXPORTABLE=1 virtualizes those too, and "
                "refuses their export";
@@ -135,7 +133,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             ms__engine_say("cuMemCreate passed to the driver, not moved by msched (%s): such "
-                           "memory stays resident and counts against the budget", why);
+                           "memory stays resident and counts against the budget",
+                           why);
         return MS_REAL(cuMemCreate)(handle, size, prop, flags);
     }
     struct vhandle *vh = calloc(1, sizeof(*vh));

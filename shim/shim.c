@@ -144,10 +144,14 @@ static int parse_size(const char *s, uint64_t *out)
     uint64_t mul = 1;
     if (*end) {
         switch (*end) {
-        case 'k': case 'K': mul = 1ull << 10; break;
-        case 'm': case 'M': mul = 1ull << 20; break;
-        case 'g': case 'G': mul = 1ull << 30; break;
-        case 't': case 'T': mul = 1ull << 40; break;
+        case 'k':
+        case 'K': mul = 1ull << 10; break;
+        case 'm':
+        case 'M': mul = 1ull << 20; break;
+        case 'g':
+        case 'G': mul = 1ull << 30; break;
+        case 't':
+        case 'T': mul = 1ull << 40; break;
         default: return -1;
         }
         end++;
@@ -353,7 +357,8 @@ static void init_once_fn(void)
     const char *pp = env("MSCHED_PIN_PIECE");
     if (pp && parse_size(pp, &piece) != 0) {
         ms__shim_log("MSCHED_PIN_PIECE=%s is not a size (e.g. 64MiB); host stores are pinned in "
-                     "one call", pp);
+                     "one call",
+                     pp);
         piece = 0;
     }
     ms__host_configure(piece);

@@ -129,8 +129,7 @@ int ms_shim_on_launch(const struct ms_shim_launch *l);
 /* A batch of n 1D copies between any memories (direction looked up per pair); all gated at
  * once. */
 int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long long *src,
-                          const size_t *bytes, size_t n,
-                          struct ms_shim_stream s);
+                          const size_t *bytes, size_t n, struct ms_shim_stream s);
 /* A stream memory operation on [addr, addr + bytes) (bytes 0: a batch, everything gated), and a
  * host function launched into a stream (counted only). */
 int ms_shim_on_memop(uint64_t addr, uint64_t bytes, struct ms_shim_stream s);
@@ -139,7 +138,7 @@ void ms_shim_on_ipc_open(void);
 /* A graph launch: gated on what the graph reaches (engine.h), everything when unknown. */
 int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s);
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
-                     struct ms_shim_stream s);
+                    struct ms_shim_stream s);
 /* The same for a copy whose host side may be smaller than `bytes` (2D: pitches differ): the
  * host bytes are not read (no pointer-table scan) unless `contiguous`. */
 int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,

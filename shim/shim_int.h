@@ -125,9 +125,8 @@ struct ms_shim_launch;
 struct ms_shim_stream;
 /* Describe a launch as the device will see it (hook_launch.c): parameters packed into local
  * (cap bytes) or a malloc'd *heap the caller frees. */
-MS_HIDDEN void ms__shim_launch_build(struct ms_shim_launch *out, int kind,
-                                     CUfunction f, const unsigned grid[3],
-                                     const unsigned block[3], unsigned smem,
+MS_HIDDEN void ms__shim_launch_build(struct ms_shim_launch *out, int kind, CUfunction f,
+                                     const unsigned grid[3], const unsigned block[3], unsigned smem,
                                      struct ms_shim_stream s, void **kernelParams, void **extra,
                                      uint8_t *local, size_t cap, uint8_t **heap);
 

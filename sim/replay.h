@@ -59,20 +59,20 @@ const char *ms_sim_policy_name(enum ms_sim_policy p);
 struct ms_replay_opts {
     enum ms_sim_policy policy;
     const struct ms_cost *cost;
-    uint64_t budget;      /* device bytes the tasks may use (ignored by ideal) */
-    uint64_t slice_ns;    /* round-robin slice, > 0 */
+    uint64_t budget;   /* device bytes the tasks may use (ignored by ideal) */
+    uint64_t slice_ns; /* round-robin slice, > 0 */
     /* Adaptive slices (the daemon's `adaptive` policy) when slice_max_ns > 0: a slice that
      * starts with a switch lasts long enough for that switch to cost at most switch_frac_pct
      * percent of it, between slice_ns and max(slice_max_ns, slice_ns). The daemon predicts the
      * switch's cost from its plan; here it is the simulated switch's time. 0: fixed slices. */
     uint64_t slice_max_ns;
     uint32_t switch_frac_pct; /* 1..100 when adaptive */
-    uint64_t duration_ns; /* measured virtual time; used when nslices == 0 */
-    uint64_t nslices;     /* measured slices; 0: run for duration_ns */
-    bool hash_clean;      /* executor drops touched-but-unchanged chunks (GPU hash) */
-    bool warmup;          /* do not measure until every task ran its loop once */
-    uint32_t horizon;     /* timeline entries the planner sees; 0: 2 x tasks */
-    bool check;           /* verify the table and the budget after every step (slow; tests) */
+    uint64_t duration_ns;     /* measured virtual time; used when nslices == 0 */
+    uint64_t nslices;         /* measured slices; 0: run for duration_ns */
+    bool hash_clean;          /* executor drops touched-but-unchanged chunks (GPU hash) */
+    bool warmup;              /* do not measure until every task ran its loop once */
+    uint32_t horizon;         /* timeline entries the planner sees; 0: 2 x tasks */
+    bool check;               /* verify the table and the budget after every step (slow; tests) */
     void (*progress)(void *ctx, double done); /* optional: fraction done, once per slice */
     void *progress_ctx;
 };

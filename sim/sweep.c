@@ -260,9 +260,8 @@ int ms_sweep_json(const struct ms_sweep *s, FILE *f)
                     "\"peak_resident\": %llu, \"misses\": %llu, \"hashes\": %llu}",
                     (unsigned long long)r->slices,
                     (unsigned long long)(r->slices ? r->slice_ns / r->slices : 0),
-                    (unsigned long long)r->commands,
-                    (unsigned long long)r->peak_resident, (unsigned long long)r->misses,
-                    (unsigned long long)r->hashes);
+                    (unsigned long long)r->commands, (unsigned long long)r->peak_resident,
+                    (unsigned long long)r->misses, (unsigned long long)r->hashes);
         }
         fprintf(f, "\n      }\n    }");
     }

@@ -221,10 +221,12 @@ static int c_copy(void *impl, enum ms_stream s, const struct ms_gpu_chunk *c, si
             return MS_E_INVAL;
         if (s == MS_STREAM_OUT)
             CK(g, "cuMemcpyDtoHAsync",
-               g->api->cuMemcpyDtoHAsync(c[i].host, (CUdeviceptr)c[i].va, c[i].bytes, g->stream[s]));
+               g->api->cuMemcpyDtoHAsync(c[i].host, (CUdeviceptr)c[i].va, c[i].bytes,
+                                         g->stream[s]));
         else
             CK(g, "cuMemcpyHtoDAsync",
-               g->api->cuMemcpyHtoDAsync((CUdeviceptr)c[i].va, c[i].host, c[i].bytes, g->stream[s]));
+               g->api->cuMemcpyHtoDAsync((CUdeviceptr)c[i].va, c[i].host, c[i].bytes,
+                                         g->stream[s]));
     }
     return MS_OK;
 }
@@ -366,9 +368,17 @@ int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_
         }
     }
     g->ops = (struct ms_gpu_ops){
-        .name = "cuda", .impl = g, .map = c_map, .unmap = c_unmap, .copy = c_copy,
-        .record = c_record, .wait = c_wait, .release_event = c_release,
-        .hash = g->hfn ? c_hash : NULL, .info = c_info, .now_ns = c_now,
+        .name = "cuda",
+        .impl = g,
+        .map = c_map,
+        .unmap = c_unmap,
+        .copy = c_copy,
+        .record = c_record,
+        .wait = c_wait,
+        .release_event = c_release,
+        .hash = g->hfn ? c_hash : NULL,
+        .info = c_info,
+        .now_ns = c_now,
     };
     if (e != MS_OK) {
         ms_gpu_cuda_free(g);
@@ -467,6 +477,15 @@ void ms_gpu_cuda_free(struct ms_gpu_cuda *g)
     free(g);
 }
 
-const struct ms_gpu_ops *ms_gpu_cuda_ops(struct ms_gpu_cuda *g) { return &g->ops; }
-const char *ms_gpu_cuda_last_error(const struct ms_gpu_cuda *g) { return g->last_err; }
-uint64_t ms_gpu_cuda_pooled(const struct ms_gpu_cuda *g) { return g->pooled_bytes; }
+const struct ms_gpu_ops *ms_gpu_cuda_ops(struct ms_gpu_cuda *g)
+{
+    return &g->ops;
+}
+const char *ms_gpu_cuda_last_error(const struct ms_gpu_cuda *g)
+{
+    return g->last_err;
+}
+uint64_t ms_gpu_cuda_pooled(const struct ms_gpu_cuda *g)
+{
+    return g->pooled_bytes;
+}

@@ -224,7 +224,10 @@ static int f_info(void *impl, struct ms_gpu_info *out)
     return MS_OK;
 }
 
-static uint64_t f_now(void *impl) { return ((struct ms_gpu_fake *)impl)->clock; }
+static uint64_t f_now(void *impl)
+{
+    return ((struct ms_gpu_fake *)impl)->clock;
+}
 
 struct ms_gpu_fake *ms_gpu_fake_new(uint64_t capacity)
 {
@@ -233,9 +236,17 @@ struct ms_gpu_fake *ms_gpu_fake_new(uint64_t capacity)
         return NULL;
     f->capacity = capacity;
     f->ops = (struct ms_gpu_ops){
-        .name = "fake", .impl = f, .map = f_map, .unmap = f_unmap, .copy = f_copy,
-        .record = f_record, .wait = f_wait, .release_event = f_release, .hash = f_hash,
-        .info = f_info, .now_ns = f_now,
+        .name = "fake",
+        .impl = f,
+        .map = f_map,
+        .unmap = f_unmap,
+        .copy = f_copy,
+        .record = f_record,
+        .wait = f_wait,
+        .release_event = f_release,
+        .hash = f_hash,
+        .info = f_info,
+        .now_ns = f_now,
     };
     return f;
 }
@@ -251,14 +262,38 @@ void ms_gpu_fake_free(struct ms_gpu_fake *f)
     free(f);
 }
 
-const struct ms_gpu_ops *ms_gpu_fake_ops(struct ms_gpu_fake *f) { return &f->ops; }
-void ms_gpu_fake_fail_after(struct ms_gpu_fake *f, uint64_t n) { f->fail_countdown = n; }
-void ms_gpu_fake_fail_wait_after(struct ms_gpu_fake *f, uint64_t n) { f->fail_wait_countdown = n; }
-uint64_t ms_gpu_fake_calls(const struct ms_gpu_fake *f, enum ms_fake_op op) { return f->calls[op]; }
-uint64_t ms_gpu_fake_total_calls(const struct ms_gpu_fake *f) { return f->total; }
-uint64_t ms_gpu_fake_live_maps(const struct ms_gpu_fake *f) { return f->nmaps; }
-uint64_t ms_gpu_fake_live_events(const struct ms_gpu_fake *f) { return f->live_events; }
-uint64_t ms_gpu_fake_used(const struct ms_gpu_fake *f) { return f->used; }
+const struct ms_gpu_ops *ms_gpu_fake_ops(struct ms_gpu_fake *f)
+{
+    return &f->ops;
+}
+void ms_gpu_fake_fail_after(struct ms_gpu_fake *f, uint64_t n)
+{
+    f->fail_countdown = n;
+}
+void ms_gpu_fake_fail_wait_after(struct ms_gpu_fake *f, uint64_t n)
+{
+    f->fail_wait_countdown = n;
+}
+uint64_t ms_gpu_fake_calls(const struct ms_gpu_fake *f, enum ms_fake_op op)
+{
+    return f->calls[op];
+}
+uint64_t ms_gpu_fake_total_calls(const struct ms_gpu_fake *f)
+{
+    return f->total;
+}
+uint64_t ms_gpu_fake_live_maps(const struct ms_gpu_fake *f)
+{
+    return f->nmaps;
+}
+uint64_t ms_gpu_fake_live_events(const struct ms_gpu_fake *f)
+{
+    return f->live_events;
+}
+uint64_t ms_gpu_fake_used(const struct ms_gpu_fake *f)
+{
+    return f->used;
+}
 
 void *ms_gpu_fake_access(struct ms_gpu_fake *f, uint64_t va, uint64_t len)
 {

@@ -24,8 +24,15 @@
 
 struct ms_gpu_fake;
 
-enum ms_fake_op { MS_FAKE_MAP = 0, MS_FAKE_UNMAP, MS_FAKE_COPY, MS_FAKE_RECORD, MS_FAKE_WAIT,
-                  MS_FAKE_HASH, MS_FAKE_OPS };
+enum ms_fake_op {
+    MS_FAKE_MAP = 0,
+    MS_FAKE_UNMAP,
+    MS_FAKE_COPY,
+    MS_FAKE_RECORD,
+    MS_FAKE_WAIT,
+    MS_FAKE_HASH,
+    MS_FAKE_OPS
+};
 
 struct ms_gpu_fake *ms_gpu_fake_new(uint64_t capacity);
 void ms_gpu_fake_free(struct ms_gpu_fake *f);

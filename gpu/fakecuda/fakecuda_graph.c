@@ -120,8 +120,13 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
         return rc;
     if (!phGraphNode || !p || !p->func || p->extra)
         return CUDA_ERROR_INVALID_VALUE;
-    struct node nd = {p->func, {p->gridDimX, p->gridDimY, p->gridDimZ},
-                      {p->blockDimX, p->blockDimY, p->blockDimZ}, p->sharedMemBytes, NULL, 0, NULL};
+    struct node nd = {p->func,
+                      {p->gridDimX, p->gridDimY, p->gridDimZ},
+                      {p->blockDimX, p->blockDimY, p->blockDimZ},
+                      p->sharedMemBytes,
+                      NULL,
+                      0,
+                      NULL};
     rc = ms__fk_pack_params(p->func, p->kernelParams, &nd.buf, &nd.bytes);
     if (rc != CUDA_SUCCESS)
         return rc;

@@ -307,8 +307,9 @@ CUresult ms__fk_launch_packed(CUfunction f, const unsigned grid[3], const unsign
     size_t size = bytes;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
-    struct launch_args a = {f, {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]},
-                            smem, stream, NULL, buf ? extra : NULL};
+    struct launch_args a = {
+        f,    {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, stream,
+        NULL, buf ? extra : NULL};
     return launch(&a);
 }
 

@@ -497,7 +497,8 @@ static CUresult copy_3d(const CUDA_MEMCPY3D *p, CUstream st)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t s = p->srcMemoryType == CU_MEMORYTYPE_HOST ? H(p->srcHost) : p->srcDevice;
     uint64_t d = p->dstMemoryType == CU_MEMORYTYPE_HOST ? H(p->dstHost) : p->dstDevice;
-    uint64_t s_slice = (uint64_t)p->srcHeight * p->srcPitch, d_slice = (uint64_t)p->dstHeight * p->dstPitch;
+    uint64_t s_slice = (uint64_t)p->srcHeight * p->srcPitch,
+             d_slice = (uint64_t)p->dstHeight * p->dstPitch;
     s += p->srcZ * s_slice + p->srcY * p->srcPitch + p->srcXInBytes;
     d += p->dstZ * d_slice + p->dstY * p->dstPitch + p->dstXInBytes;
     uint64_t s_ext = (p->Depth - 1) * s_slice + (p->Height - 1) * p->srcPitch + p->WidthInBytes;

@@ -66,11 +66,11 @@ static void log_move(uint8_t kind, uint64_t addr, uint64_t bytes)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t i = __atomic_fetch_add(&ring_w, 1, __ATOMIC_ACQ_REL);
-    ring[i % UM_EVENTS].e = (struct ms_fake_um_event){
-        .ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
-        .addr = addr,
-        .bytes = bytes,
-        .kind = kind};
+    ring[i % UM_EVENTS].e =
+        (struct ms_fake_um_event){.ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                                  .addr = addr,
+                                  .bytes = bytes,
+                                  .kind = kind};
     __atomic_store_n(&ring[i % UM_EVENTS].seq, i + 1, __ATOMIC_RELEASE);
 }
 
@@ -255,7 +255,7 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLo
         to = WHERE_HOST;
     else
         return location.type == CU_MEM_LOCATION_TYPE_DEVICE ? CUDA_ERROR_INVALID_DEVICE
-                                                             : CUDA_ERROR_INVALID_VALUE;
+                                                            : CUDA_ERROR_INVALID_VALUE;
     if (flags != 0 || count == 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&ms__fk_lock);

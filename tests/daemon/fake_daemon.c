@@ -235,7 +235,8 @@ int main(int argc, char **argv)
                 run_after_pop = !running;
                 break;
             case MS_MSG_POPULATED:
-                if (!pop_active || m.progress.epoch != pop_epoch || m.progress.runs_done < pop_nruns)
+                if (!pop_active || m.progress.epoch != pop_epoch ||
+                    m.progress.runs_done < pop_nruns)
                     break;
                 pop_active = false;
                 for (uint32_t i = 0; i < pop_nruns; i++)

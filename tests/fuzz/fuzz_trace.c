@@ -24,7 +24,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char fmt1[FMT_CAP], fmt2[FMT_CAP];
 
-
 static void check_err(const struct ms_trace_reader *r, int rc)
 {
     if (rc != MS_E_PARSE && rc != MS_E_VERSION && rc != MS_E_NOMEM)

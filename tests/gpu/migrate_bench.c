@@ -150,8 +150,8 @@ static double switch_to(struct bench *w, uint32_t in, bool pipelined, bool hash,
     region_set(w, in, &ws[0]);
     struct ms_plan p;
     ms_plan_init(&p);
-    struct ms_plan_input pi = {.rt = &w->rt, .budget = w->budget, .ws = ws, .nws = 1,
-                               .policy = MS_EVICT_OPT};
+    struct ms_plan_input pi = {
+        .rt = &w->rt, .budget = w->budget, .ws = ws, .nws = 1, .policy = MS_EVICT_OPT};
     int e = ms_plan_build(&pi, &p);
     if (e)
         DIE("plan: %s", ms_strerror(e));
@@ -317,13 +317,12 @@ static void run_one(struct ms_gpu_cuda *g, uint64_t gib, uint64_t chunk_mib, CUd
            "\"serial_swap_gbps\": %.2f, \"premapped_swap_gbps\": %.2f, \"map_delay\": %.3f, "
            "\"mismatches\": %llu}\n",
            (unsigned long long)gib, (unsigned long long)chunk_mib, out_bytes / t_evict / 1e9,
-           map_evict / t_evict, in_bytes / t_pop / 1e9, map_pop / t_pop,
-           swap_bytes / t_swap / 1e9, map_swap / t_swap, swap_back_bytes / t_swap_back / 1e9,
-           (unsigned long long)dropped_back, t_clean, t_evict, t_evict / t_clean,
-           (unsigned long long)clean_dropped, (unsigned long long)clean_copied,
-           nohash_bytes / t_nohash / 1e9, serial_bytes / t_serial / 1e9,
-           premapped_bytes / t_premapped / 1e9, t_nohash / t_premapped - 1,
-           (unsigned long long)bad_total);
+           map_evict / t_evict, in_bytes / t_pop / 1e9, map_pop / t_pop, swap_bytes / t_swap / 1e9,
+           map_swap / t_swap, swap_back_bytes / t_swap_back / 1e9, (unsigned long long)dropped_back,
+           t_clean, t_evict, t_evict / t_clean, (unsigned long long)clean_dropped,
+           (unsigned long long)clean_copied, nohash_bytes / t_nohash / 1e9,
+           serial_bytes / t_serial / 1e9, premapped_bytes / t_premapped / 1e9,
+           t_nohash / t_premapped - 1, (unsigned long long)bad_total);
     fflush(stdout);
 
     /* Tear down: unmap whatever is resident, free VA and host memory. */

@@ -15,7 +15,7 @@
 
 #define GIB (1024ull * 1024 * 1024)
 #define MIB (1024ull * 1024)
-#define SYM(name) CUresult (*name)
+#define SYM(name) CUresult(*name)
 static SYM(p_init)(unsigned);
 static SYM(p_devget)(CUdevice *, int);
 static SYM(p_retain)(CUcontext *, CUdevice);
@@ -112,8 +112,10 @@ int main(void)
         double g = now();
         printf("{\"copy\": \"%s\", \"create_ms\": %.3f, \"map_ms\": %.3f, \"access_ms\": %.3f, "
                "\"unmap_ms\": %.3f, \"release_ms\": %.3f, \"copy_total_ms\": %.3f}\n",
-               dir == 0 ? "d2h" : dir == 1 ? "h2d" : "none", b - a, c - b, d - c, e - d, f - e,
-               g - t0);
+               dir == 0   ? "d2h"
+               : dir == 1 ? "h2d"
+                          : "none",
+               b - a, c - b, d - c, e - d, f - e, g - t0);
     }
     return 0;
 }

@@ -400,11 +400,10 @@ static int pin_lock(const struct ms_api *a)
     MS_CK(a->PrimaryCtxRelease(0));
     printf("pin-lock: allocation %.2f s, memset during it %.3f s\n", alloc, waited);
     if (alloc < 1.2)
-        return printf("FAIL: the allocation took %.2f s: the slow pinning did not happen\n",
-                      alloc), 1;
-    if (waited > 0.6)
-        return printf("FAIL: a memset waited %.2f s for another thread's allocation\n", waited),
+        return printf("FAIL: the allocation took %.2f s: the slow pinning did not happen\n", alloc),
                1;
+    if (waited > 0.6)
+        return printf("FAIL: a memset waited %.2f s for another thread's allocation\n", waited), 1;
     return 0;
 }
 
@@ -430,7 +429,8 @@ static int pin_pieces(const struct ms_api *a, const struct ms_fake_api *fk)
     fk->get_stats(&st);
     if (st.host_registered - base != 6)
         return printf("FAIL: %llu registrations for the two stores, want 6\n",
-                      (unsigned long long)(st.host_registered - base)), 1;
+                      (unsigned long long)(st.host_registered - base)),
+               1;
     for (size_t k = 0; k < 5; k++)
         MS_CK(a->MemsetD8(d + k * chunk, (unsigned char)(0x21 + k), chunk));
     MS_CK(a->MemsetD8(e, 0x77, small));
@@ -452,7 +452,8 @@ static int pin_pieces(const struct ms_api *a, const struct ms_fake_api *fk)
     fk->get_stats(&st);
     if (st.host_registered != base)
         return printf("FAIL: %llu registrations left after the frees\n",
-                      (unsigned long long)(st.host_registered - base)), 1;
+                      (unsigned long long)(st.host_registered - base)),
+               1;
     MS_CK(a->PrimaryCtxRelease(0));
     printf("pin-pieces: 6 registrations, data intact, none left\n");
     return 0;

@@ -66,8 +66,8 @@ static CUresult (*p_h2d)(CUdeviceptr, const void *, size_t);
 static CUresult (*p_d2h)(void *, CUdeviceptr, size_t);
 static CUresult (*p_d2d)(CUdeviceptr, CUdeviceptr, size_t);
 static CUresult (*p_memset)(CUdeviceptr, unsigned char, size_t);
-static CUresult (*p_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                            unsigned, unsigned, CUstream, void **, void **);
+static CUresult (*p_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void **, void **);
 static CUresult (*p_sync)(void);
 
 static uint64_t rng;
@@ -153,7 +153,7 @@ static CUresult buf_free(int i, CUdeviceptr d)
     do {                                                                                           \
         CUresult r_ = (x);                                                                         \
         if (r_ != CUDA_SUCCESS) {                                                                  \
-            printf("FAIL: %s = %d (op %d)\n", #x, (int)r_, op);                                   \
+            printf("FAIL: %s = %d (op %d)\n", #x, (int)r_, op);                                    \
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
@@ -236,8 +236,8 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
                         unsigned long long);
     *(void **)&export_ = dlsym(h, "cuMemExportToShareableHandle");
     int fd = -1;
-    int exported = export_ ? (int)export_(&fd, pair[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-                           : -1;
+    int exported =
+        export_ ? (int)export_(&fd, pair[0], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) : -1;
     CK(map(base + pbase, sz, 0, pair[0], 0));
     CK(map(base + pbase + sz, sz, 0, pair[1], 0));
     CK(access(base + pbase, 2 * sz, &acc, 1));
@@ -358,8 +358,7 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     CK(p_free(a));
     CK(p_free(c));
     printf("ENGINE_GRAPH launches=%u refused=%d after_update=%d mismatches=%llu\n", ran,
-           (int)refused, (int)after,
-           (unsigned long long)mismatches);
+           (int)refused, (int)after, (unsigned long long)mismatches);
     return mismatches == 0 ? 0 : 1;
 }
 
@@ -697,8 +696,7 @@ int main(int argc, char **argv)
             b[i].shadow[off] = v;
             break;
         }
-        default:
-            break;
+        default: break;
         }
     }
     CK(p_sync());

@@ -130,8 +130,8 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag)
         for (size_t i = 0; i < n; i++) {
             const struct ms_fake_um_event *e = &ev[i];
             if (e->kind == MS_FAKE_UM_FAULT) {
-                put(buf, size, &used, CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT,
-                    e, 1);
+                put(buf, size, &used, CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT, e,
+                    1);
                 put(buf, size, &used,
                     CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_BYTES_TRANSFER_HTOD, e, e->bytes);
             } else {
@@ -153,8 +153,8 @@ EXPORT CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid,
 {
     if (!buffer || !record)
         return CUPTI_ERROR_INVALID_PARAMETER;
-    uint8_t *next = *record ? (uint8_t *)*record + sizeof(CUpti_ActivityUnifiedMemoryCounter3)
-                            : buffer;
+    uint8_t *next =
+        *record ? (uint8_t *)*record + sizeof(CUpti_ActivityUnifiedMemoryCounter3) : buffer;
     if (next + sizeof(CUpti_ActivityUnifiedMemoryCounter3) > buffer + valid)
         return CUPTI_ERROR_MAX_LIMIT_REACHED;
     *record = (CUpti_Activity *)next;

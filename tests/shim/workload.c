@@ -592,8 +592,8 @@ int ms_workload_run(const struct ms_api *a, const struct ms_fake_api *fk)
         return 1;
     CUstream s;
     MS_CK(a->StreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    if (step_compute(s) || step_misc_launches(s) || step_2d() || step_vmm() || step_host() || step_events(s) ||
-        step_threads())
+    if (step_compute(s) || step_misc_launches(s) || step_2d() || step_vmm() || step_host() ||
+        step_events(s) || step_threads())
         return 1;
     MS_CK(a->StreamDestroy(s));
     MS_CK(a->PrimaryCtxRelease(0));

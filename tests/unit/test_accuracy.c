@@ -205,7 +205,10 @@ static void top_of_address_space(void **state)
 #define MAXR 24
 
 static struct ms_rng rng;
-static uint64_t rnd(void) { return ms_rng_next(&rng); }
+static uint64_t rnd(void)
+{
+    return ms_rng_next(&rng);
+}
 
 /* Random ranges inside [base, base + WIN]; some run past the window (clamped at the top). */
 static size_t random_ranges(struct ms_range *r, uint64_t base)

@@ -259,8 +259,8 @@ static void evict_then_repopulate(void **unused)
         add_step(&p, MS_STEP_POPULATE, w, 0, 2);
         run(w, &p, 8 * CH, pipe, false, &st);
         for (uint32_t k = 0; k < CHUNKS_PER_REG; k++)
-            assert_true(ms_chunk_state_resident(
-                ms_chunk_get(&w->rt, MS_CHUNK_ID(w->reg[0], k))->state));
+            assert_true(
+                ms_chunk_state_resident(ms_chunk_get(&w->rt, MS_CHUNK_ID(w->reg[0], k))->state));
         ms_plan_fini(&p);
         world_free(w);
     }
@@ -290,7 +290,7 @@ static void hash_detects_unchanged(void **unused)
     p.n = 0;
     plan_region(&p, MS_STEP_EVICT, w, 0);
     run(w, &p, 8 * CH, true, true, &st);
-    assert_int_equal(st.bytes_out, CH);          /* only the changed one is copied */
+    assert_int_equal(st.bytes_out, CH);         /* only the changed one is copied */
     assert_int_equal(st.bytes_dropped, 3 * CH); /* two CLEAN, one DIRTY-but-unchanged */
     ms_plan_fini(&p);
     world_free(w);
@@ -394,8 +394,7 @@ static void free_region(void **unused)
     run(w, &p, 8 * CH, true, false, &st);
     ms_plan_fini(&p);
     ms_chunk_get(&w->rt, MS_CHUNK_ID(w->reg[0], 1))->pins = 1;
-    assert_int_equal(ms_exec_free_region(&w->rt, ms_gpu_fake_ops(w->fake), w->reg[0]),
-                     MS_E_BUSY);
+    assert_int_equal(ms_exec_free_region(&w->rt, ms_gpu_fake_ops(w->fake), w->reg[0]), MS_E_BUSY);
     check_world(w);
     ms_chunk_get(&w->rt, MS_CHUNK_ID(w->reg[0], 1))->pins = 0;
     void *h = ms_region_get(&w->rt, w->reg[0])->host;

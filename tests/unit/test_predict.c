@@ -44,7 +44,10 @@ static int teardown(void **state)
     return 0;
 }
 
-static void put64(uint8_t *buf, size_t off, uint64_t v) { memcpy(buf + off, &v, 8); }
+static void put64(uint8_t *buf, size_t off, uint64_t v)
+{
+    memcpy(buf + off, &v, 8);
+}
 
 static void layout_params(void **state)
 {

@@ -98,8 +98,7 @@ static void overlap_and_lookup(void **unused)
     assert_int_equal(reg, c);
     /* c's span is 2 MiB even though it asked for 1 byte. */
     assert_int_equal(ms_rtable_lookup(&rt, 7, 0x100000000 + 6 * MS_MIB - 1, &reg, NULL), MS_OK);
-    assert_int_equal(ms_rtable_lookup(&rt, 7, 0x100000000 + 6 * MS_MIB, &reg, NULL),
-                     MS_E_NOTFOUND);
+    assert_int_equal(ms_rtable_lookup(&rt, 7, 0x100000000 + 6 * MS_MIB, &reg, NULL), MS_E_NOTFOUND);
     assert_int_equal(ms_rtable_lookup(&rt, 7, 0xfff, &reg, NULL), MS_E_NOTFOUND);
     assert_int_equal(ms_rtable_lookup(&rt, 8, 0x100000000 + 2, &reg, NULL), MS_OK);
     assert_int_equal(reg, b);
@@ -255,8 +254,8 @@ static void alloc_failures(void **unused)
         int e = MS_OK;
         ms_alloc_fail_after(n);
         for (int i = 0; i < 20 && e == MS_OK; i++)
-            e = ms_region_add(&rt, (uint32_t)(i % 3), (uint64_t)i << 32, (uint64_t)(i + 1) * MS_GRAN,
-                              MS_RK_DEVICE, 0, NULL);
+            e = ms_region_add(&rt, (uint32_t)(i % 3), (uint64_t)i << 32,
+                              (uint64_t)(i + 1) * MS_GRAN, MS_RK_DEVICE, 0, NULL);
         ms_alloc_fail_after(0);
         CHECK(&rt);
         ms_rtable_fini(&rt);
@@ -294,8 +293,8 @@ static void random_walk(void **unused)
                     base < sh[i].base + sh[i].span)
                     overlaps = 1;
             uint32_t id;
-            int e = ms_region_add(&rt, task, base, size, MS_RK_DEVICE,
-                                  (rnd() & 1) ? MS_GRAN : 0, &id);
+            int e =
+                ms_region_add(&rt, task, base, size, MS_RK_DEVICE, (rnd() & 1) ? MS_GRAN : 0, &id);
             assert_int_equal(e, overlaps ? MS_E_OVERLAP : MS_OK);
             if (!e)
                 sh[nsh++] = (struct shadow){id, task, base, span, 1};

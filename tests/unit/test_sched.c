@@ -71,8 +71,8 @@ struct fshim {
     struct ms_run held_runs[256];
     uint32_t held_n, held_epoch;
     bool held;
-    bool partial;                         /* progress one run per reply */
-    bool sloppy_credit;                   /* populate beyond credit (a broken shim) */
+    bool partial;       /* progress one run per reply */
+    bool sloppy_credit; /* populate beyond credit (a broken shim) */
     int errors, drops;
     int32_t last_error;
 };
@@ -1393,8 +1393,11 @@ static void test_idle_hold_effect(void **state)
      * being held once its gaps are known, so it loses at most the first hold. */
     static const struct {
         int pop, busy, gap, min_pct;
-    } cases[] = {{100, 300, 25, 110}, {100, 300, 60, 100}, {100, 300, 400, 97},
-                 {10, 300, 25, 97},   {100, 30, 25, 200}};
+    } cases[] = {{100, 300, 25, 110},
+                 {100, 300, 60, 100},
+                 {100, 300, 400, 97},
+                 {10, 300, 25, 97},
+                 {100, 30, 25, 200}};
     for (size_t i = 0; i < MS_ARRAY_LEN(cases); i++) {
         uint64_t off = hold_scenario(0, cases[i].pop, cases[i].busy, cases[i].gap, 60);
         uint64_t on = hold_scenario(1000 * MS, cases[i].pop, cases[i].busy, cases[i].gap, 60);

@@ -59,7 +59,6 @@ static uint64_t rnd_range(uint64_t lo, uint64_t hi)
     return lo + rnd_upto(hi - lo);
 }
 
-
 static int parse_str(struct ms_trace_reader *r, const char *s, struct ms_trace_rec *out)
 {
     return ms_trace_parse_line(r, s, strlen(s), out);
