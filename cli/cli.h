@@ -40,11 +40,9 @@ extern const struct ms_cli_cmd ms_cli_config;
 /* Print "msched: <message>\n" to stderr. */
 void ms_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Sizes: a number with an optional unit B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB,
- * TB (powers of 1000), case-insensitive, fractions allowed ("1.5GiB"); no unit = bytes.
- * MS_E_PARSE for anything else, MS_E_INVAL for 0 or more than 2^60. */
+/* Sizes and durations as core/units.h reads them ("1.5GiB", "16GB", "200ms"), but not zero:
+ * MS_E_PARSE for a malformed value, MS_E_INVAL for 0 or more than 2^60. */
 int ms_cli_parse_size(const char *s, uint64_t *out);
-/* Durations: a number with a required unit ns, us, ms, s ("200ms", "1.5s"), > 0. */
 int ms_cli_parse_duration(const char *s, uint64_t *out_ns);
 /* A decimal unsigned integer that fits 64 bits. */
 int ms_cli_parse_u64(const char *s, uint64_t *out);

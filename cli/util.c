@@ -7,6 +7,8 @@
  */
 #include "cli/cli.h"
 
+#include "core/units.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -51,63 +53,26 @@ static int parse_number(const char *s, double *out, const char **end)
 
 int ms_cli_parse_size(const char *s, uint64_t *out)
 {
-    static const struct {
-        const char *unit;
-        double mult;
-    } units[] = {
-        {"", 1},
-        {"b", 1},
-        {"kib", 1024.0},
-        {"mib", 1048576.0},
-        {"gib", 1073741824.0},
-        {"tib", 1099511627776.0},
-        {"kb", 1e3},
-        {"mb", 1e6},
-        {"gb", 1e9},
-        {"tb", 1e12},
-        {"k", 1024.0},
-        {"m", 1048576.0},
-        {"g", 1073741824.0},
-        {"t", 1099511627776.0},
-    };
-    double v;
-    const char *end;
-    if (parse_number(s, &v, &end))
-        return MS_E_PARSE;
-    while (*end == ' ')
-        end++;
-    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++) {
-        if (strcasecmp(end, units[i].unit) == 0) {
-            double b = v * units[i].mult;
-            if (!(b >= 1) || b > (double)(1ull << 60))
-                return MS_E_INVAL;
-            *out = (uint64_t)llround(b);
-            return MS_OK;
-        }
-    }
-    return MS_E_PARSE;
+    uint64_t v;
+    int rc = ms_parse_size(s, &v);
+    if (rc)
+        return rc;
+    if (v == 0)
+        return MS_E_INVAL;
+    *out = v;
+    return MS_OK;
 }
 
 int ms_cli_parse_duration(const char *s, uint64_t *out_ns)
 {
-    static const struct {
-        const char *unit;
-        double mult;
-    } units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
-    double v;
-    const char *end;
-    if (parse_number(s, &v, &end))
-        return MS_E_PARSE;
-    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++) {
-        if (strcmp(end, units[i].unit) == 0) {
-            double ns = v * units[i].mult;
-            if (!(ns >= 1) || ns > 1e18)
-                return MS_E_INVAL;
-            *out_ns = (uint64_t)llround(ns);
-            return MS_OK;
-        }
-    }
-    return MS_E_PARSE;
+    uint64_t v;
+    int rc = ms_parse_duration(s, &v);
+    if (rc)
+        return rc;
+    if (v == 0)
+        return MS_E_INVAL;
+    *out_ns = v;
+    return MS_OK;
 }
 
 int ms_cli_parse_u64(const char *s, uint64_t *out)

@@ -14,9 +14,8 @@
  *   values are errors naming the line; files over MS_CONF_FILE_MAX bytes are refused. The parser
  *   is fuzzed (tests/fuzz/fuzz_config.c).
  *
- *   Sizes: a number (fractions allowed) and an optional unit B, KiB, MiB, GiB, TiB (powers of
- *   1024) or KB, MB, GB, TB (powers of 1000), case-insensitive, spaces allowed between; at most
- *   2^60. Durations: a number and a required unit ns, us, ms or s; at most ~30 years.
+ *   Sizes and durations are read and written by core/units.h (included here), which every
+ *   front end shares.
  *
  * Lives in ipc/ because it is edge code shared by the daemon and the CLI (and built into the
  * libraries the fuzz replays link); it reads files but never the environment.
@@ -27,6 +26,7 @@
 #define MS_CONF_H
 
 #include "core/sched.h"
+#include "core/units.h"
 #include "ipc/ipc.h"
 
 #include <stdbool.h>
@@ -115,16 +115,6 @@ int ms_conf_load(struct ms_conf *c, const char *path, char *why, size_t whylen);
 
 /* The scheduler's configuration from these options. */
 void ms_conf_to_sched(const struct ms_conf *c, struct ms_sched_config *out);
-
-/* Value parsers and formatters (see the Design note). Errors: MS_E_PARSE, MS_E_INVAL. */
-int ms_parse_size(const char *s, uint64_t *out);
-int ms_parse_duration(const char *s, uint64_t *out_ns);
-/* Exact, shortest: "16GiB", "3MiB", "12345B"; "100ms", "1500us", "2s". */
-void ms_format_size(uint64_t bytes, char *buf, size_t len);
-void ms_format_duration(uint64_t ns, char *buf, size_t len);
-/* Human, 3 significant digits: "15.2 GiB", "87.3 ms". */
-void ms_format_size_h(uint64_t bytes, char *buf, size_t len);
-void ms_format_duration_h(uint64_t ns, char *buf, size_t len);
 
 int ms_log_level_parse(const char *s, enum ms_log_level *out);
 const char *ms_log_level_name(enum ms_log_level l);

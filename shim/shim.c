@@ -44,6 +44,8 @@
 #include "shim/procaddr.h"
 #include "shim/shim_events.h"
 
+#include "core/units.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -131,37 +133,6 @@ void ms__shim_wallclock(const struct timespec *at, char *buf, size_t n)
     size_t k = strftime(buf, n, "%Y-%m-%dT%H:%M:%S", &tm);
     if (k && k + 5 <= n)
         snprintf(buf + k, n - k, ".%03ld", at->tv_nsec / 1000000L);
-}
-
-/* "123", "16GiB", "512MiB", "2G": bytes; 0 on success, -1 on a malformed or huge value. */
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    uint64_t mul = 1;
-    if (*end) {
-        switch (*end) {
-        case 'k':
-        case 'K': mul = 1ull << 10; break;
-        case 'm':
-        case 'M': mul = 1ull << 20; break;
-        case 'g':
-        case 'G': mul = 1ull << 30; break;
-        case 't':
-        case 'T': mul = 1ull << 40; break;
-        default: return -1;
-        }
-        end++;
-        if (strcmp(end, "") != 0 && strcmp(end, "B") != 0 && strcmp(end, "iB") != 0)
-            return -1;
-    }
-    if (v > UINT64_MAX / mul)
-        return -1;
-    *out = (uint64_t)v * mul;
-    return 0;
 }
 
 static const char *env(const char *name)
@@ -346,7 +317,7 @@ static void init_once_fn(void)
     ms__shim_events_init(env("MSCHED_TRACE"));
     uint64_t budget = 0;
     const char *b = env("MSCHED_BUDGET");
-    if (b && parse_size(b, &budget) != 0) {
+    if (b && ms_parse_size(b, &budget) != MS_OK) {
         ms__shim_log("MSCHED_BUDGET=%s is not a size (e.g. 17179869184 or 16GiB); ignored", b);
         budget = 0;
     }
@@ -355,7 +326,7 @@ static void init_once_fn(void)
     ms_engine_configure(budget, env("MSCHED_ENGINE"), env("MSCHED_STRICT"));
     uint64_t piece = 0;
     const char *pp = env("MSCHED_PIN_PIECE");
-    if (pp && parse_size(pp, &piece) != 0) {
+    if (pp && ms_parse_size(pp, &piece) != MS_OK) {
         ms__shim_log("MSCHED_PIN_PIECE=%s is not a size (e.g. 64MiB); host stores are pinned in "
                      "one call",
                      pp);

@@ -36,6 +36,7 @@ SHIM_SRC := shim/shim.c shim/events.c shim/funcinfo.c shim/procaddr.c shim/hook_
             shim/gen/syms.c shim/gen/tramp.c shim/engine.c shim/hostmem.c shim/accuracy.c \
             shim/client.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c core/region.c \
             core/predict.c core/accuracy.c core/plan.c core/exec.c core/timeline.c core/proto.c \
+            core/units.c \
             ipc/sock.c ipc/conn.c $(BUILD)/gen/hash_ptx.c
 
 # The GPU hash kernel's PTX, embedded as a string (no nvcc: no GPU hash, see engine.h).
