@@ -22,6 +22,8 @@
  */
 #include "cli/cli.h"
 
+#include "core/proto.h"
+#include "core/timeline.h"
 #include "ipc/ipc.h"
 
 #include <errno.h>
@@ -37,23 +39,24 @@
 
 static void run_help(FILE *f)
 {
-    fprintf(f, "usage: msched run [options] -- program [args...]\n"
-               "\n"
-               "Runs program with libmsched, the CUDA driver shim, in front of the real driver.\n"
-               "\n"
-               "options:\n"
-               "  --priority rt|be|N  scheduling priority (rt = real-time, be = best-effort)\n"
-               "  --weight N          share of GPU time relative to other tasks (default 1)\n"
-               "  --budget SIZE       device memory this process may keep resident (e.g. 16GiB);\n"
-               "                      beyond it the shim evicts and repopulates its own memory\n"
-               "  --engine vmm|unified|demand|off\n"
-               "                      vmm: explicit migration (default); unified: managed memory,\n"
-               "                      prefetched in and out; demand: managed memory prefetched\n"
-               "                      out, faulted in (the demand-paging baseline); off: observe\n"
-               "  --trace FILE        record the program's command stream (msched sim --trace)\n"
-               "  --no-daemon         do not join (or start) mschedd: the program runs alone\n"
-               "  --verbose           the shim reports what it does on stderr\n"
-               "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
+    fprintf(f,
+            "usage: msched run [options] -- program [args...]\n"
+            "\n"
+            "Runs program with libmsched, the CUDA driver shim, in front of the real driver.\n"
+            "\n"
+            "options:\n"
+            "  --priority rt|be|N  scheduling priority, 0-10 (rt = real-time = 10, be = 0)\n"
+            "  --weight N          share of GPU time relative to other tasks, 0-1000 (default 1)\n"
+            "  --budget SIZE       device memory this process may keep resident (e.g. 16GiB);\n"
+            "                      beyond it the shim evicts and repopulates its own memory\n"
+            "  --engine vmm|unified|demand|off\n"
+            "                      vmm: explicit migration (default); unified: managed memory,\n"
+            "                      prefetched in and out; demand: managed memory prefetched\n"
+            "                      out, faulted in (the demand-paging baseline); off: observe\n"
+            "  --trace FILE        record the program's command stream (msched sim --trace)\n"
+            "  --no-daemon         do not join (or start) mschedd: the program runs alone\n"
+            "  --verbose           the shim reports what it does on stderr\n"
+            "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
 }
 
 /* The directory of the msched binary (mschedd is looked for there). */
@@ -176,6 +179,10 @@ static int run_main(int argc, char **argv)
             i++;
             break;
         }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            run_help(stdout);
+            return 0;
+        }
         if ((m = ms_cli_opt(argc, argv, &i, "--priority", &v)) != 0) {
             if (m < 0)
                 return MS_EXIT_USAGE;
@@ -214,13 +221,17 @@ static int run_main(int argc, char **argv)
         return MS_EXIT_USAGE;
     }
     uint64_t n;
+    /* The ranges the shim accepts (shim/client.c), so a bad value is an error here rather than
+     * a message and a default there. */
     if (prio && strcmp(prio, "rt") != 0 && strcmp(prio, "be") != 0 &&
-        ms_cli_parse_u64(prio, &n) != 0) {
-        ms_cli_error("bad --priority '%s': use rt, be or a number", prio);
+        (ms_cli_parse_u64(prio, &n) != 0 || n > MS_PRIO_RT)) {
+        ms_cli_error("bad --priority '%s': use rt, be or a whole number from %d to %d", prio,
+                     MS_PRIO_BE, MS_PRIO_RT);
         return MS_EXIT_USAGE;
     }
-    if (weight && (ms_cli_parse_u64(weight, &n) != 0 || n == 0 || n > 1000)) {
-        ms_cli_error("bad --weight '%s': use a whole number from 1 to 1000", weight);
+    if (weight && (ms_cli_parse_u64(weight, &n) != 0 || n > MS_PROTO_WEIGHT_MAX)) {
+        ms_cli_error("bad --weight '%s': use a whole number from 0 to %d (0 means 1)", weight,
+                     MS_PROTO_WEIGHT_MAX);
         return MS_EXIT_USAGE;
     }
     char bytes[32];

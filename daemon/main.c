@@ -27,29 +27,30 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: mschedd [options]\n"
-            "The msched daemon for one GPU: time-slices the GPU between the processes that run\n"
-            "under msched and plans the memory each context switch moves.\n"
-            "\n"
-            "  -f, --foreground        stay in the foreground (logs go to stderr)\n"
-            "  -c, --config FILE       read options from FILE (key = value lines)\n"
-            "      --gpu N             GPU index (names the socket)\n"
-            "      --socket PATH       socket path (default: $MSCHED_SOCKET, else\n"
-            "                          $XDG_RUNTIME_DIR/msched/gpuN.sock, else\n"
-            "                          /tmp/msched-UID/gpuN.sock)\n"
-            "      --budget SIZE       device memory all tasks may hold (16GiB)\n"
-            "      --slice DURATION    base time slice (100ms)\n"
-            "      --policy P          rr, prio or adaptive\n"
-            "      --evict E           opt, lru or whole\n"
-            "      --log-file FILE     log to FILE (background default: the socket path + .log)\n"
-            "      --log-level L       error, warn (default), info or debug\n"
-            "  -v, -vv                 log level info, debug\n"
-            "      --set KEY=VALUE     set any option; every option is also a flag --KEY VALUE\n"
-            "      --check             verify the scheduler's invariants after every event\n"
-            "      --help-options      list every option with its default\n"
-            "  -h, --help              this text\n"
-            "      --version\n");
+    fprintf(
+        f,
+        "usage: mschedd [options]\n"
+        "The msched daemon for one GPU: time-slices the GPU between the processes that run\n"
+        "under msched and plans the memory each context switch moves.\n"
+        "\n"
+        "  -f, --foreground        stay in the foreground (logs go to stderr)\n"
+        "  -c, --config FILE       read options from FILE (key = value lines)\n"
+        "      --gpu N             GPU index (names the socket)\n"
+        "      --socket PATH       socket path (default: $MSCHED_SOCKET, else\n"
+        "                          $XDG_RUNTIME_DIR/msched/gpuN.sock, else\n"
+        "                          /tmp/msched-UID/gpuN.sock)\n"
+        "      --budget SIZE       device memory all tasks may hold (16GiB)\n"
+        "      --slice DURATION    base time slice (100ms)\n"
+        "      --policy P          rr, prio or adaptive\n"
+        "      --evict E           opt, lru or whole\n"
+        "      --log-file FILE     log to FILE (background default: the socket path + .log)\n"
+        "      --log-level L       error, warn (default), info or debug\n"
+        "  -v, -vv                 log level info, debug\n"
+        "      --set KEY=VALUE     set any option; every option is also a flag --KEY VALUE\n"
+        "      --check             verify the scheduler's invariants after every event-loop pass\n"
+        "      --help-options      list every option with its default\n"
+        "  -h, --help              this text\n"
+        "      --version\n");
 }
 
 static void list_options(void)

@@ -21,7 +21,8 @@
  *       running, a command whose chunks are not resident sends DEMAND too and waits for the
  *       daemon's incremental POPULATE (or its STOP, when the task's own chunks leave no
  *       room). Commands on a stream being captured (cuStreamIsCapturing) are never held:
- *       nothing runs until the graph is launched (graph launches are not gated: engine.md).
+ *       nothing runs until the graph is launched, and a graph launch is gated on what its nodes
+ *       reach (engine.md).
  *     - a private service thread owns the socket's reading side: it makes the engine's CUDA
  *       context current (the real cuCtxSetCurrent) and executes orders with the core executor:
  *       EVICT (one EVICTED per batch of runs, so credit flows to the populating task while it

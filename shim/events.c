@@ -3,8 +3,9 @@
  * the trace recorder (MSCHED_TRACE).
  *
  * Design
- *   Everything here is protected by ms__shim_lock and does no driver call, so each event costs
- *   a lock round trip plus a little bookkeeping.
+ *   Everything here is protected by ms__shim_lock, and no driver call is made under it, so each
+ *   event costs a lock round trip plus a little bookkeeping (the trace's timing events, below,
+ *   are the only driver calls here, made outside the lock).
  *
  *   Allocations are kept in an array sorted by base address: frees find their size, and
  *   cuMemcpy (unified addressing: no direction given) classifies each side as device memory

@@ -110,6 +110,29 @@ expect 1 sim --workload D --dump-trace "$tmp/no/such/dir/d.trace"
 expect 2 demo --bogus
 expect 2 demo extra
 expect 1 demo --svg "$tmp/no/such/dir/demo.svg"
+expect 2 run
+expect 2 run --bogus -- true
+expect 2 run --priority 11 -- true
+expect 2 run --priority high -- true
+expect 2 run --weight 1001 -- true
+expect 2 run --weight -1 -- true
+expect 2 run --budget 1MiB -- true
+expect 2 run --budget 16XB -- true
+expect 2 run --engine nosuch -- true
+
+# every command's --help and -h: usage on stdout, status 0, nothing on stderr
+for cmd in run status top config sim demo; do
+    for h in --help -h; do
+        "$MSCHED" "$cmd" "$h" >"$tmp/out" 2>"$tmp/err"
+        rc=$?
+        if [ "$rc" -ne 0 ] || ! grep -q "usage: msched $cmd" "$tmp/out" || [ -s "$tmp/err" ]; then
+            fail=$((fail + 1))
+            echo "FAIL msched $cmd $h: exit $rc, stdout '$(head -n 1 "$tmp/out")', stderr '$(head -n 1 "$tmp/err")'"
+        else
+            pass=$((pass + 1))
+        fi
+    done
+done
 
 # the malformed trace names its line
 "$MSCHED" sim --trace "$tmp/malformed.trace" --budget 1GiB 2>"$tmp/err" >/dev/null
