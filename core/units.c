@@ -99,25 +99,14 @@ static int scale_value(uint64_t ip, double frac, uint64_t mult, uint64_t *out)
     return MS_OK;
 }
 
-int ms_parse_size(const char *s, uint64_t *out)
+struct unit {
+    const char *u; /* lower case */
+    uint64_t m;
+};
+
+/* A number and one of the n units in tab (matched case-insensitively), scaled. */
+static int parse_with(const char *s, const struct unit *tab, size_t n, uint64_t *out)
 {
-    static const struct {
-        const char *u;
-        uint64_t m;
-    } units[] = {{"", 1},
-                 {"b", 1},
-                 {"kib", MS_KIB},
-                 {"mib", MS_MIB},
-                 {"gib", MS_GIB},
-                 {"tib", 1024ull * MS_GIB},
-                 {"kb", 1000ull},
-                 {"mb", 1000000ull},
-                 {"gb", 1000000000ull},
-                 {"tb", 1000000000000ull},
-                 {"k", MS_KIB},
-                 {"m", MS_MIB},
-                 {"g", MS_GIB},
-                 {"t", 1024ull * MS_GIB}};
     if (!s || !out)
         return MS_E_INVAL;
     uint64_t ip;
@@ -126,30 +115,37 @@ int ms_parse_size(const char *s, uint64_t *out)
     int rc = parse_num_unit(s, &ip, &frac, unit, sizeof(unit));
     if (rc)
         return rc;
-    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++)
-        if (strcmp(unit, units[i].u) == 0)
-            return scale_value(ip, frac, units[i].m, out);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(unit, tab[i].u) == 0)
+            return scale_value(ip, frac, tab[i].m, out);
     return MS_E_PARSE;
+}
+
+int ms_parse_size(const char *s, uint64_t *out)
+{
+    static const struct unit units[] = {
+        {"", 1},
+        {"b", 1},
+        {"kib", MS_KIB},
+        {"mib", MS_MIB},
+        {"gib", MS_GIB},
+        {"tib", 1024ull * MS_GIB},
+        {"kb", 1000ull},
+        {"mb", 1000000ull},
+        {"gb", 1000000000ull},
+        {"tb", 1000000000000ull},
+        {"k", MS_KIB},
+        {"m", MS_MIB},
+        {"g", MS_GIB},
+        {"t", 1024ull * MS_GIB},
+    };
+    return parse_with(s, units, MS_ARRAY_LEN(units), out);
 }
 
 int ms_parse_duration(const char *s, uint64_t *out_ns)
 {
-    static const struct {
-        const char *u;
-        uint64_t m;
-    } units[] = {{"ns", 1}, {"us", NS_US}, {"ms", NS_MS}, {"s", NS_S}};
-    if (!s || !out_ns)
-        return MS_E_INVAL;
-    uint64_t ip;
-    double frac;
-    char unit[8];
-    int rc = parse_num_unit(s, &ip, &frac, unit, sizeof(unit));
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < MS_ARRAY_LEN(units); i++)
-        if (strcmp(unit, units[i].u) == 0)
-            return scale_value(ip, frac, units[i].m, out_ns);
-    return MS_E_PARSE;
+    static const struct unit units[] = {{"ns", 1}, {"us", NS_US}, {"ms", NS_MS}, {"s", NS_S}};
+    return parse_with(s, units, MS_ARRAY_LEN(units), out_ns);
 }
 
 void ms_format_size(uint64_t bytes, char *buf, size_t len)
