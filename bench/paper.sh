@@ -14,8 +14,9 @@
 #   engine           tests/gpu/migrate_bench: evict / populate / swap GB/s, mapping cost
 #   micro-LO-HI ...  bench/micro/run_sweep.sh for one workload at two pressures (LO HI) or one
 #                    (W-P): workloads micro, A, B, C, D; pressures 100, 150, 200, 300; systems
-#                    ref slice opt lru whole demand; C and D in two parts per pressure, W-P-a
-#                    (ref slice opt) and W-P-b (lru whole demand, normalized by part a's ref)
+#                    ref slice opt lru whole demand; B, C and D in two parts per pressure,
+#                    W-P-a (ref slice opt) and W-P-b (lru whole demand, normalized by part a's
+#                    ref)
 #   rtbe             bench/workloads/run_rtbe.sh: ref msched tslice slice
 #   accuracy         bench/accuracy/run_accuracy.sh: each workload's programs alone, the launch
 #                    predictor against the driver's fault reports (needs CUPTI)
@@ -48,8 +49,8 @@ fi
 OUT=bench/results/gpu/paper
 PARTS=()
 PAGE=1
-ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150 B-200 B-300 C-150-a
-C-150-b C-200-a C-200-b C-300-a C-300-b D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe accuracy strict"
+ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-300 B-150-a B-150-b B-200-a B-200-b
+B-300-a B-300-b C-150-a C-150-b C-200-a C-200-b C-300-a C-300-b D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe accuracy strict"
 USER_SYSTEMS=${SYSTEMS:-}
 SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
 SLICE=${SLICE:-adaptive}
@@ -165,8 +166,8 @@ run_part() {
         local w=${p%%-*} pr=${p#*-} secs=25 sys=$SYSTEMS
         case $w in C | D) secs=40 ;; B) secs=35 ;; esac
         secs=${LOOP_S:-$secs}
-        # C and D load for long (before the start barrier): their systems come in two parts, a
-        # (with the normalization) and b, each under 10 minutes
+        # B, C and D load for long (before the start barrier): their systems come in two parts,
+        # a (with the normalization) and b, each under 10 minutes
         local slice=$SLICE
         case $pr in
         *-a) pr=${pr%-a} sys=${USER_SYSTEMS:-ref slice opt} ;;
