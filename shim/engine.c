@@ -456,6 +456,17 @@ bool ms_engine_vmm_ready(void)
 }
 
 static void clear_marks(void);
+
+/* Carry out E.plan, pipelined, inside the host-memory gate (hostmem.h): no pin call of this
+ * process runs beside the migration's copies. Caller holds E.lock. */
+static int exec_plan(uint64_t budget, struct ms_exec_stats *x)
+{
+    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
+    ms__host_gate_enter();
+    int e = ms_exec_plan(&E.rt, E.ops, budget, &E.plan, &o, x);
+    ms__host_gate_leave();
+    return e;
+}
 static int plan_step(enum ms_step_op op, ms_chunk_id id);
 static int add_region_chunks(struct ms_chunk_set *s, uint32_t region);
 
@@ -501,10 +512,9 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
         if (ms_chunk_state_resident((enum ms_chunk_state)r->chunks[k].state))
             e = plan_step(MS_STEP_EVICT, MS_CHUNK_ID(id, k));
     if (e == MS_OK && E.plan.n) {
-        struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
         struct ms_exec_stats x;
         memset(&x, 0, sizeof(x));
-        e = ms_exec_plan(&E.rt, E.ops, UINT64_MAX, &E.plan, &o, &x);
+        e = exec_plan(UINT64_MAX, &x);
         E.st.bytes_out += x.bytes_out;
         E.st.bytes_dropped += x.bytes_dropped;
     }
@@ -735,10 +745,9 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     }
     if (e)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
     struct ms_exec_stats st;
     memset(&st, 0, sizeof(st));
-    e = ms_exec_plan(&E.rt, E.ops, E.budget, &E.plan, &o, &st);
+    e = exec_plan(E.budget, &st);
     E.st.faults++;
     E.st.bytes_in += st.bytes_in;
     E.st.bytes_out += st.bytes_out;
@@ -877,10 +886,9 @@ int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set 
     }
     if (e != MS_OK || E.plan.n == 0)
         return e;
-    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
     struct ms_exec_stats x;
     memset(&x, 0, sizeof(x));
-    e = ms_exec_plan(&E.rt, E.ops, UINT64_MAX, &E.plan, &o, &x);
+    e = exec_plan(UINT64_MAX, &x);
     E.st.bytes_in += x.bytes_in;
     E.st.bytes_out += x.bytes_out;
     E.st.bytes_dropped += x.bytes_dropped;
@@ -1350,11 +1358,13 @@ void ms_engine_exit(bool verbose)
     if (h.stores)
         fprintf(stderr,
                 "msched[%d]: host backing: %llu stores, %llu MiB pinned in %.3f s (slowest "
-                "%.1f ms), %llu in pieces of %llu MiB, %llu fallbacks, %llu release errors\n",
+                "%.1f ms), %llu in pieces of %llu MiB, %llu fallbacks, %llu release errors; "
+                "%llu migrations waited for a pin, %.1f ms (longest %.1f ms)\n",
                 (int)getpid(), (unsigned long long)h.stores, (unsigned long long)(h.bytes / MS_MIB),
                 (double)h.pin_ns / 1e9, (double)h.longest_ns / 1e6, (unsigned long long)h.pieced,
                 (unsigned long long)(h.piece / MS_MIB), (unsigned long long)h.fallbacks,
-                (unsigned long long)h.unpin_errors);
+                (unsigned long long)h.unpin_errors, (unsigned long long)h.gate_waits,
+                (double)h.gate_wait_ns / 1e6, (double)h.gate_longest_ns / 1e6);
     struct ms_client_stats c;
     ms_client_stats_get(&c);
     if (c.slices || c.demands)

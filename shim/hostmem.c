@@ -6,6 +6,13 @@
  * piece) in a small array under `lock`: one entry per live store, found by a linear scan
  * (stores are freed rarely: PyTorch's caching allocator keeps its segments). The lock guards the
  * list and the statistics only; no driver call runs under it.
+ *
+ * The migration gate is a second mutex and condition variable over two counts: `pinning`
+ * (driver pin calls in flight) and `migrating` (migrations between enter and leave). A pin call
+ * starts only while no migration is in progress and a migration starts its copies only once no
+ * pin call is in flight, so a migration waits for at most the pin calls already running (one
+ * piece per pinning thread when pieced) and a pinning thread waits between pieces for the
+ * migration. Neither mutex is held across a driver call.
  */
 #include "shim/hostmem.h"
 
@@ -29,6 +36,54 @@ static struct pieced *list;
 static size_t nlist, caplist;
 static struct ms_host_stats st;
 static uint64_t piece_bytes;
+
+static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static unsigned pinning, migrating; /* under gate */
+
+/* Around every driver pin call: wait out migrations, count the call in flight. */
+static void pin_begin(void)
+{
+    pthread_mutex_lock(&gate);
+    while (migrating)
+        pthread_cond_wait(&gate_cv, &gate);
+    pinning++;
+    pthread_mutex_unlock(&gate);
+}
+
+static void pin_end(void)
+{
+    pthread_mutex_lock(&gate);
+    if (--pinning == 0)
+        pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate);
+}
+
+void ms__host_gate_enter(void)
+{
+    pthread_mutex_lock(&gate);
+    migrating++;
+    uint64_t t0 = pinning ? ms_ipc_now_ns() : 0;
+    while (pinning)
+        pthread_cond_wait(&gate_cv, &gate);
+    pthread_mutex_unlock(&gate);
+    if (t0) {
+        uint64_t dt = ms_ipc_now_ns() - t0;
+        pthread_mutex_lock(&lock);
+        st.gate_waits++;
+        st.gate_wait_ns += dt;
+        st.gate_longest_ns = MS_MAX(st.gate_longest_ns, dt);
+        pthread_mutex_unlock(&lock);
+    }
+}
+
+void ms__host_gate_leave(void)
+{
+    pthread_mutex_lock(&gate);
+    if (--migrating == 0)
+        pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate);
+}
 
 void ms__host_configure(uint64_t piece)
 {
@@ -65,8 +120,11 @@ static CUresult pin_pieces(size_t bytes, size_t piece, void **out)
     }
     size_t off = 0;
     CUresult r = CUDA_SUCCESS;
-    for (; off < bytes && r == CUDA_SUCCESS; off += piece)
+    for (; off < bytes && r == CUDA_SUCCESS; off += piece) {
+        pin_begin();
         r = MS_REAL(cuMemHostRegister_v2)((char *)base + off, MS_MIN(piece, bytes - off), 0);
+        pin_end();
+    }
     if (r != CUDA_SUCCESS) {
         drop_pieces(base, bytes, off - piece, piece);
         return r;
@@ -115,8 +173,11 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
                         "such stores are pinned in one call instead",
                         (double)bytes / (double)MS_GIB, (int)r);
     }
-    if (!pieced)
+    if (!pieced) {
+        pin_begin();
         r = MS_REAL(cuMemHostAlloc)(out, bytes, 0);
+        pin_end();
+    }
     uint64_t dt = ms_ipc_now_ns() - t0;
     if (r != CUDA_SUCCESS) {
         *out = NULL;

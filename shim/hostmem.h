@@ -8,19 +8,23 @@
  *   other processes' driver calls take too (docs/engine.md, "Host backing"), so one call that
  *   pins GiBs can hold up another process's eviction for a second or more.
  *
- *   With a piece size configured (MSCHED_PIN_PIECE), a store is mapped as ordinary anonymous
- *   memory (not inherited by a fork) and registered with the driver one piece at a time
- *   (cuMemHostRegister), so that no single driver call pins more than a piece. A piece is a
- *   multiple of the caller's alignment (its chunk size), so no chunk's copy spans two
+ *   With a piece size (MSCHED_PIN_PIECE, default 64 MiB), a store is mapped as ordinary
+ *   anonymous memory (not inherited by a fork) and registered with the driver one piece at a
+ *   time (cuMemHostRegister), so that no single driver call pins more than a piece. A piece is
+ *   a multiple of the caller's alignment (its chunk size), so no chunk's copy spans two
  *   registrations. If a registration fails, the pieces done are released and the store falls
- *   back to one cuMemHostAlloc. Without a piece size, a store is one cuMemHostAlloc.
+ *   back to one cuMemHostAlloc. With a piece size of 0, a store is one cuMemHostAlloc.
+ *
+ *   Within the process, the driver also makes copy submissions wait for a pin call in flight.
+ *   The migration gate (below) keeps pin calls out of a migration: the migration waits for the
+ *   pieces in flight, the pinning thread for the migration.
  *
  *   Every store's pinning is timed. A store whose pinning took SLOW_PIN (300 ms) or more is
  *   logged when verbose, with the local wall-clock time it started (the format of mschedd's
  *   log), so that a stall in another process can be matched to it.
  *
  * Ownership: a store belongs to the caller from ms__host_pin until ms__host_unpin.
- * Locking: thread-safe (one internal mutex, never held across a driver call). ms__host_pin can
+ * Locking: thread-safe (two internal mutexes, neither held across a driver call). ms__host_pin can
  *   take seconds: call it without holding a lock that others need.
  * Errors: the driver's CUresult; CUDA_ERROR_OUT_OF_MEMORY when the store or its bookkeeping
  *   cannot be had. On error nothing is held.
@@ -32,6 +36,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The piece size when MSCHED_PIN_PIECE is not set. On the H200, stores pinned in 64 MiB pieces
+ * at 2.5-3.2 GiB/s, in one call at 1.5-2.4 GiB/s (docs/engine.md, "Host backing"). */
+#define MS_PIN_PIECE_DEFAULT (64ull << 20)
 
 /* Before any pin: the piece size in bytes (rounded up to 2 MiB); 0 pins each store in one call. */
 MS_HIDDEN void ms__host_configure(uint64_t piece);
@@ -54,8 +62,20 @@ struct ms_host_stats {
     uint64_t fallbacks;    /* stores whose registration failed and that cuMemHostAlloc made */
     uint64_t unpin_errors; /* releases the driver refused */
     uint64_t piece;        /* the configured piece size (0: none) */
+    uint64_t gate_waits;   /* migrations that waited for a pin call to return */
+    uint64_t gate_wait_ns, gate_longest_ns; /* their total and longest wait */
 };
 
 MS_HIDDEN void ms__host_stats(struct ms_host_stats *out);
+
+/* The migration gate. The driver serializes a pin call with this process's copy submissions,
+ * so a pin running beside a migration stalls the migration's copies for as long as it runs
+ * (on the H200, an eviction's copies waited 603 ms behind a 746 ms pin: docs/engine.md). A
+ * migration calls enter before its first copy and leave after its last: enter waits for the pin
+ * calls in flight to return (one piece each when pieced) and holds new ones back until leave.
+ * Calls nest across threads (a count); enter may block, so call it with no lock a pinning
+ * thread needs (pinning takes none of the engine's). */
+MS_HIDDEN void ms__host_gate_enter(void);
+MS_HIDDEN void ms__host_gate_leave(void);
 
 #endif /* MS_SHIM_HOSTMEM_H */

@@ -324,13 +324,13 @@ static void init_once_fn(void)
     ms_client_configure(env("MSCHED_DAEMON"), env("MSCHED_PRIORITY"), env("MSCHED_WEIGHT"),
                         env("MSCHED_IDLE_MS"), env("MSCHED_DAEMON_TIMEOUT_MS"));
     ms_engine_configure(budget, env("MSCHED_ENGINE"), env("MSCHED_STRICT"));
-    uint64_t piece = 0;
+    uint64_t piece = MS_PIN_PIECE_DEFAULT;
     const char *pp = env("MSCHED_PIN_PIECE");
     if (pp && ms_parse_size(pp, &piece) != MS_OK) {
-        ms__shim_log("MSCHED_PIN_PIECE=%s is not a size (e.g. 64MiB); host stores are pinned in "
-                     "one call",
-                     pp);
-        piece = 0;
+        ms__shim_log("MSCHED_PIN_PIECE=%s is not a size (e.g. 64MiB, or 0 for one call); host "
+                     "stores are pinned in pieces of %llu MiB",
+                     pp, (unsigned long long)(MS_PIN_PIECE_DEFAULT / MS_MIB));
+        piece = MS_PIN_PIECE_DEFAULT;
     }
     ms__host_configure(piece);
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0)

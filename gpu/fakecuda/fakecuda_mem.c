@@ -318,9 +318,12 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t *pfree, size_t *ptotal)
 /* ------------------------------------------------------------------------------------------ */
 /* Copies and memsets                                                                           */
 
+static void pin_wait(void);
+
 /* Which sides of a copy are device memory: 'd' device, 'h' host, 'u' unified (either). */
 static CUresult copy(uint64_t dst, char dk, uint64_t src, char sk, size_t n, CUstream s)
 {
+    pin_wait();
     CUresult rc = ms__fk_ready();
     if (rc == CUDA_SUCCESS)
         rc = ms__fk_stream_ok(s);
@@ -958,15 +961,35 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 /* Pinned host memory: plain page-aligned host memory here (nothing to pin). Pinning a real
  * driver's GiBs takes seconds; MSCHED_FAKE_PIN_MS makes every allocation or registration of
  * 64 MiB or more take that long (outside the fake's lock), so tests can see who waits for it.
+ * As in the real driver (on the H200 an eviction's copy submissions waited 603 ms behind a
+ * 746 ms pin in the same process), a copy waits for a slow pin in flight: the pin holds
+ * pin_mu while it sleeps, and a copy passes through pin_mu before it starts.
  * Registered ranges are kept (under ms__fk_lock) to refuse overlaps and unknown pointers.    */
+
+static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static long pin_ms(void)
+{
+    const char *slow = getenv("MSCHED_FAKE_PIN_MS");
+    return slow ? strtol(slow, NULL, 10) : 0;
+}
 
 static void pin_delay(size_t bytesize)
 {
-    const char *slow = getenv("MSCHED_FAKE_PIN_MS");
-    long ms = slow ? strtol(slow, NULL, 10) : 0;
+    long ms = pin_ms();
     if (ms > 0 && bytesize >= (64u << 20)) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        pthread_mutex_lock(&pin_mu);
         nanosleep(&ts, NULL);
+        pthread_mutex_unlock(&pin_mu);
+    }
+}
+
+static void pin_wait(void)
+{
+    if (pin_ms() > 0) {
+        pthread_mutex_lock(&pin_mu);
+        pthread_mutex_unlock(&pin_mu);
     }
 }
 

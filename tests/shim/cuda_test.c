@@ -12,6 +12,8 @@
  *   fork              a forked child exits normally without touching its parent's trace
  *   pin-lock          under the engine, a slow host-backing pin in one thread does not hold
  *                     up another thread's command (MSCHED_FAKE_PIN_MS)
+ *   pin-gate          nor a migration's copies, which the driver makes wait for a pin call
+ *   pin-pieces        host backing stores registered in pieces, data intact
  *   tramp-float, tramp-stack   the first driver call is to a forwarded function taking floats
  *                     (or a stack argument): the trampolines' slow path must keep them
  *   nodriver          cuInit reports CUDA_ERROR_NO_DEVICE (run under libmsched with no driver)
@@ -347,11 +349,20 @@ static int fork_mode(const struct ms_api *a)
 /* ------------------------------------------------------------------------------------------ */
 /* pin-lock                                                                                     */
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 struct pin_arg {
     const struct ms_api *a;
     CUcontext ctx;
+    size_t bytes; /* to allocate; 0: 128 MiB */
     CUresult rc;
     CUdeviceptr d;
+    double done; /* now_s() when the allocation returned */
 };
 
 static void *pin_alloc(void *p)
@@ -359,15 +370,9 @@ static void *pin_alloc(void *p)
     struct pin_arg *x = p;
     x->rc = x->a->CtxSetCurrent(x->ctx);
     if (x->rc == CUDA_SUCCESS)
-        x->rc = x->a->MemAlloc(&x->d, 128u << 20);
+        x->rc = x->a->MemAlloc(&x->d, x->bytes ? x->bytes : 128u << 20);
+    x->done = now_s();
     return NULL;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Under the engine (VMM backing) with MSCHED_FAKE_PIN_MS=1500: while one thread allocates 128
@@ -404,6 +409,96 @@ static int pin_lock(const struct ms_api *a)
                1;
     if (waited > 0.6)
         return printf("FAIL: a memset waited %.2f s for another thread's allocation\n", waited), 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* pin-gate: a migration does not wait behind this process's pinning                            */
+
+#define GATE_SMALL 32u        /* buffers of 4 MiB: 2 MiB chunks, one copy each to evict */
+#define GATE_F (192ull << 20) /* the budget */
+
+/* Memset `f` (the whole budget): the engine evicts every small buffer first (64 chunks, each a
+ * copy) and brings f's evicted chunks back. Returns the seconds it took, or -1. */
+static double gate_migrate(const struct ms_api *a, CUdeviceptr f, unsigned char v)
+{
+    double t0 = now_s();
+    if (a->MemsetD8(f, v, GATE_F) != CUDA_SUCCESS)
+        return -1;
+    return now_s() - t0;
+}
+
+/* Make every small buffer resident again (evicting f), each with its own byte of this round:
+ * new contents, so that evicting them again copies (unchanged chunks would be dropped). */
+static CUresult gate_refill(const struct ms_api *a, const CUdeviceptr *b, unsigned round)
+{
+    CUresult r = CUDA_SUCCESS;
+    for (unsigned i = 0; i < GATE_SMALL && r == CUDA_SUCCESS; i++)
+        r = a->MemsetD8(b[i], (unsigned char)(0x40 + i + 64 * round), 4u << 20);
+    return r;
+}
+
+/* Under the engine with MSCHED_BUDGET=192MiB, MSCHED_PIN_PIECE=64MiB and MSCHED_FAKE_PIN_MS=200
+ * (the fake's copies wait for a pin in flight, as the driver's do): 128 MiB of small buffers
+ * and a 192 MiB buffer f take turns in the budget. The same migration (f in, small buffers
+ * out) is timed alone and then while another thread pins 1 GiB in 16 pieces of 200 ms. With the
+ * migration gate it waits for at most the piece in flight (0.2 s); without it, its copies wait
+ * for piece after piece (0.7 s or more here). The small buffers' bytes survive. */
+static int pin_gate(const struct ms_api *a)
+{
+    CUcontext ctx;
+    CUdeviceptr b[GATE_SMALL], f;
+    if (ctx_up(a, &ctx))
+        return 1;
+    for (unsigned i = 0; i < GATE_SMALL; i++)
+        MS_CK(a->MemAlloc(&b[i], 4u << 20));
+    MS_CK(a->MemAlloc(&f, GATE_F));
+    MS_CK(gate_refill(a, b, 0));
+    double alone = gate_migrate(a, f, 1);
+    MS_CK(gate_refill(a, b, 1));
+    struct pin_arg x = {.a = a, .ctx = ctx, .bytes = 1u << 30};
+    pthread_t t;
+    double t0 = now_s();
+    if (pthread_create(&t, NULL, pin_alloc, &x))
+        return printf("FAIL: pthread_create\n"), 1;
+    struct timespec settle = {0, 250000000L};
+    nanosleep(&settle, NULL);
+    double during = gate_migrate(a, f, 2);
+    double m_end = now_s();
+    pthread_join(t, NULL);
+    MS_CK(x.rc);
+    printf("pin-gate: migration alone %.3f s, during pinning %.3f s; the 1 GiB allocation took "
+           "%.2f s and ended %.2f s after the migration\n",
+           alone, during, x.done - t0, x.done - m_end);
+    if (alone < 0 || during < 0)
+        return printf("FAIL: a memset failed\n"), 1;
+    if (x.done - m_end < 0.3)
+        return printf("FAIL: the pinning ended before the migration did: no overlap tested\n"), 1;
+    if (during - alone > 0.35)
+        return printf("FAIL: the migration took %.3f s longer beside the pinning\n",
+                      during - alone),
+               1;
+    unsigned char *h = malloc(4u << 20);
+    if (!h)
+        return printf("FAIL: malloc\n"), 1;
+    for (unsigned i = 0; i < GATE_SMALL; i++) {
+        if (a->MemcpyDtoH(h, b[i], 4u << 20) != CUDA_SUCCESS) {
+            free(h);
+            return printf("FAIL: reading buffer %u back\n", i), 1;
+        }
+        for (size_t k = 0; k < (4u << 20); k += 4099)
+            if (h[k] != (unsigned char)(0x40 + i + 64)) {
+                unsigned got = h[k];
+                free(h);
+                return printf("FAIL: buffer %u byte %zu is 0x%02x\n", i, k, got), 1;
+            }
+    }
+    free(h);
+    for (unsigned i = 0; i < GATE_SMALL; i++)
+        MS_CK(a->MemFree(b[i]));
+    MS_CK(a->MemFree(f));
+    MS_CK(a->MemFree(x.d));
+    MS_CK(a->PrimaryCtxRelease(0));
     return 0;
 }
 
@@ -576,6 +671,8 @@ int main(int argc, char **argv)
             rc = fork_mode(&a);
         else if (strcmp(mode, "pin-lock") == 0)
             rc = pin_lock(&a);
+        else if (strcmp(mode, "pin-gate") == 0)
+            rc = pin_gate(&a);
         else if (strcmp(mode, "pin-pieces") == 0)
             rc = pin_pieces(&a, &fk);
         else if (strcmp(mode, "strict") == 0)

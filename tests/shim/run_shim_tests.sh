@@ -255,6 +255,10 @@ simple direct/oracle cuda_test_linked oracle "${DIRECT[@]}"
 simple shim/oracle cuda_test_linked oracle "${SHIM[@]}"
 # A host backing that takes 1.5 s to pin must not hold up another thread's command.
 simple shim/pin-lock cuda_test_dl pin-lock "${SHIM[@]}" MSCHED_BUDGET=1GiB MSCHED_FAKE_PIN_MS=1500
+# A migration beside another thread's pinning (the fake's copies wait for a pin in flight, as
+# the driver's do) waits for at most the piece in flight: the migration gate.
+simple shim/pin-gate cuda_test_dl pin-gate "${SHIM[@]}" MSCHED_BUDGET=192MiB \
+    MSCHED_PIN_PIECE=64MiB MSCHED_FAKE_PIN_MS=200 MSCHED_VERBOSE=1
 # Host stores registered in 64 MiB pieces (MSCHED_PIN_PIECE): the program checks the fake's
 # registrations and its data; each piece takes 100 ms to pin, so the 320 MiB store is a slow
 # pin, logged with the wall-clock time it started, and the exit summary counts the stores.
@@ -262,7 +266,7 @@ simple shim/pin-pieces cuda_test_dl pin-pieces "${SHIM[@]}" MSCHED_BUDGET=256MiB
     MSCHED_PIN_PIECE=64MiB MSCHED_FAKE_PIN_MS=100 MSCHED_VERBOSE=1
 if grep -q "slow pin: [0-9.]* ms for 0.31 GiB of host backing (in pieces), started 20[0-9-]*T[0-9:.]*" \
     "$WORK/shim/pin-pieces.err" &&
-    grep -q "host backing: 2 stores, 448 MiB pinned in [0-9.]* s (slowest [0-9.]* ms), 2 in pieces of 64 MiB, 0 fallbacks, 0 release errors" \
+    grep -q "host backing: 2 stores, 448 MiB pinned in [0-9.]* s (slowest [0-9.]* ms), 2 in pieces of 64 MiB, 0 fallbacks, 0 release errors; [0-9]* migrations waited for a pin" \
         "$WORK/shim/pin-pieces.err"; then
     pass "shim/pin-pieces-log"
 else
