@@ -77,6 +77,14 @@ void ms__host_gate_enter(void)
     }
 }
 
+void ms__host_atfork_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    pthread_mutex_init(&gate, NULL);
+    pthread_cond_init(&gate_cv, NULL);
+    pinning = migrating = 0;
+}
+
 void ms__host_gate_leave(void)
 {
     pthread_mutex_lock(&gate);

@@ -78,4 +78,8 @@ MS_HIDDEN void ms__host_stats(struct ms_host_stats *out);
 MS_HIDDEN void ms__host_gate_enter(void);
 MS_HIDDEN void ms__host_gate_leave(void);
 
+/* In a forked child (single-threaded): the locks and the gate's counts start afresh, since
+ * the parent's other threads (mid-pin, mid-migration) do not exist there. */
+MS_HIDDEN void ms__host_atfork_child(void);
+
 #endif /* MS_SHIM_HOSTMEM_H */

@@ -284,6 +284,7 @@ static void atfork_child(void)
 {
     pthread_mutex_init(&ms__shim_lock, NULL);
     ms__shim_events_atfork_child();
+    ms__host_atfork_child();
     ms_engine_atfork_child();
 }
 
