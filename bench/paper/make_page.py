@@ -78,7 +78,8 @@ WORKLOAD_TITLE = {"micro": "microbenchmark", "A": "workload A (scientific)",
                   "B": "workload B (multi-DNN)", "C": "workload C (hybrid)",
                   "D": "workload D (multi-LLM)"}
 # The parts of bench/paper.sh (its ALL_PARTS) that measure each block's data, for the notes.
-SWEEP_PARTS = {"micro": ["micro-100-150", "micro-200-300"], "A": ["A-150-200", "A-300"],
+SWEEP_PARTS = {"micro": ["micro-100-150", "micro-200-300"],
+               "A": ["A-150-a", "A-150-b", "A-200-a", "A-200-b", "A-300"],
                "B": ["B-150-a", "B-150-b", "B-200-a", "B-200-b", "B-300-a", "B-300-b"],
                "C": ["C-150-a", "C-150-b", "C-200-a", "C-200-b", "C-300-a", "C-300-b"],
                "D": ["D-150-a", "D-150-b", "D-200-a", "D-200-b", "D-300-a", "D-300-b"]}

@@ -83,7 +83,7 @@ has "$D" "tasks done are an estimate from each process's rate over its whole run
 has "$D" "![old plot of the microbenchmark](img/eval-sweep-micro.png)"
 pass "micro sweep: normalized, Ideal, bytes per task and switch split as computed by hand"
 
-has "$D" "_Not measured yet: workload A (scientific) sweep (no A records), run \`bench/paper.sh --part A-150-200 --part A-300\`._"
+has "$D" "_Not measured yet: workload A (scientific) sweep (no A records), run \`bench/paper.sh --part A-150-a --part A-150-b --part A-200-a --part A-200-b --part A-300\`._"
 # D at 150 %: demand's process 3 failed: (4/40 x 3 + 0) / 4 = 7.5 %; opt 95.0 -> 12.7x
 has "$D" "| 150 % | 95.0 | - | 7.5 | 100.0 | 95 % | - | 12.7x |"
 has "$D" "demand at 150 % process 3 (no result (IndexError))"
