@@ -77,14 +77,6 @@ void ms__host_gate_enter(void)
     }
 }
 
-void ms__host_atfork_child(void)
-{
-    pthread_mutex_init(&lock, NULL);
-    pthread_mutex_init(&gate, NULL);
-    pthread_cond_init(&gate_cv, NULL);
-    pinning = migrating = 0;
-}
-
 void ms__host_gate_leave(void)
 {
     pthread_mutex_lock(&gate);
@@ -230,6 +222,14 @@ CUresult ms__host_unpin(void *p)
         pthread_mutex_unlock(&lock);
     }
     return r;
+}
+
+void ms__host_atfork_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    pthread_mutex_init(&gate, NULL);
+    pthread_cond_init(&gate_cv, NULL);
+    pinning = migrating = 0;
 }
 
 void ms__host_stats(struct ms_host_stats *out)
