@@ -32,7 +32,9 @@
 # a W-P-b part, which has no opt run, takes the slice from W-P-a's results, so run part a
 # first), as the targets ask. A fixed slice (SLICE=1s, 500ms) runs every system round-robin at
 # it, and its results go to DIR/<part>-<slice>.jsonl (and raw/<part>-<slice>.tgz), beside the
-# adaptive ones. LOOP_S sets every sweep process's timed
+# adaptive ones. ADAPTIVE_OPTS adds mschedd options to the adaptive opt run (e.g. "--set
+# switch_frac=5"; recorded with its results, bench/micro/run_sweep.sh). LOOP_S sets every sweep
+# process's timed
 # loop in seconds (default 25 for micro and A, 35 for B, 40 for C and D): longer slices need
 # longer loops for the same number of switches in the measuring window.
 # A sweep's processes get BARRIER_S (default 240) to load and LOOP_GRACE (default 90) past their

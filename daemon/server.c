@@ -732,12 +732,18 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
         snprintf(why, whylen, "event loop setup: %s", strerror(errno));
         return MS_E_IO;
     }
-    char b[32], sl[32];
+    char b[32], sl[32], mx[32], pol[96];
     ms_format_size(d->conf.budget, b, sizeof(b));
     ms_format_duration(d->conf.slice_ns, sl, sizeof(sl));
+    if (sc.policy == MS_SCHED_ADAPTIVE) {
+        ms_format_duration(sc.slice_max_ns, mx, sizeof(mx));
+        snprintf(pol, sizeof(pol), "adaptive (a switch at most %u %% of the slice, up to %s)",
+                 (unsigned)sc.switch_frac_pct, mx);
+    } else {
+        snprintf(pol, sizeof(pol), "%s", ms_sched_policy_name(sc.policy));
+    }
     ms_log_info("serving GPU %u on %s: budget %s, slice %s, policy %s, eviction %s", d->conf.gpu,
-                d->sock_path, b, sl, ms_sched_policy_name(sc.policy),
-                ms_evict_policy_name(sc.evict));
+                d->sock_path, b, sl, pol, ms_evict_policy_name(sc.evict));
     return MS_OK;
 }
 

@@ -18,7 +18,9 @@
 # Every daemon system uses the same round-robin slice (SLICE, default 1s). SLICE=adaptive: at
 # each pressure `opt` runs first under `--policy adaptive` (base slice 1 s), and the slice it
 # chose (its tasks' GPU time over its switches in the window) is then every other system's
-# round-robin slice: all systems at the slice msched's adaptive policy picks. Each process runs
+# round-robin slice: all systems at the slice msched's adaptive policy picks. ADAPTIVE_OPTS adds
+# mschedd options to that adaptive run (e.g. "--set switch_frac=5"; recorded as adaptive_opts in
+# its window record; default none, the daemon's defaults). Each process runs
 # one warm-up task, waits at a start barrier (bench/workloads/progress.py: the harness releases
 # the four together once every live one has arrived, at most BARRIER_S seconds, default 600),
 # then runs SECONDS (default 25) of tasks and prints tasks per second with progress samples
@@ -206,8 +208,10 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
             demand) evict=lru engine=demand ;;
             esac
             export MSCHED_SOCKET=$BIN/gpu0.sock
+            extra=()
+            [ "$policy" = adaptive ] && read -r -a extra <<<"${ADAPTIVE_OPTS:-}"
             "$MSCHEDD" -v --socket "$MSCHED_SOCKET" --budget "$budget" --slice "$slice" --policy "$policy" \
-                --evict "$evict" --foreground >"$dir/mschedd.log" 2>&1 &
+                --evict "$evict" "${extra[@]}" --foreground >"$dir/mschedd.log" 2>&1 &
             dpid=$!
             for k in $(seq 1 50); do [ -S "$MSCHED_SOCKET" ] && break; sleep 0.1; done
             pids=()
@@ -270,9 +274,12 @@ PY
         python3 "$REC" procs "$dir" 4 workload="$WORKLOAD" pressure="$p" system="$sys" \
             gib_each="$gib" >>"$OUT/sweep.jsonl"
         if [ "$sys" != ref ]; then
+            opts=()
+            [ "$sys" = opt ] && [ "$SLICE" = adaptive ] && [ -n "${ADAPTIVE_OPTS:-}" ] &&
+                opts=("adaptive_opts=$ADAPTIVE_OPTS")
             python3 "$REC" window "$dir" workload="$WORKLOAD" pressure="$p" system="$sys" \
                 window_s="$D" slice="$label" wall_s="$(awk "BEGIN { print $t1 - $t0 }")" \
-                >>"$OUT/sweep.jsonl"
+                "${opts[@]}" >>"$OUT/sweep.jsonl"
         fi
         save_raw
     done

@@ -160,18 +160,22 @@ def set_name(st):
 
 
 def slice_label(pk, wins):
-    """How a row's runs were sliced: "adaptive 1.66 s" (the opt run's pick), "1 s", or ""."""
+    """How a row's runs were sliced: "adaptive 1.66 s" (the opt run's pick; its ADAPTIVE_OPTS,
+    if any, in parentheses), "1 s", or ""."""
     p, st = pk
     if st != "adaptive":
         return set_name(st)
     got = [str(w.get("slice", "")) for (k, s), w in sorted(wins.items(), key=lambda kv: kv[0][1])
            if k == pk and s == "opt"] + [str(w.get("slice", "")) for (k, _), w in wins.items()
                                          if k == pk]
+    opts = [w["adaptive_opts"] for (k, s), w in wins.items()
+            if k == pk and s == "opt" and w.get("adaptive_opts")]
+    tail = f" ({opts[0]})" if opts else ""
     for t in got:
         ms = _ms(t.split(":", 1)[-1])
         if ms is not None:
-            return f"adaptive {ms / 1000:.3g} s"
-    return "adaptive"
+            return f"adaptive {ms / 1000:.3g} s{tail}"
+    return "adaptive" + tail
 
 
 def ref_of(procs, pk):

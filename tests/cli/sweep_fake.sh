@@ -2,7 +2,8 @@
 # tests/cli/sweep_fake.sh - bench/micro/run_sweep.sh end to end on the fake CUDA driver, so the
 # benchmark harness that runs on the GPU machine is itself tested: four processes (the shim's
 # engine_stress in its "timed" mode, through MICRO=) at 150 % of a 256 MiB budget (four cycles of 96 MiB), under `ref`
-# (no msched), `opt` and `whole`, with SLICE=adaptive (opt picks the slice, whole uses it).
+# (no msched), `opt` and `whole`, with SLICE=adaptive (opt picks the slice, whole uses it) and
+# ADAPTIVE_OPTS, which the adaptive run alone gets and records.
 # Checks the JSON lines (every process's rate, the daemon windows, the slice labels), that the
 # daemon moved memory under opt, and that summarize_sweep.py makes its table from them. Then a
 # run whose two "matmul" processes hang after the barrier: the harness kills them LOOP_GRACE
@@ -27,13 +28,16 @@ case "$BUILD" in *thread* | *address*) SECS=14 ;; esac
 chmod +x "$T/wrap.sh"
 
 (cd "$ROOT" && PATH="$BUILD/bin:$PATH" MICRO="$T/wrap.sh" W=3 BUDGET_MIB=256 \
+    ADAPTIVE_OPTS="--set switch_frac=5" \
     bash bench/micro/run_sweep.sh "$T/out" "150" "ref whole opt" "$SECS" adaptive \
     >"$T/sweep.log" 2>&1) || fail "run_sweep.sh exited $?: $(tail -n 5 "$T/sweep.log")"
 [ -s "$T/out/sweep.jsonl" ] || fail "no sweep.jsonl: $(tail -n 5 "$T/sweep.log")"
 ls "$T"/out/raw-micro-150.tgz >/dev/null 2>&1 || fail "no raw archive"
 
-python3 - "$T/out/sweep.jsonl" >"$T/check.txt" 2>&1 <<'PY' || fail "records: $(cat "$T/check.txt")"
+python3 - "$T/out/sweep.jsonl" "$ROOT/bench/micro" >"$T/check.txt" 2>&1 <<'PY' || fail "records: $(cat "$T/check.txt")"
 import json, sys
+sys.path.insert(0, sys.argv[2])
+import summarize_sweep as ss
 recs = [json.loads(l) for l in open(sys.argv[1])]
 procs = [r for r in recs if "proc" in r]
 wins = {r["system"]: r for r in recs if "proc" not in r}
@@ -44,12 +48,23 @@ assert set(wins) == {"opt", "whole"}, f"windows: {sorted(wins)}"
 opt, whole = wins["opt"], wins["whole"]
 assert opt["slice"].startswith("adaptive:") and opt["slice"].endswith("ms"), opt["slice"]
 assert whole["slice"] == opt["slice"].split(":")[1], (whole["slice"], opt["slice"])
+assert opt.get("adaptive_opts") == "--set switch_frac=5", opt
+assert "adaptive_opts" not in whole, whole
+located = ss.read_located([sys.argv[1]])
+ss.slice_sets(located)
+rows = ss.compute_rows([r for _, _, r in located])
+assert rows[0]["slice_label"].endswith(" s (--set switch_frac=5)"), rows[0]["slice_label"]
 d = opt["daemon"]
 assert d["msched_switches_total"] > 0, d
 assert d["msched_populated_bytes_total"] > 0 and d["msched_evicted_bytes_total"] > 0, d
 print("ok", opt["slice"], int(d["msched_switches_total"]), "switches")
 PY
 pass "run_sweep.sh on the fake driver: 12 process rates, opt and whole windows, $(cat "$T/check.txt")"
+mkdir -p "$T/rawx" && tar -xzf "$T/out/raw-micro-150.tgz" -C "$T/rawx" || fail "cannot read the raw archive"
+grep -q "policy adaptive (a switch at most 5 % of the slice" "$T"/rawx/*_opt/mschedd.log ||
+    fail "the adaptive run's daemon did not get ADAPTIVE_OPTS: $(grep -h serving "$T"/rawx/*/mschedd.log)"
+grep -q "policy rr," "$T"/rawx/*_whole/mschedd.log || fail "the whole run's daemon is not round-robin"
+pass "ADAPTIVE_OPTS reaches the adaptive run's daemon only, and its record and table row"
 # Every run released its four processes together at the barrier, none by the time limit.
 n=$(grep -c "timed loops start after" "$T/sweep.log")
 [ "$n" = 3 ] || fail "$n of 3 runs released at the start barrier: $(tail -n 5 "$T/sweep.log")"
