@@ -52,6 +52,7 @@
  *   - admissions happen only while C.running && !C.hold, under the lock.
  */
 #include "shim/client.h"
+#include "shim/hostmem.h"
 
 #include "core/proto.h"
 #include "core/timeline.h"
@@ -787,6 +788,9 @@ static void on_evict(const struct ms_msg *m)
     memset(&longest, 0, sizeof(longest));
     uint32_t nbatch = 0;
     ms_chunk_set_clear(&C.batch);
+    /* One gate for the whole order, not per batch: between batches a pinning thread would
+     * otherwise get a piece in each time (hostmem.h). */
+    ms__host_gate_enter();
     for (uint32_t k = 0; k < o->nruns && C.up && !C.broken; k++) {
         if (run_chunks(&o->runs[k], &C.batch)) {
             conn_break("out of memory");
@@ -822,14 +826,21 @@ static void on_evict(const struct ms_msg *m)
         r.progress.bytes = freed;
         csend(&r, m->seq);
     }
+    ms__host_gate_leave();
     order_timed("eviction", work, step, freed, &longest, &started);
     C.hold = false;
     broadcast();
 }
 
-static void pop_progress(void)
+static bool pop_pending(void)
 {
-    while (C.pop_active && C.pop_done < C.pop_n && C.up && !C.broken) {
+    return C.pop_active && C.pop_done < C.pop_n && C.up && !C.broken;
+}
+
+/* The populations the credit allows, batch by batch, inside one gate (as on_evict). */
+static void pop_batches(void)
+{
+    while (pop_pending()) {
         ms_chunk_set_clear(&C.batch);
         uint32_t j = C.pop_done;
         uint64_t taken = C.pop_taken, batch = 0;
@@ -879,6 +890,16 @@ static void pop_progress(void)
                     &C.pop_started);
         broadcast();
     }
+}
+
+static void pop_progress(void)
+{
+    bool gate = pop_pending(); /* none pending: pop_batches only completes the order */
+    if (gate)
+        ms__host_gate_enter();
+    pop_batches();
+    if (gate)
+        ms__host_gate_leave();
 }
 
 static void on_populate(struct ms_msg *m)

@@ -8,10 +8,10 @@
  * list and the statistics only; no driver call runs under it.
  *
  * The migration gate is a second mutex and condition variable over two counts: `pinning`
- * (driver pin calls in flight) and `migrating` (migrations between enter and leave). A pin call
- * starts only while no migration is in progress and a migration starts its copies only once no
- * pin call is in flight, so a migration waits for at most the pin calls already running (one
- * piece per pinning thread when pieced) and a pinning thread waits between pieces for the
+ * (driver pin and unpin calls in flight) and `migrating` (migrations between enter and leave). A
+ * pin call starts only while no migration is in progress and a migration starts its copies only
+ * once no pin call is in flight, so a migration waits for at most the pin calls already running
+ * (one piece per pinning thread when pieced) and a pinning thread waits between pieces for the
  * migration. Neither mutex is held across a driver call.
  */
 #include "shim/hostmem.h"
@@ -41,14 +41,17 @@ static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
 static unsigned pinning, migrating; /* under gate */
 
-/* Around every driver pin call: wait out migrations, count the call in flight. */
-static void pin_begin(void)
+/* Around every driver pin or unpin call: wait out migrations, count the call in flight.
+ * Returns the nanoseconds waited. */
+static uint64_t pin_begin(void)
 {
     pthread_mutex_lock(&gate);
+    uint64_t t0 = migrating ? ms_ipc_now_ns() : 0;
     while (migrating)
         pthread_cond_wait(&gate_cv, &gate);
     pinning++;
     pthread_mutex_unlock(&gate);
+    return t0 ? ms_ipc_now_ns() - t0 : 0;
 }
 
 static void pin_end(void)
@@ -98,7 +101,9 @@ static CUresult drop_pieces(void *base, size_t bytes, size_t done, size_t piece)
 {
     CUresult first = CUDA_SUCCESS;
     for (size_t off = 0; off < done; off += piece) {
+        pin_begin();
         CUresult r = MS_REAL(cuMemHostUnregister)((char *)base + off);
+        pin_end();
         if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
             first = r;
     }
@@ -106,8 +111,9 @@ static CUresult drop_pieces(void *base, size_t bytes, size_t done, size_t piece)
     return first;
 }
 
-/* A pieced store: *out on success; on failure nothing is held. */
-static CUresult pin_pieces(size_t bytes, size_t piece, void **out)
+/* A pieced store: *out on success; on failure nothing is held. *waited grows by the time spent
+ * waiting for migrations at the gate. */
+static CUresult pin_pieces(size_t bytes, size_t piece, void **out, uint64_t *waited)
 {
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED)
@@ -121,7 +127,7 @@ static CUresult pin_pieces(size_t bytes, size_t piece, void **out)
     size_t off = 0;
     CUresult r = CUDA_SUCCESS;
     for (; off < bytes && r == CUDA_SUCCESS; off += piece) {
-        pin_begin();
+        *waited += pin_begin();
         r = MS_REAL(cuMemHostRegister_v2)((char *)base + off, MS_MIN(piece, bytes - off), 0);
         pin_end();
     }
@@ -159,13 +165,14 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
     clock_gettime(CLOCK_REALTIME, &at);
     uint64_t t0 = ms_ipc_now_ns();
     CUresult r = CUDA_ERROR_UNKNOWN;
+    uint64_t waited = 0; /* at the gate, not pinning: left out of the timings */
     bool pieced = false, fell_back = false;
     if (piece) {
         if (align > piece)
             piece = align;
         else if (align)
             piece = MS_ROUND_UP(piece, align);
-        r = pin_pieces(bytes, piece, out);
+        r = pin_pieces(bytes, piece, out, &waited);
         pieced = r == CUDA_SUCCESS;
         fell_back = !pieced;
         if (fell_back)
@@ -174,11 +181,12 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
                         (double)bytes / (double)MS_GIB, (int)r);
     }
     if (!pieced) {
-        pin_begin();
+        waited += pin_begin();
         r = MS_REAL(cuMemHostAlloc)(out, bytes, 0);
         pin_end();
     }
     uint64_t dt = ms_ipc_now_ns() - t0;
+    dt -= MS_MIN(dt, waited);
     if (r != CUDA_SUCCESS) {
         *out = NULL;
         return r;
@@ -214,8 +222,14 @@ CUresult ms__host_unpin(void *p)
             break;
         }
     pthread_mutex_unlock(&lock);
-    CUresult r = found.base ? drop_pieces(found.base, found.bytes, found.bytes, found.piece)
-                            : MS_REAL(cuMemFreeHost)(p);
+    CUresult r;
+    if (found.base) {
+        r = drop_pieces(found.base, found.bytes, found.bytes, found.piece);
+    } else {
+        pin_begin();
+        r = MS_REAL(cuMemFreeHost)(p);
+        pin_end();
+    }
     if (r != CUDA_SUCCESS) {
         pthread_mutex_lock(&lock);
         st.unpin_errors++;
@@ -230,6 +244,7 @@ void ms__host_atfork_child(void)
     pthread_mutex_init(&gate, NULL);
     pthread_cond_init(&gate_cv, NULL);
     pinning = migrating = 0;
+    nlist = 0; /* the stores were not inherited (MADV_DONTFORK; the driver's are not either) */
 }
 
 void ms__host_stats(struct ms_host_stats *out)

@@ -4,7 +4,7 @@
  * Design
  *   Every region of the VMM engine, and every handle of the application's own VMM calls, has a
  *   host backing store that its evicted bytes are copied to. It is pinned, so that the copies
- *   run at the link's speed. Pinning runs inside the driver at about 2 GB/s, under locks that
+ *   run at the link's speed. Pinning runs inside the driver at 1.5-3 GiB/s, under locks that
  *   other processes' driver calls take too (docs/engine.md, "Host backing"), so one call that
  *   pins GiBs can hold up another process's eviction for a second or more.
  *
@@ -72,9 +72,10 @@ MS_HIDDEN void ms__host_stats(struct ms_host_stats *out);
  * so a pin running beside a migration stalls the migration's copies for as long as it runs
  * (on the H200, an eviction's copies waited 603 ms behind a 746 ms pin: docs/engine.md). A
  * migration calls enter before its first copy and leave after its last: enter waits for the pin
- * calls in flight to return (one piece each when pieced) and holds new ones back until leave.
- * Calls nest across threads (a count); enter may block, so call it with no lock a pinning
- * thread needs (pinning takes none of the engine's). */
+ * and unpin calls in flight to return (one piece each when pieced) and holds new ones back
+ * until leave. Calls nest (a count), so an order can hold the gate across its batches; enter
+ * may block, so call it with no lock a pinning thread needs (pinning takes none of the
+ * engine's; an unpin under the engine's lock cannot meet a migration, which holds that lock). */
 MS_HIDDEN void ms__host_gate_enter(void);
 MS_HIDDEN void ms__host_gate_leave(void);
 

@@ -988,7 +988,12 @@ static void pin_delay(size_t bytesize)
 static void pin_wait(void)
 {
     if (pin_ms() > 0) {
-        pthread_mutex_lock(&pin_mu);
+        if (pthread_mutex_trylock(&pin_mu) != 0) {
+            pthread_mutex_lock(&ms__fk_lock);
+            ms__fk_stats.pin_waits++;
+            pthread_mutex_unlock(&ms__fk_lock);
+            pthread_mutex_lock(&pin_mu);
+        }
         pthread_mutex_unlock(&pin_mu);
     }
 }

@@ -376,8 +376,8 @@ static void *pin_alloc(void *p)
 }
 
 /* Under the engine (VMM backing) with MSCHED_FAKE_PIN_MS=1500: while one thread allocates 128
- * MiB (its host backing takes 1.5 s to pin), a memset on another buffer must not wait for it:
- * the engine's lock is not held across the pinning. */
+ * MiB (its host backing, two 64 MiB pieces of 1.5 s each, takes 3 s to pin), a memset on
+ * another buffer must not wait for it: the engine's lock is not held across the pinning. */
 static int pin_lock(const struct ms_api *a)
 {
     CUcontext ctx;
@@ -415,10 +415,10 @@ static int pin_lock(const struct ms_api *a)
 /* ------------------------------------------------------------------------------------------ */
 /* pin-gate: a migration does not wait behind this process's pinning                            */
 
-#define GATE_SMALL 32u        /* buffers of 4 MiB: 2 MiB chunks, one copy each to evict */
+#define GATE_SMALL 32u        /* buffers of 4 MiB: one chunk and one copy each to evict */
 #define GATE_F (192ull << 20) /* the budget */
 
-/* Memset `f` (the whole budget): the engine evicts every small buffer first (64 chunks, each a
+/* Memset `f` (the whole budget): the engine evicts every small buffer first (32 chunks, each a
  * copy) and brings f's evicted chunks back. Returns the seconds it took, or -1. */
 static double gate_migrate(const struct ms_api *a, CUdeviceptr f, unsigned char v)
 {
@@ -439,12 +439,15 @@ static CUresult gate_refill(const struct ms_api *a, const CUdeviceptr *b, unsign
 }
 
 /* Under the engine with MSCHED_BUDGET=192MiB, MSCHED_PIN_PIECE=64MiB and MSCHED_FAKE_PIN_MS=200
- * (the fake's copies wait for a pin in flight, as the driver's do): 128 MiB of small buffers
- * and a 192 MiB buffer f take turns in the budget. The same migration (f in, small buffers
- * out) is timed alone and then while another thread pins 1 GiB in 16 pieces of 200 ms. With the
- * migration gate it waits for at most the piece in flight (0.2 s); without it, its copies wait
- * for piece after piece (0.7 s or more here). The small buffers' bytes survive. */
-static int pin_gate(const struct ms_api *a)
+ * (the fake's copies wait for a pin in flight, as the driver's do, and count it): 128 MiB of
+ * small buffers and a 192 MiB buffer f take turns in the budget. A migration (f in, the small
+ * buffers out) is timed alone and then, its like, while another thread pins 1 GiB in 16 pieces
+ * of 200 ms. With the migration gate no copy of it waits for a pin (the fake's count), and it
+ * takes at most the piece in flight longer; without the gate its copies wait for piece after
+ * piece (0.7 s or more here). The alone run also maps f fresh, so it is the slower of the two
+ * kinds of work: the time check is loose, the count is exact. The small buffers' bytes
+ * survive. */
+static int pin_gate(const struct ms_api *a, const struct ms_fake_api *fk)
 {
     CUcontext ctx;
     CUdeviceptr b[GATE_SMALL], f;
@@ -463,7 +466,10 @@ static int pin_gate(const struct ms_api *a)
         return printf("FAIL: pthread_create\n"), 1;
     struct timespec settle = {0, 250000000L};
     nanosleep(&settle, NULL);
+    struct ms_fake_stats s0, s1;
+    fk->get_stats(&s0);
     double during = gate_migrate(a, f, 2);
+    fk->get_stats(&s1);
     double m_end = now_s();
     pthread_join(t, NULL);
     MS_CK(x.rc);
@@ -474,6 +480,10 @@ static int pin_gate(const struct ms_api *a)
         return printf("FAIL: a memset failed\n"), 1;
     if (x.done - m_end < 0.3)
         return printf("FAIL: the pinning ended before the migration did: no overlap tested\n"), 1;
+    if (s1.pin_waits != s0.pin_waits)
+        return printf("FAIL: %llu of the migration's copies waited for a pin in flight\n",
+                      (unsigned long long)(s1.pin_waits - s0.pin_waits)),
+               1;
     if (during - alone > 0.35)
         return printf("FAIL: the migration took %.3f s longer beside the pinning\n",
                       during - alone),
@@ -672,7 +682,7 @@ int main(int argc, char **argv)
         else if (strcmp(mode, "pin-lock") == 0)
             rc = pin_lock(&a);
         else if (strcmp(mode, "pin-gate") == 0)
-            rc = pin_gate(&a);
+            rc = pin_gate(&a, &fk);
         else if (strcmp(mode, "pin-pieces") == 0)
             rc = pin_pieces(&a, &fk);
         else if (strcmp(mode, "strict") == 0)
