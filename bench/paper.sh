@@ -33,10 +33,12 @@
 # first), as the targets ask. A fixed slice (SLICE=1s, 500ms) runs every system round-robin at
 # it, and its results go to DIR/<part>-<slice>.jsonl (and raw/<part>-<slice>.tgz), beside the
 # adaptive ones. ADAPTIVE_OPTS adds mschedd options to the adaptive opt run (e.g. "--set
-# switch_frac=5"; recorded with its results, bench/micro/run_sweep.sh). LOOP_S sets every sweep
-# process's timed
-# loop in seconds (default 25 for micro and A, 35 for B, 40 for C and D): longer slices need
-# longer loops for the same number of switches in the measuring window.
+# switch_frac=5"; recorded with its results, bench/micro/run_sweep.sh); those results go to
+# DIR/<part>-<tag>.jsonl (tag: the options' letters, digits and underscores, switch_frac5),
+# beside the default policy's, and a part b run with the same ADAPTIVE_OPTS takes its slice from
+# that part a. LOOP_S sets every sweep process's timed loop in seconds (default 25 for micro
+# and A, 35 for B, 40 for C and D): longer slices need longer loops for the same number of
+# switches in the measuring window.
 # A sweep's processes get BARRIER_S (default 240) to load and LOOP_GRACE (default 90) past their
 # timed loop before the sweep kills them and moves on (bench/micro/run_sweep.sh); a part cut off
 # by a time limit or ^C keeps what it wrote in DIR/raw/<part>.interrupted.tgz.
@@ -63,6 +65,14 @@ if [ "$SLICE" != adaptive ] && ! [[ $SLICE =~ ^[1-9][0-9]*(ms|s)$ ]]; then
     exit 2
 fi
 export SLICE
+# Results of the adaptive policy run with options go beside the default policy's, not over them:
+# DIR/<part>-<tag>.jsonl, the tag being the options' letters, digits and underscores
+# ("--set switch_frac=5": switch_frac5).
+OPTS_TAG=""
+if [ -n "${ADAPTIVE_OPTS:-}" ]; then
+    OPTS_TAG=$(printf '%s' "$ADAPTIVE_OPTS" | sed 's/--set//g; s/[^A-Za-z0-9_]//g')
+    OPTS_TAG=${OPTS_TAG:-opts}
+fi
 
 usage() {
     awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'
@@ -153,7 +163,7 @@ run_part() {
     local p=$1 tmp rc=0 name=$1
     case $p in
     env | engine | rtbe | accuracy | strict) ;;
-    *) [ "$SLICE" = adaptive ] || name=$p-$SLICE ;;
+    *) if [ "$SLICE" != adaptive ]; then name=$p-$SLICE; elif [ -n "$OPTS_TAG" ]; then name=$p-$OPTS_TAG; fi ;;
     esac
     tmp=$(mktemp -d)
     CUR_PART=$name CUR_TMP=$tmp
@@ -185,9 +195,9 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     s = str(r.get("slice", ""))
     if r.get("system") == "opt" and "window_s" in r and s.startswith("adaptive:"):
-        print(s.split(":", 1)[1])' "$OUT/$w-$pr-a.jsonl" 2>/dev/null | tail -n 1)
+        print(s.split(":", 1)[1])' "$OUT/$w-$pr-a${OPTS_TAG:+-$OPTS_TAG}.jsonl" 2>/dev/null | tail -n 1)
                 if [ -z "$slice" ]; then
-                    echo "paper.sh: SLICE=adaptive: part $w-$pr-b needs part $w-$pr-a run with SLICE=adaptive first" >&2
+                    echo "paper.sh: SLICE=adaptive: part $w-$pr-b needs part $w-$pr-a run with SLICE=adaptive${OPTS_TAG:+ and the same ADAPTIVE_OPTS} first" >&2
                     rm -rf "$tmp"
                     return 1
                 fi

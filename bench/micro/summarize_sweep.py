@@ -16,10 +16,13 @@ is, plus OPT's bytes at the link's speed.
 Slice sets: runs of one pressure measured at different slice lengths are not compared with each
 other. Each run (a file's records of one workload and pressure) belongs to the set its daemon
 windows' "slice" names: "adaptive" when one of them is "adaptive:<ms>" (the opt run of
-SLICE=adaptive) or when its slice is the one such an adaptive opt run picked at that workload and
-pressure, written the same way, in a file without `ref` or `opt` of its own (a part b run
-later at "1700ms"), else the slice as written ("1s"); "" when no window says. A row is one (pressure, set); its `ref` is the set's own,
-else one of the same pressure.
+SLICE=adaptive; "adaptive (OPTS)" when that window records ADAPTIVE_OPTS, the daemon options
+it ran with, so a policy run with options never mixes with the default's) or when its slice is
+the one such an adaptive opt run picked at that workload and pressure, written the same way, in
+a file without `ref` or `opt` of its own (a part b run later at "1700ms"; it joins that opt
+run's set), else the slice as written ("1s"); "" when no window says. A row is one (pressure,
+set); its `ref` is the set's own, else one of the same pressure (the unknown set's, then the
+adaptive set's, then the first by name).
 Prints a Markdown table (and --json: one JSON object per row). --workload NAME selects the
 records of one workload (default micro; records without the field are micro).
 
@@ -107,25 +110,42 @@ def slice_sets(located):
             whole.add(key)  # a run of its own, not a part b
         if "proc" not in r and "slice" in r:
             t = str(r["slice"])
-            runs[key].append(t)
-            if t.startswith("adaptive:"):
-                picked.setdefault(key[1:], set()).add(t.split(":", 1)[1])
+            st = adaptive_set(r)
+            runs[key].append((t, st))
+            if st:
+                picked.setdefault(key[1:], {})[t.split(":", 1)[1]] = st
     sets = {}
     for key, slices in runs.items():
-        mine = picked.get(key[1:], set()) if key not in whole else set()
-        if any(t.startswith("adaptive:") or t in mine for t in slices):
-            sets[key] = "adaptive"
+        mine = picked.get(key[1:], {}) if key not in whole else {}
+        own = [st for _, st in slices if st] + [mine[t] for t, _ in slices if t in mine]
+        if own:
+            sets[key] = own[0]
         else:
-            sets[key] = min(slices) if slices else ""
+            sets[key] = min(t for t, _ in slices) if slices else ""
     for path, _, r in located:
         if "pressure" in r and "system" in r:
             r["_set"] = sets[(path, r.get("workload", "micro"), r["pressure"])]
 
 
+def adaptive_set(window):
+    """The set an adaptive opt run's window record opens: "adaptive", or "adaptive (OPTS)" when
+    it ran with ADAPTIVE_OPTS; None for any other record."""
+    if not str(window.get("slice", "")).startswith("adaptive:"):
+        return None
+    opts = window.get("adaptive_opts")
+    return f"adaptive ({opts})" if opts else "adaptive"
+
+
+def is_adaptive(st):
+    """Whether a slice set is an adaptive one (with or without options)."""
+    return st == "adaptive" or st.startswith("adaptive (")
+
+
 def row_order(pk):
-    """Rows by pressure; within one, the adaptive set first and the unknown set last."""
+    """Rows by pressure; within one, the adaptive set first, then adaptive ones with options,
+    and the unknown set last."""
     p, st = pk
-    return (p, 0 if st == "adaptive" else 2 if st == "" else 1, st)
+    return (p, 0 if st == "adaptive" else 1 if is_adaptive(st) else 3 if st == "" else 2, st)
 
 
 def group(records, workload="micro"):
@@ -154,8 +174,9 @@ def link_seconds(in_bytes, out_bytes):
 
 
 def set_name(st):
-    """A slice set as a reader says it: "adaptive", "1 s", "" (unknown)."""
-    ms = _ms(st) if st != "adaptive" else None
+    """A slice set as a reader says it: "adaptive", "adaptive (--set switch_frac=5)", "1 s", ""
+    (unknown)."""
+    ms = _ms(st) if not is_adaptive(st) else None
     return f"{ms / 1000:.3g} s" if ms is not None else st
 
 
@@ -163,7 +184,7 @@ def slice_label(pk, wins):
     """How a row's runs were sliced: "adaptive 1.66 s" (the opt run's pick; its ADAPTIVE_OPTS,
     if any, in parentheses), "1 s", or ""."""
     p, st = pk
-    if st != "adaptive":
+    if not is_adaptive(st):
         return set_name(st)
     got = [str(w.get("slice", "")) for (k, s), w in sorted(wins.items(), key=lambda kv: kv[0][1])
            if k == pk and s == "opt"] + [str(w.get("slice", "")) for (k, _), w in wins.items()
@@ -180,12 +201,12 @@ def slice_label(pk, wins):
 
 def ref_of(procs, pk):
     """The `ref` processes a row is normalized to: its set's own, else one of its pressure (the
-    unknown set's first; compute_rows marks such a row ref_from)."""
+    unknown set's first, then the adaptive set's; compute_rows marks such a row ref_from)."""
     own = procs.get((pk, "ref"))
     if own:
         return own
     others = sorted((k for k, s in procs if s == "ref" and k[0] == pk[0]),
-                    key=lambda k: (k[1] != "", k[1]))
+                    key=lambda k: (k[1] != "", k[1] != "adaptive", k[1]))
     return procs[(others[0], "ref")] if others else {}
 
 

@@ -313,7 +313,7 @@ def gen_provenance(data):
     if b is not None:
         out.append(f"- memory budget: {b:g} GiB" if is_num(b) else f"- memory budget: {b}")
     sets = sorted({r.get("_set", "") for r in data.sweep if r.get("system") != "ref"},
-                  key=lambda t: (t != "adaptive", t))
+                  key=lambda t: ss.row_order((0, t)))
     if len(sets) > 1:
         named = [ss.set_name(t) or "not recorded" for t in sets]
         out.append(f"- time slice: per run ({', '.join(named)}), named in each sweep table's "
@@ -688,7 +688,7 @@ def gen_targets(data):
     rows = []
     # msched >= 90 % of Ideal on every workload and pressure. Ideal is the issue's "budget at
     # least the total": the `slice` run (the same time slicing with every byte resident).
-    points, missing, no_ideal = [], [], []
+    points, missing, no_ideal, with_opts = [], [], [], {}
     at_slice = {}  # slice label -> the points measured at it
     for w in WORKLOADS:
         rows_w = ss.compute_rows(data.sweep, w)
@@ -697,6 +697,12 @@ def gen_targets(data):
             missing.append(w)
         got = ss.preferred([r for r in rows_w if r.get("slice") is not None])
         rated = {r["pressure"] for r in got}
+        for r in rows_w:  # the adaptive policy with options (ADAPTIVE_OPTS): reported beside
+            if (r["set"] != "adaptive" and ss.is_adaptive(r["set"])
+                    and r.get("slice") and r.get("opt") is not None
+                    and not any(r is g for g in got)):
+                with_opts.setdefault(r["set"][len("adaptive ("):-1], []).append(
+                    f"{w} {fpress(r['pressure'])} {100 * r['opt'] / r['slice']:.1f} %")
         no_ideal += [f"{w} {fpress(r['pressure'])}" for r in with_opt
                      if r["pressure"] not in rated]
         for r in got:
@@ -718,6 +724,8 @@ def gen_targets(data):
                                                            key=lambda kv: kv[0] != "adaptive")))
         if missing:
             extra.append("not measured: " + ", ".join(missing))
+        for opts, got_o in sorted(with_opts.items()):
+            extra.append(f"with `{opts}`: " + ", ".join(got_o))
         if no_ideal:
             extra.append("no in-memory (slice) run: " + ", ".join(no_ideal))
         if extra:

@@ -193,14 +193,18 @@ fi
 # fixture's rates) at a fixed 2000ms, the slice the adaptive opt picked, stays a row of its own
 # (opt 120.0), not merged into the adaptive one. File d is a ref run alone (twice the fixture's
 # rates) and file e an opt run alone at 3000ms: e's row borrows d's ref (opt 60.0) and says so;
-# d makes no row of its own.
+# d makes no row of its own. File f is an adaptive run with ADAPTIVE_OPTS (slice and opt at the
+# 4000ms its opt picked, no ref): a set of its own, "adaptive (--set switch_frac=5)", after the
+# default policy's, borrowing d's ref: slice 1.3 x 2 / 2 = 130.0, opt 1.2 x 2.1 / 2 = 126.0,
+# 126 / 117 = 108 % of Ideal x slice; the targets name it beside the rated points (126 / 130 =
+# 96.9 %) without rating it.
 mkdir -p "$T/sets"
 cp "$FIX/results/"* "$T/sets/"
 "$PY" - "$FIX/results/micro.jsonl" "$T/sets" <<'PYEOF' || fail "making the slice-set records"
 import json, sys
 src, out = sys.argv[1], sys.argv[2]
 scale = {"ref": 2.0, "slice": 2.0, "opt": 1.9, "whole": 2.2}
-a, b, c, d, e = [], [], [], [], []
+a, b, c, d, e, f = [], [], [], [], [], []
 for line in open(src):
     r = json.loads(line)
     if r.get("pressure") != 150 or r["system"] not in scale:
@@ -214,6 +218,15 @@ for line in open(src):
         d.append(dict(r, tasks_per_s=r["tasks_per_s"] * 2))
     if r["system"] == "opt":  # file e: opt alone at 3000ms, no ref of its own
         e.append(dict(r, slice="3000ms") if "proc" not in r else dict(r))
+    if r["system"] in ("slice", "opt"):  # file f: ADAPTIVE_OPTS, twice / 2.1x the rates
+        k = dict(r)
+        if "proc" in k:
+            k["tasks_per_s"] = round(k["tasks_per_s"] * (2.0 if k["system"] == "slice" else 2.1), 6)
+        elif k["system"] == "opt":
+            k.update(slice="adaptive:4000ms", adaptive_opts="--set switch_frac=5")
+        else:
+            k["slice"] = "4000ms"
+        f.append(k)
     if "proc" in r:
         r["tasks_per_s"] = round(r["tasks_per_s"] * scale[r["system"]], 6)
     elif r["system"] != "ref":
@@ -221,9 +234,9 @@ for line in open(src):
     (b if r["system"] == "whole" else a).append(r)
 for name, recs in (("micro-150-a.jsonl", a), ("micro-150-b.jsonl", b),
                    ("micro-150-c.jsonl", c), ("micro-150-d.jsonl", d),
-                   ("micro-150-e.jsonl", e)):
-    with open(f"{out}/{name}", "w") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in recs))
+                   ("micro-150-e.jsonl", e), ("micro-150-f.jsonl", f)):
+    with open(f"{out}/{name}", "w") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in recs))
 PYEOF
 cp "$FIX/doc.md" "$T/sets.md"
 nompl --results "$T/sets" --doc "$T/sets.md" --img "$T/img" >/dev/null 2>"$T/sets.err" ||
@@ -235,16 +248,19 @@ has "$S" "| 150 % | 1 s | 130.0 | 120.0 | 90.0 | 30.0 | 90.0 | 133 % | 117.0 | 1
 has "$S" "| 200 % | 1 s | 125.0 | 70.0 | 60.0 | 20.0 | 80.0 | 88 % |"
 has "$S" "| 150 % | 2 s | - | 120.0 | - | - | 90.0 | 133 % | - | - | 73.0 | - | - |"
 has "$S" "| 150 % | 3 s | - | 60.0 | - | - | 90.0 | 67 % | - | - | 73.0 | - | - |"
-has "$S" "Without a \`ref\` run of their own, normalized: 150 % (3 s) to the \`ref\` of 150 % (slice unknown)."
-[ "$(grep -cE '^\| 150 % \| (adaptive )?[0-9.]+ s \|' "$S")" = 4 ] ||
-    fail "expected four rows at 150 % (adaptive, 1 s, 2 s, 3 s)"
+has "$S" "Without a \`ref\` run of their own, normalized: 150 % (adaptive (--set switch_frac=5)) to the \`ref\` of 150 % (slice unknown); 150 % (3 s) to the \`ref\` of 150 % (slice unknown)."
+has "$S" "| 150 % | adaptive 4 s (--set switch_frac=5) | 130.0 | 126.0 | - | - | 90.0 | 140 % | 117.0 | 108 % | 73.0 | - | - |"
+[ "$(grep -cE '^\| 150 % \| (adaptive )?[0-9.]+ s( \([^)]*\))? \|' "$S")" = 5 ] ||
+    fail "expected five rows at 150 % (adaptive, adaptive with options, 1 s, 2 s, 3 s)"
+[ "$(grep -n '| 150 % | adaptive 4 s' "$S" | cut -d: -f1)" -lt "$(grep -n '| 150 % | 1 s |' "$S" | cut -d: -f1)" ] ||
+    fail "the adaptive row with options does not come before the fixed slices"
 grep -q '^| 150 % | - |' "$S" && fail "a row for the ref-only run"
 [ "$(grep -n '| 150 % | adaptive 2 s' "$S" | cut -d: -f1)" -lt "$(grep -n '| 150 % | 1 s |' "$S" | cut -d: -f1)" ] ||
     fail "the adaptive row does not come first"
 has "$S" "| 150 % (adaptive) | opt | 43.5 / 43.5 |"
 has "$S" "| 150 % (1 s) | opt | 43.5 / 43.5 |"
-has "$S" "worst 56.0 % of Ideal: micro at 200 % (2 points measured); slices: adaptive: micro 150 %; 1 s: micro 200 %"
-has "$S" "- time slice: per run (adaptive, 1 s, 2 s, 3 s), named in each sweep table's slice column"
+has "$S" "worst 56.0 % of Ideal: micro at 200 % (2 points measured); slices: adaptive: micro 150 %; 1 s: micro 200 %; not measured: A, B, C; with \`--set switch_frac=5\`: micro 150 % 96.9 %; no in-memory"
+has "$S" "- time slice: per run (adaptive, adaptive (--set switch_frac=5), 1 s, 2 s, 3 s), named in each sweep table's slice column"
 "$PY" "$ROOT/bench/micro/summarize_sweep.py" "$T/sets/micro.jsonl" "$T/sets/micro-150-a.jsonl" \
     "$T/sets/micro-150-b.jsonl" >"$T/sets-summary.md" || fail "summarize_sweep.py on slice sets exited $?"
 has "$T/sets-summary.md" "| 150 % | adaptive 2 s | 130.0 | 114.0 | 99.0 | - | 90.0 | 127 % | 117.0 | 97 % | 73.0 | 1.2x | - |"
