@@ -12,7 +12,9 @@ program exited normally, a summary object last. The totals are recomputed from t
 Per program: launches measured, the share whose predicted chunks covered every byte the
 driver reported faulting or migrating for them, the unbounded ones (reach unknown: the whole footprint predicted), the predicted
 bytes, the touched bytes between the two bounds (faulted 4 KiB pages; faults plus migrated
-bytes), and the over-prediction: predicted / touched, for both bounds.
+bytes), and the over-prediction: predicted / touched, for both bounds. Where the launch lines
+carry the eviction before each launch, also what each launch left resident on the GPU
+(resident(), below): a measure of what was touched that does not rest on the reports.
 
 --strict (STRICT=1 bench/accuracy/run_accuracy.sh): DIR/<program>.log (the program's output
 with msched's verbose summary) and DIR/<program>.rc. Per program: "launches" (every one ran with
@@ -35,6 +37,7 @@ def summarize(path, program):
     n = covered = unbounded = pred = lo = hi = miss = outside = evicted = 0
     summary = {}
     kernels_missed = set()
+    seq = []  # (pred, evicted) per launch, in order
     with open(path) as f:
         for line in f:
             try:
@@ -53,6 +56,7 @@ def summarize(path, program):
             outside += r.get("before", 0) + r.get("after", 0)
             evicted += r.get("evicted", 0)
             miss += r["miss"]
+            seq.append((r["pred"], r.get("evicted")))
             if not r["covered"]:
                 kernels_missed.add(r["kernel"])
     if n and not lo and not hi:
@@ -68,12 +72,32 @@ def summarize(path, program):
            "over_lo": round(pred / lo, 2) if lo else None,
            "over_hi": round(pred / hi, 2) if hi else None,
            "missed_kernels": sorted(kernels_missed)[:5], "outside_bytes": outside,
-           "evicted_bytes": evicted,
+           "evicted_bytes": evicted, **resident(seq, summary),
            "late": summary.get("late"), "thrashing": summary.get("thrashing"),
            "remote_maps": summary.get("remote_maps"), "dropped": summary.get("dropped"),
            "error": summary.get("error"),
            "complete": bool(summary)}
     return out
+
+
+def resident(seq, summary):
+    """What each launch left on the GPU, from the eviction before the next one: the probe sends
+    every region back before every measured launch, so that eviction moves to the host exactly
+    what the launch before it brought in (faulted, migrated or prefetched by the driver),
+    whether or not the driver reported those moves. An upper bound of what the launch touched,
+    at the driver's migration granularity, independent of CUPTI's fault and migration reports.
+    Over the launches followed by another: resident_bytes (the next evictions), resident_pred_bytes
+    (their predictions), over_resident (the one over the other), beyond (launches that left more
+    resident than predicted) and beyond_max_bytes (the largest such excess). Empty when the
+    launch lines carry no eviction or the probe could not watch device-to-host moves."""
+    if len(seq) < 2 or any(e is None for _, e in seq) or summary.get("dtoh_watched") is False:
+        return {}
+    res = sum(e for _, e in seq[1:])
+    pred = sum(p for p, _ in seq[:-1])
+    excess = [e - p for (p, _), (_, e) in zip(seq, seq[1:]) if e > p]
+    return {"resident_bytes": res, "resident_pred_bytes": pred,
+            "over_resident": round(pred / res, 2) if res else None,
+            "beyond": len(excess), "beyond_max_bytes": max(excess, default=0)}
 
 
 def summarize_strict(d, program):

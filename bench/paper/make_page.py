@@ -43,7 +43,8 @@ Records (JSON lines; unknown fields are ignored):
           system {system, daemon, switch_seconds_max} over the RT service's run.
   engine  workload engine: the JSON lines of tests/gpu/migrate_bench.c.
   accuracy  bench/accuracy/summarize.py: workload accuracy, per program {group, program,
-          launches, covered, unbounded, pred_bytes, touch_lo_bytes, touch_hi_bytes, late}.
+          launches, covered, unbounded, pred_bytes, touch_lo_bytes, touch_hi_bytes, late,
+          and where measured resident_bytes, resident_pred_bytes, beyond, beyond_max_bytes}.
   strict  bench/accuracy/summarize.py --strict: workload strict, per program {group, program,
           rc, timed_out, launches, evicted_chunks, result, fault, error}.
   env.json  {gpu, driver, cuda, torch, transformers, date, budget_gib, slice, host}, any absent.
@@ -803,18 +804,23 @@ def gen_accuracy(data):
         r = data.accuracy.get(p)
         strict = strict_cell(data.strict.get(p))
         if r is None:
-            rows.append([programs[p] or "?", p, "-", "-", strict, "-", "-", "-", "-",
-                         "no accuracy run"])
+            rows.append([programs[p] or "?", p, "-", "-", strict] + ["-"] * 6
+                        + ["no accuracy run"])
             continue
         n = r.get("launches") or 0
         if not n:
-            rows.append([r.get("group", "?"), r["program"], "0", "-", strict, "-", "-", "-", "-",
-                         str(r.get("error") or "no launch measured")])
+            rows.append([r.get("group", "?"), r["program"], "0", "-", strict] + ["-"] * 6
+                        + [str(r.get("error") or "no launch measured")])
             continue
         lo, hi, pred = r.get("touch_lo_bytes"), r.get("touch_hi_bytes"), r.get("pred_bytes")
         over = (f"{ratio(pred, hi):.1f}-{ratio(pred, lo):.1f}x"
                 if lo and hi and pred is not None else "-")
+        res, res_pred = r.get("resident_bytes"), r.get("resident_pred_bytes")
+        over_res = f"{ratio(res_pred, res):.2f}x" if res and res_pred is not None else "-"
         notes = []
+        if r.get("beyond"):
+            notes.append(f"{r['beyond']} left up to {r.get('beyond_max_bytes', 0) / 1024:g} KiB "
+                         "more resident than predicted")
         if r.get("unbounded"):
             notes.append(f"{r['unbounded']} unbounded")
         if r.get("late"):
@@ -832,10 +838,11 @@ def gen_accuracy(data):
             notes.append("cut by its time limit")
         rows.append([r.get("group", "?"), r["program"], str(n),
                      f"{100.0 * r['covered'] / n:.1f} %", strict, gib(pred), gib(lo), gib(hi),
-                     over, ", ".join(notes) or "-"])
+                     gib(res), over_res, over, ", ".join(notes) or "-"])
     return table(["workload", "program", "launches", "covered", "strict run", "predicted GiB",
-                  "touched GiB (faults)", "touched GiB (faults + migrated)", "over-prediction",
-                  "notes"], rows), None
+                  "touched GiB (faults)", "touched GiB (faults + migrated)",
+                  "left resident GiB", "over-prediction (resident)",
+                  "over-prediction (reports)", "notes"], rows), None
 
 
 GENERATORS = {"provenance": gen_provenance, "engine": gen_engine}

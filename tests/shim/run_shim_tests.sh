@@ -503,8 +503,10 @@ for max in "" 2; do
         MS_FAKECUDA="$FAKE" MSCHED_BUDGET=64MiB MSCHED_ENGINE=demand MSCHED_ACCURACY="$WORK/acc.jsonl" \
         MSCHED_CUPTI="$T/libcupti_fake.so" FAKE_CUPTI_CONFIG_MAX="$max"
     rc=$?
-    if [ $rc = 0 ] && python3 - "$WORK/acc.jsonl" "$max" >"$WORK/acc.check" 2>&1 <<'PY'; then
+    if [ $rc = 0 ] && python3 - "$WORK/acc.jsonl" "$max" "$ROOT/bench/accuracy" >"$WORK/acc.check" 2>&1 <<'PY'; then
 import json, sys
+sys.path.insert(0, sys.argv[3])
+import summarize
 lines = [json.loads(l) for l in open(sys.argv[1])]
 full = sys.argv[2] == ""
 launch, summary = lines[:-1], lines[-1]
@@ -520,6 +522,17 @@ assert summary["summary"] and summary["launches"] == 4 and summary["covered"] ==
 assert summary["miss"] == 2 * MiB and summary["late"] == 0 and summary["error"] == "", summary
 assert summary["dtoh_watched"] == full and summary["mitigation_watched"] == full, summary
 assert summary["dropped"] == 0 and summary["reports"] > 0, summary
+# The summary over these lines: what each launch left resident is the next launch's eviction,
+# against its own prediction; without device-to-host reports there is no such measure.
+s = summarize.summarize(sys.argv[1], "acc")
+if full:
+    res = sum(l["evicted"] for l in launch[1:])
+    assert res > 0 and s["resident_bytes"] == res, s
+    assert s["resident_pred_bytes"] == sum(l["pred"] for l in launch[:-1]), s
+    over = [n["evicted"] - l["pred"] for l, n in zip(launch, launch[1:]) if n["evicted"] > l["pred"]]
+    assert s["beyond"] == len(over) and s["beyond_max_bytes"] == max(over, default=0), s
+else:
+    assert "resident_bytes" not in s, s
 print("ok")
 PY
         pass "shim/accuracy$max (fake CUPTI: touches, eviction and the missed page as scripted)"
