@@ -16,8 +16,10 @@
 #                    (W-P): workloads micro, A, B, C, D; pressures 100, 150, 200, 300; systems
 #                    ref slice opt lru whole demand; A, B, C and D also in two parts per
 #                    pressure, W-P-a (ref slice opt) and W-P-b (lru whole demand, normalized by
-#                    part a's ref); A-150-200 runs both of A's pressures in one part (not in
-#                    the default run)
+#                    part a's ref); A-150-200 runs both of A's pressures in one part, and
+#                    micro-P-b the baselines of one micro pressure at the slice the adaptive
+#                    opt of micro-LO-HI picked, for a micro part run with fewer systems (neither
+#                    in the default run, which runs micro's systems in micro-LO-HI)
 #   rtbe             bench/workloads/run_rtbe.sh: ref msched tslice slice
 #   accuracy         bench/accuracy/run_accuracy.sh: each workload's programs alone, the launch
 #                    predictor against the driver's fault reports (needs CUPTI)
@@ -54,9 +56,12 @@ fi
 OUT=bench/results/gpu/paper
 PARTS=()
 PAGE=1
-ALL_PARTS="env engine micro-100-150 micro-200-300 A-150-200 A-150-a A-150-b A-200-a A-200-b A-300
+ALL_PARTS="env engine micro-100-150 micro-200-300 micro-100-b micro-150-b micro-200-b micro-300-b A-150-200 A-150-a A-150-b A-200-a A-200-b A-300
 B-150-a B-150-b B-200-a B-200-b B-300-a B-300-b C-150-a C-150-b C-200-a C-200-b C-300-a C-300-b
 D-150-a D-150-b D-200-a D-200-b D-300-a D-300-b rtbe accuracy strict"
+# Without --part every part runs but these: A-150-200 (the same runs as A-150-a ... A-200-b) and
+# micro-P-b (micro-LO-HI runs every system already).
+DEFAULT_PARTS=$(echo $ALL_PARTS | sed 's/ A-150-200\b//; s/ micro-[0-9]*-b\b//g')
 USER_SYSTEMS=${SYSTEMS:-}
 SYSTEMS=${SYSTEMS:-ref slice opt lru whole demand}
 SLICE=${SLICE:-adaptive}
@@ -86,16 +91,21 @@ while [ $# -gt 0 ]; do
     --no-page) PAGE=0; shift ;;
     --list)
         for p in $ALL_PARTS; do
-            case $p in
-            env) printf '%-14s %s\n' "$p" "machine and versions -> env.json" ;;
-            engine) printf '%-14s %s\n' "$p" "migrate_bench 4 and 16 GiB in 64 MiB chunks" ;;
-            rtbe) printf '%-14s %s\n' "$p" "RT+BE: ref msched tslice slice, 40 s of requests" ;;
-            accuracy) printf '%-14s %s\n' "$p" "prediction accuracy, 11 programs alone, ${ACC_SECS:-15} s each" ;;
-            strict) printf '%-14s %s\n' "$p" "coverage: the same 11 programs under MSCHED_STRICT=1, ${ACC_SECS:-15} s each" ;;
-            *-a) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-ref slice opt}" ;;
-            *-b) printf '%-14s %s\n' "$p" "workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-lru whole demand}" ;;
-            *) printf '%-14s %s\n' "$p" "workload ${p%%-*} at ${p#*-} %: $SYSTEMS" ;;
+            case " $DEFAULT_PARTS " in
+            *" $p "*) only="" ;;
+            *) only=" (only with --part)" ;;
             esac
+            case $p in
+            env) d="machine and versions -> env.json" ;;
+            engine) d="migrate_bench 4 and 16 GiB in 64 MiB chunks" ;;
+            rtbe) d="RT+BE: ref msched tslice slice, 40 s of requests" ;;
+            accuracy) d="prediction accuracy, 11 programs alone, ${ACC_SECS:-15} s each" ;;
+            strict) d="coverage: the same 11 programs under MSCHED_STRICT=1, ${ACC_SECS:-15} s each" ;;
+            *-a) d="workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-ref slice opt}" ;;
+            *-b) d="workload ${p%%-*} at $(echo "${p#*-}" | cut -d- -f1) %: ${USER_SYSTEMS:-lru whole demand}" ;;
+            *) d="workload ${p%%-*} at ${p#*-} %: $SYSTEMS" ;;
+            esac
+            printf '%-14s %s%s\n' "$p" "$d" "$only"
         done
         exit 0
         ;;
@@ -103,9 +113,7 @@ while [ $# -gt 0 ]; do
     *) echo "paper.sh: unknown argument '$1'" >&2; usage ;;
     esac
 done
-# A-150-200 is the same runs as A-150-a, A-150-b, A-200-a and A-200-b in one part (under 10 minutes
-# only with fewer systems): not in the default run.
-[ ${#PARTS[@]} -gt 0 ] || read -r -a PARTS <<<"$(echo $ALL_PARTS | sed 's/ A-150-200 / /')"
+[ ${#PARTS[@]} -gt 0 ] || read -r -a PARTS <<<"$DEFAULT_PARTS"
 for p in "${PARTS[@]}"; do
     case " $(echo $ALL_PARTS) " in
     *" $p "*) ;;
@@ -188,16 +196,18 @@ run_part() {
         case $pr in
         *-a) pr=${pr%-a} sys=${USER_SYSTEMS:-ref slice opt} ;;
         *-b) pr=${pr%-b} sys=${USER_SYSTEMS:-lru whole demand}
-            # part b has no opt run: it reuses the slice part a's adaptive opt picked
+            # part b has no opt run: it reuses the slice part a's adaptive opt picked (for
+            # micro, whose part a is a two-pressure part, that part's)
             if [ "$SLICE" = adaptive ] && ! grep -qw opt <<<"$sys"; then
-                slice=$(python3 -c 'import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    s = str(r.get("slice", ""))
-    if r.get("system") == "opt" and "window_s" in r and s.startswith("adaptive:"):
-        print(s.split(":", 1)[1])' "$OUT/$w-$pr-a${OPTS_TAG:+-$OPTS_TAG}.jsonl" 2>/dev/null | tail -n 1)
+                local from=("$OUT/$w-$pr-a${OPTS_TAG:+-$OPTS_TAG}.jsonl") q
+                if [ -z "$OPTS_TAG" ]; then
+                    for q in $ALL_PARTS; do
+                        [[ $q =~ ^$w-[0-9]+-[0-9]+$ ]] && from+=("$OUT/$q.jsonl")
+                    done
+                fi
+                slice=$(python3 bench/paper/picked_slice.py "$w" "$pr" "${ADAPTIVE_OPTS:-}" "${from[@]}")
                 if [ -z "$slice" ]; then
-                    echo "paper.sh: SLICE=adaptive: part $w-$pr-b needs part $w-$pr-a run with SLICE=adaptive${OPTS_TAG:+ and the same ADAPTIVE_OPTS} first" >&2
+                    echo "paper.sh: SLICE=adaptive: part $w-$pr-b needs part $w-$pr-a (micro: the part with $pr %) run with SLICE=adaptive${OPTS_TAG:+ and the same ADAPTIVE_OPTS} first" >&2
                     rm -rf "$tmp"
                     return 1
                 fi

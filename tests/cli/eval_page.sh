@@ -169,6 +169,9 @@ if [ -f "$ROOT/bench/paper.sh" ]; then
         grep -q "^$part " "$T/list.txt" || fail "the page names part '$part', bench/paper.sh has no such part"
     done <"$T/parts.txt"
     pass "every part the notes name is a part of bench/paper.sh"
+    grep -q "^micro-150-b .*lru whole demand (only with --part)$" "$T/list.txt" ||
+        fail "bench/paper.sh --list does not mark micro-150-b as only with --part: $(grep micro-150-b "$T/list.txt")"
+    grep -q "^micro-100-150 .*(only with --part)" "$T/list.txt" && fail "micro-100-150 marked as only with --part"
     LOOP_S=1.5 bash "$ROOT/bench/paper.sh" --list >/dev/null 2>"$T/loops.err"
     [ $? = 2 ] || fail "bench/paper.sh with LOOP_S=1.5 did not exit 2"
     has "$T/loops.err" "LOOP_S must be a whole number of seconds, at least 14, not '1.5'"
@@ -266,6 +269,18 @@ has "$S" "- time slice: per run (adaptive, adaptive (--set switch_frac=5), 1 s, 
     "$T/sets/micro-150-b.jsonl" >"$T/sets-summary.md" || fail "summarize_sweep.py on slice sets exited $?"
 has "$T/sets-summary.md" "| 150 % | adaptive 2 s | 130.0 | 114.0 | 99.0 | - | 90.0 | 127 % | 117.0 | 97 % | 73.0 | 1.2x | - |"
 pass "slice sets: one row per slice, each normalized to its own ref; targets rate the adaptive row"
+
+# The slice a part b runs at (bench/paper/picked_slice.py, which bench/paper.sh asks): the
+# adaptive opt's of that workload and pressure with the same ADAPTIVE_OPTS; a missing file is
+# skipped; none found is exit 1.
+PS="$ROOT/bench/paper/picked_slice.py"
+got=$("$PY" "$PS" micro 150 "" "$T/no-such.jsonl" "$T/sets/micro-150-a.jsonl" "$T/sets/micro-150-f.jsonl")
+[ "$got" = 2000ms ] || fail "picked_slice.py for the default policy: '$got', want 2000ms"
+got=$("$PY" "$PS" micro 150 "--set switch_frac=5" "$T/sets/micro-150-a.jsonl" "$T/sets/micro-150-f.jsonl")
+[ "$got" = 4000ms ] || fail "picked_slice.py with options: '$got', want 4000ms"
+"$PY" "$PS" micro 200 "" "$T/sets/micro-150-a.jsonl" >/dev/null && fail "picked_slice.py found a slice at 200 %"
+"$PY" "$PS" D 150 "" "$T/sets/micro-150-a.jsonl" >/dev/null && fail "picked_slice.py found a slice for D"
+pass "picked_slice.py: the adaptive opt's slice per workload, pressure and options"
 
 # The summarizer's command line gives the same normalized row (its own columns).
 "$PY" "$ROOT/bench/micro/summarize_sweep.py" "$FIX/results/micro.jsonl" >"$T/summary.md" ||
