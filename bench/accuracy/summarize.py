@@ -82,10 +82,11 @@ def summarize(path, program):
 
 def resident(seq, summary):
     """What each launch left on the GPU, from the eviction before the next one: the probe sends
-    every region back before every measured launch, so that eviction moves to the host exactly
-    what the launch before it brought in (faulted, migrated or prefetched by the driver),
-    whether or not the driver reported those moves. An upper bound of what the launch touched,
-    at the driver's migration granularity, independent of CUPTI's fault and migration reports.
+    every region back before every measured launch, so that eviction moves to the host what the
+    GPU held after the launch before it: what that launch brought in (faulted, migrated or
+    prefetched by the driver, whether or not the driver reported those moves), plus anything
+    copies or memsets between the two put there. An upper bound of what the launch touched, at
+    the driver's migration granularity, independent of CUPTI's fault and migration reports.
     Over the launches followed by another: resident_bytes (the next evictions), resident_pred_bytes
     (their predictions), over_resident (the one over the other), beyond (launches that left more
     resident than predicted) and beyond_max_bytes (the largest such excess). Empty when the
