@@ -180,6 +180,30 @@ struct ms_rtable *ms__engine_rt(void)
 }
 
 /*
+ * The primary context the daemon client runs its orders in stays alive as long as the engine
+ * may use it. A CUDA runtime program releases the primary context it retained as it exits,
+ * before libmsched's destructor has shut the client down, and that release to zero destroys
+ * the context under whatever order the daemon sent meanwhile (on the H200: "migration failed:
+ * ... unknown error" as one process exited in 17 of 92 sweep runs, every one after its work was
+ * done, the daemon then waiting for the failed order). The engine takes a reference of its own when
+ * its context is the device's active primary context (checked first, so nothing is ever created)
+ * and never gives it back: the engine lives until the process ends, and the driver's teardown frees
+ * the context then.
+ */
+static void hold_primary(CUcontext ctx, CUdevice dev)
+{
+    unsigned int flags = 0;
+    int on = 0;
+    CUcontext p = NULL;
+    if (MS_REAL(cuDevicePrimaryCtxGetState)(dev, &flags, &on) != CUDA_SUCCESS || !on)
+        return;
+    if (MS_REAL(cuDevicePrimaryCtxRetain)(&p, dev) != CUDA_SUCCESS)
+        return;
+    if (p != ctx)
+        MS_REAL(cuDevicePrimaryCtxRelease_v2)(dev); /* the engine runs in a context of its own */
+}
+
+/*
  * Start on the first allocation, in the caller's (current) context. Lock held. With a daemon
  * (its socket exists) the engine connects first; without one, it runs alone under
  * MSCHED_BUDGET, or not at all (no driver call is made then: the shim only observes).
@@ -199,10 +223,10 @@ static bool start(void)
     if (MS_REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || !ctx)
         return false; /* no context: let the driver report it */
     struct ms_client_welcome w = {0};
+    CUdevice dev = 0;
+    if (MS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS || dev < 0)
+        dev = 0;
     if (daemon) {
-        CUdevice dev = 0;
-        if (MS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS || dev < 0)
-            dev = 0;
         int c = ms_client_connect((unsigned)dev, E.alone_budget, &w);
         if (c != MS_OK) {
             ms__shim_log("no daemon (%s); %s", ms_strerror(c),
@@ -238,6 +262,7 @@ static bool start(void)
         E.mode = MODE_DAEMON;
         E.budget = w.budget;
         E.st.budget = w.budget;
+        hold_primary(ctx, dev);
         if (ms_client_start(ctx) != MS_OK) {
             /* No service thread: run alone (or observe only) from the start. */
             E.mode = MODE_ALONE;

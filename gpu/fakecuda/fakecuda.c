@@ -6,7 +6,10 @@
  *   One device (ordinal 0) whose memory size comes from MSCHED_FAKE_MEM_BYTES. Contexts are
  *   small heap objects with a magic number; the current context is thread-local, with a
  *   push/pop stack of 16 entries. Streams and events are heap objects in small live lists, so
- *   a stale or foreign handle is an error (CUDA_ERROR_INVALID_HANDLE), not a crash. Nothing is
+ *   a stale or foreign handle is an error (CUDA_ERROR_INVALID_HANDLE), not a crash. The
+ *   primary context is destroyed when its last holder releases it (as the CUDA runtime does
+ *   at exit): until it is retained again, a call that needs a context fails in any thread that
+ *   has it current (CUDA_ERROR_CONTEXT_IS_DESTROYED). Nothing is
  *   ever queued: work runs when submitted, so stream and event waits return at once and an
  *   event records the time of its cuEventRecord.
  *
@@ -51,6 +54,7 @@ static bool inited;          /* cuInit succeeded (atomic access) */
 static uint64_t total_bytes; /* fixed at the first cuInit */
 static struct fk_ctx primary = {CTX_MAGIC, 0, true};
 static int primary_refs;
+static bool primary_gone; /* released by its last holder: destroyed until retained again */
 static _Thread_local CUcontext ctx_stack[CTX_STACK]; /* [0..ctx_depth) ; top is current */
 static _Thread_local int ctx_depth;
 
@@ -110,6 +114,9 @@ CUresult ms__fk_ready(void)
     CUresult rc = ms__fk_inited();
     if (rc == CUDA_SUCCESS && !current())
         rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS && current() == (CUcontext)&primary &&
+        __atomic_load_n(&primary_gone, __ATOMIC_ACQUIRE))
+        rc = CUDA_ERROR_CONTEXT_IS_DESTROYED;
     return rc;
 }
 
@@ -338,8 +345,25 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&ms__fk_lock);
     primary_refs++;
+    __atomic_store_n(&primary_gone, false, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ms__fk_lock);
     *pctx = (CUcontext)&primary;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUresult rc = ms__fk_inited();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&ms__fk_lock);
+    *active = primary_refs > 0;
+    pthread_mutex_unlock(&ms__fk_lock);
+    *flags = 0;
     return CUDA_SUCCESS;
 }
 
@@ -352,7 +376,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&ms__fk_lock);
     rc = primary_refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-    primary_refs -= primary_refs > 0;
+    if (primary_refs > 0 && --primary_refs == 0)
+        __atomic_store_n(&primary_gone, true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ms__fk_lock);
     return rc;
 }
@@ -697,6 +722,7 @@ static const struct {
     FK_ENTRY(cuDeviceGetAttribute),
     FK_ENTRY(cuDeviceGetCount),
     FK_ENTRY(cuDeviceGetName),
+    FK_ENTRY(cuDevicePrimaryCtxGetState),
     FK_ENTRY(cuDevicePrimaryCtxRelease_v2),
     FK_ENTRY(cuDevicePrimaryCtxRetain),
     FK_ENTRY(cuDeviceTotalMem_v2),

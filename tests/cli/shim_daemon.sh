@@ -17,6 +17,8 @@
 #                mappings (virtualized handles, one moved), under the same daemon
 #   threads      tests/shim/workload.c (four threads, every hooked family) beside a cycle:
 #                the same result as directly on the fake driver
+#   exit         a client releasing its primary context at exit (as the CUDA runtime does)
+#                while the daemon still sends it orders: they run, nothing fails
 #   kill client  a client killed (-9) while its working set is loading: the others finish
 #   kill daemon  the daemon killed (-9) mid-run: a client with MSCHED_BUDGET runs on under it,
 #                one without makes everything resident, one whose footprint does not fit the
@@ -167,6 +169,21 @@ for m in dlsym gpa-pt; do
         fail "workload $m did not run under the daemon"
 done
 pass "a multi-threaded workload under the daemon gives the direct result"
+
+# ---- exit -------------------------------------------------------------------------------------
+# A CUDA runtime program releases the primary context it retained as it exits, its memory still
+# allocated, while the daemon goes on scheduling the others and sends it orders. The engine's
+# own reference keeps the context alive for them (without it the first eviction after the
+# release fails: "daemon connection broken", the process's exit summary "gone, failed").
+client busy -- "$LONG" 4 cycle
+client leaving STRESS_EXIT_RELEASE_MS=500 -- "$ROUNDS" 3 cycle
+wait_shim leaving 0 "$LIMIT"
+kill "$PID_busy" 2>/dev/null
+wait "$PID_busy" 2>/dev/null
+ok leaving
+grep -E "migration failed|connection broken" "$T/leaving.out" &&
+    fail "an order failed in the exiting process: $(grep msched "$T/leaving.out" | tail -n 3)"
+pass "a process releasing its primary context at exit still serves the daemon's orders"
 
 # ---- kill a client ---------------------------------------------------------------------------
 client d -- "$OPS" 5

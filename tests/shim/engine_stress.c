@@ -18,6 +18,9 @@
  *          graph reaches: the driver may not even implement the call), once more at 48 MiB
  *          (now the whole footprint is needed: refused, not run on missing memory).
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
+ *          With STRESS_EXIT_RELEASE_MS=N set, the cycle ends as a CUDA runtime program exits:
+ *          the buffers stay allocated, the primary context is released, and the process ends
+ *          N ms later.
  *   kcycle: the cycle, launching through the fill kernel's CUkernel handle (passed where a
  *          CUfunction goes, as CUDA 12+ allows): its layout must come from cuKernelGetParamInfo.
  *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
@@ -41,6 +44,7 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +63,7 @@ typedef CUresult (*reg_fn)(const char *, ms_fake_kernel_fn, const size_t *, size
 static CUresult (*p_init)(unsigned);
 static CUresult (*p_devget)(CUdevice *, int);
 static CUresult (*p_retain)(CUcontext *, CUdevice);
+static CUresult (*p_release)(CUdevice);
 static CUresult (*p_setcur)(CUcontext);
 static CUresult (*p_alloc)(CUdeviceptr *, size_t);
 static CUresult (*p_free)(CUdeviceptr);
@@ -378,6 +383,7 @@ int main(int argc, char **argv)
     LOAD(p_init, "cuInit");
     LOAD(p_devget, "cuDeviceGet");
     LOAD(p_retain, "cuDevicePrimaryCtxRetain");
+    LOAD(p_release, "cuDevicePrimaryCtxRelease_v2");
     LOAD(p_setcur, "cuCtxSetCurrent");
     LOAD(p_alloc, "cuMemAlloc_v2");
     LOAD(p_free, "cuMemFree_v2");
@@ -438,6 +444,19 @@ int main(int argc, char **argv)
                 CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
             }
         CK(p_sync());
+        const char *linger = getenv("STRESS_EXIT_RELEASE_MS");
+        if (linger) {
+            /* What the CUDA runtime does at exit: it releases the primary context it retained,
+             * with the memory still allocated; then the process takes a while to end. */
+            printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
+            fflush(stdout);
+            CK(p_release(dev));
+            long ms = strtol(linger, NULL, 10);
+            struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+            }
+            return 0;
+        }
         for (int i = 0; i < NBUF; i++)
             CK(p_free(b[i].d));
         printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
