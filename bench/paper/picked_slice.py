@@ -7,30 +7,26 @@ files that is workload WORKLOAD's (micro also when the field is absent) at PRESS
 opt, with a slice "adaptive:<ms>" and with ADAPTIVE_OPTS equal to OPTS ("" for the daemon's
 defaults). Exit 1, printing nothing, when no file holds one; files that do not exist are
 skipped, and a malformed line is an error (exit 2, naming the file and line)."""
-import json
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "micro"))
+import summarize_sweep as ss  # noqa: E402
 
 
 def picked(workload, pressure, opts, paths):
     found = None
-    for path in paths:
-        try:
-            f = open(path, encoding="utf-8")
-        except FileNotFoundError:
-            continue
-        with f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    r = json.loads(line)
-                except ValueError as e:
-                    raise SystemExit(f"picked_slice.py: {path}:{n}: malformed JSON ({e})") from None
-                s = str(r.get("slice", "")) if isinstance(r, dict) else ""
-                if (r.get("workload", "micro") == workload and r.get("pressure") == pressure
-                        and r.get("system") == "opt" and "window_s" in r
-                        and s.startswith("adaptive:") and r.get("adaptive_opts", "") == opts):
-                    found = s.split(":", 1)[1]
+    try:
+        located = ss.read_located([p for p in paths if os.path.exists(p)])
+    except ss.InputError as e:
+        print(f"picked_slice.py: {e}", file=sys.stderr)
+        sys.exit(2)
+    for _, _, r in located:
+        s = str(r.get("slice", ""))
+        if (r.get("workload", "micro") == workload and r.get("pressure") == pressure
+                and r.get("system") == "opt" and "window_s" in r
+                and s.startswith("adaptive:") and r.get("adaptive_opts", "") == opts):
+            found = s.split(":", 1)[1]
     return found
 
 

@@ -280,6 +280,10 @@ got=$("$PY" "$PS" micro 150 "--set switch_frac=5" "$T/sets/micro-150-a.jsonl" "$
 [ "$got" = 4000ms ] || fail "picked_slice.py with options: '$got', want 4000ms"
 "$PY" "$PS" micro 200 "" "$T/sets/micro-150-a.jsonl" >/dev/null && fail "picked_slice.py found a slice at 200 %"
 "$PY" "$PS" D 150 "" "$T/sets/micro-150-a.jsonl" >/dev/null && fail "picked_slice.py found a slice for D"
+echo '{"pressure": 150,' >"$T/cut.jsonl"
+"$PY" "$PS" micro 150 "" "$T/cut.jsonl" >/dev/null 2>"$T/cut.err"
+[ $? = 2 ] && grep -q "cut.jsonl:1: malformed JSON" "$T/cut.err" ||
+    fail "picked_slice.py on a malformed line: $(cat "$T/cut.err")"
 pass "picked_slice.py: the adaptive opt's slice per workload, pressure and options"
 
 # The summarizer's command line gives the same normalized row (its own columns).
