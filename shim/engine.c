@@ -204,6 +204,21 @@ static void hold_primary(CUcontext ctx, CUdevice dev)
 }
 
 /*
+ * The driver also shuts itself down as the process exits, in an exit handler registered as it
+ * initialises, and an order that runs after that fails (on the H200, with the reference above
+ * held, still one process in 26 sweep runs: "cuMemcpyDtoHAsync: unknown error" after its work
+ * was done). Exit handlers run in reverse order of registration and library destructors after
+ * all of them, so the engine leaves the daemon in an exit handler registered when it starts
+ * (after cuInit: it runs before the driver's). ms_client_shutdown may run twice; libmsched's
+ * destructor calls it again. A process that ends without running exit handlers (_exit, a
+ * signal) just closes its socket, and the daemon drops the task.
+ */
+static void leave_daemon_at_exit(void)
+{
+    ms_client_shutdown();
+}
+
+/*
  * Start on the first allocation, in the caller's (current) context. Lock held. With a daemon
  * (its socket exists) the engine connects first; without one, it runs alone under
  * MSCHED_BUDGET, or not at all (no driver call is made then: the shim only observes).
@@ -263,6 +278,12 @@ static bool start(void)
         E.budget = w.budget;
         E.st.budget = w.budget;
         hold_primary(ctx, dev);
+        static bool exit_hook; /* under the lock; a child after fork inherits it */
+        if (!exit_hook) {
+            exit_hook = atexit(leave_daemon_at_exit) == 0;
+            if (!exit_hook)
+                ms__shim_log("no exit handler: the daemon client stops only at unload");
+        }
         if (ms_client_start(ctx) != MS_OK) {
             /* No service thread: run alone (or observe only) from the start. */
             E.mode = MODE_ALONE;

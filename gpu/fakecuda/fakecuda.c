@@ -9,7 +9,10 @@
  *   a stale or foreign handle is an error (CUDA_ERROR_INVALID_HANDLE), not a crash. The
  *   primary context is destroyed when its last holder releases it (as the CUDA runtime does
  *   at exit): until it is retained again, a call that needs a context fails in any thread that
- *   has it current (CUDA_ERROR_CONTEXT_IS_DESTROYED). Nothing is
+ *   has it current (CUDA_ERROR_CONTEXT_IS_DESTROYED). Like the real driver, the fake shuts
+ *   down as the process exits: an exit handler registered by the first cuInit marks it shut
+ *   down, and every call after that fails with CUDA_ERROR_DEINITIALIZED (exit handlers
+ *   registered later run before it, library destructors after it). Nothing is
  *   ever queued: work runs when submitted, so stream and event waits return at once and an
  *   event records the time of its cuEventRecord.
  *
@@ -20,7 +23,8 @@
  *
  * Invariants
  *   - Every function other than cuInit, cuDriverGetVersion, cuGetErrorString/Name and
- *     cuGetProcAddress(_v2) returns CUDA_ERROR_NOT_INITIALIZED before cuInit succeeded.
+ *     cuGetProcAddress(_v2) returns CUDA_ERROR_NOT_INITIALIZED before cuInit succeeded, and
+ *     CUDA_ERROR_DEINITIALIZED once the exit handler has run.
  *   - Live-handle lists are only touched under ms__fk_lock.
  */
 #include "gpu/fakecuda/fakecuda_int.h"
@@ -51,6 +55,7 @@ struct fk_event {
 };
 
 static bool inited;          /* cuInit succeeded (atomic access) */
+static bool shut_down;       /* the exit handler ran (atomic access) */
 static uint64_t total_bytes; /* fixed at the first cuInit */
 static struct fk_ctx primary = {CTX_MAGIC, 0, true};
 static int primary_refs;
@@ -106,7 +111,14 @@ static CUcontext current(void)
 
 CUresult ms__fk_inited(void)
 {
+    if (__atomic_load_n(&shut_down, __ATOMIC_ACQUIRE))
+        return CUDA_ERROR_DEINITIALIZED;
     return __atomic_load_n(&inited, __ATOMIC_ACQUIRE) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static void shut_down_at_exit(void)
+{
+    __atomic_store_n(&shut_down, true, __ATOMIC_RELEASE);
 }
 
 CUresult ms__fk_ready(void)
@@ -180,6 +192,10 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
     pthread_mutex_lock(&ms__fk_lock);
     if (!inited) {
         total_bytes = parse_bytes(getenv("MSCHED_FAKE_MEM_BYTES"), 16ull << 30);
+        if (atexit(shut_down_at_exit) != 0) {
+            pthread_mutex_unlock(&ms__fk_lock);
+            return CUDA_ERROR_OPERATING_SYSTEM;
+        }
         ms__fk_stats.total_bytes = total_bytes;
         __atomic_store_n(&inited, true, __ATOMIC_RELEASE);
     }

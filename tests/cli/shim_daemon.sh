@@ -185,6 +185,20 @@ grep -E "migration failed|connection broken" "$T/leaving.out" &&
     fail "an order failed in the exiting process: $(grep msched "$T/leaving.out" | tail -n 3)"
 pass "a process releasing its primary context at exit still serves the daemon's orders"
 
+# The driver shuts itself down in an exit handler registered at cuInit: a process still taking
+# the daemon's orders after that fails them. libmsched leaves the daemon in an exit handler of
+# its own, registered when its engine starts (after cuInit, so it runs first); the client here
+# lingers after the driver has shut down, in a handler registered before cuInit.
+client busy -- "$LONG" 4 cycle
+client late STRESS_EXIT_RELEASE_MS=0 STRESS_EXIT_LINGER_MS=500 -- "$ROUNDS" 3 cycle
+wait_shim late 0 "$LIMIT"
+kill "$PID_busy" 2>/dev/null
+wait "$PID_busy" 2>/dev/null
+ok late
+grep -E "migration failed|connection broken" "$T/late.out" &&
+    fail "an order failed after the driver shut down: $(grep msched "$T/late.out" | tail -n 3)"
+pass "a process leaves the daemon before the driver shuts down at exit"
+
 # ---- kill a client ---------------------------------------------------------------------------
 client d -- "$OPS" 5
 client e -- "$ROUNDS" 9 cycle

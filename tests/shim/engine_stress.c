@@ -19,8 +19,10 @@
  *          (now the whole footprint is needed: refused, not run on missing memory).
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
  *          With STRESS_EXIT_RELEASE_MS=N set, the cycle ends as a CUDA runtime program exits:
- *          the buffers stay allocated, the primary context is released, and the process ends
- *          N ms later.
+ *          the buffers stay allocated, the primary context is released, and the process
+ *          lingers N ms before main returns. With STRESS_EXIT_LINGER_MS=M set, it lingers M ms
+ *          in an exit handler registered before cuInit, which runs after the driver's own exit
+ *          handler (the driver is shut down by then) and before libmsched's destructor.
  *   kcycle: the cycle, launching through the fill kernel's CUkernel handle (passed where a
  *          CUfunction goes, as CUDA 12+ allows): its layout must come from cuKernelGetParamInfo.
  *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
@@ -367,8 +369,31 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     return mismatches == 0 ? 0 : 1;
 }
 
+static long release_linger_ms = -1; /* STRESS_EXIT_RELEASE_MS */
+static long exit_linger_ms;         /* STRESS_EXIT_LINGER_MS */
+
+static void linger(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void linger_at_exit(void)
+{
+    linger(exit_linger_ms);
+}
+
 int main(int argc, char **argv)
 {
+    const char *rel = getenv("STRESS_EXIT_RELEASE_MS"), *ex = getenv("STRESS_EXIT_LINGER_MS");
+    release_linger_ms = rel ? strtol(rel, NULL, 10) : -1;
+    exit_linger_ms = ex ? strtol(ex, NULL, 10) : 0;
+    if ((rel && release_linger_ms < 0) || exit_linger_ms < 0 ||
+        (exit_linger_ms > 0 && atexit(linger_at_exit) != 0)) {
+        printf("FAIL: STRESS_EXIT_RELEASE_MS or STRESS_EXIT_LINGER_MS\n");
+        return 1;
+    }
     int ops = argc > 1 ? atoi(argv[1]) : 2000;
     rng = argc > 2 ? strtoull(argv[2], NULL, 10) : 42;
     rng = rng ? rng : 1;
@@ -444,17 +469,14 @@ int main(int argc, char **argv)
                 CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
             }
         CK(p_sync());
-        const char *linger = getenv("STRESS_EXIT_RELEASE_MS");
-        if (linger) {
+        if (release_linger_ms >= 0) {
             /* What the CUDA runtime does at exit: it releases the primary context it retained,
-             * with the memory still allocated; then the process takes a while to end. */
+             * with the memory still allocated; then the process takes a while to end (and
+             * with STRESS_EXIT_LINGER_MS, part of that after the driver has shut down). */
             printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
             fflush(stdout);
             CK(p_release(dev));
-            long ms = strtol(linger, NULL, 10);
-            struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-            while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-            }
+            linger(release_linger_ms);
             return 0;
         }
         for (int i = 0; i < NBUF; i++)
