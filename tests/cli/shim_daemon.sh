@@ -171,33 +171,35 @@ done
 pass "a multi-threaded workload under the daemon gives the direct result"
 
 # ---- exit -------------------------------------------------------------------------------------
+# exit_case NAME PASS-MESSAGE ENV...: a client NAME with ENV ends its cycle as a program exits
+# while a busy one goes on, so the daemon still sends NAME orders; none of them may fail.
+exit_case() {
+    local name=$1 msg=$2
+    shift 2
+    client busy -- "$LONG" 4 cycle
+    client "$name" "$@" -- "$ROUNDS" 3 cycle
+    wait_shim "$name" 0 "$LIMIT"
+    kill "$PID_busy" 2>/dev/null
+    wait "$PID_busy" 2>/dev/null
+    ok "$name"
+    grep -E "migration failed|connection broken" "$T/$name.out" &&
+        fail "$name: an order failed as it exited: $(grep msched "$T/$name.out" | tail -n 3)"
+    pass "$msg"
+}
+
 # A CUDA runtime program releases the primary context it retained as it exits, its memory still
-# allocated, while the daemon goes on scheduling the others and sends it orders. The engine's
-# own reference keeps the context alive for them (without it the first eviction after the
-# release fails: "daemon connection broken", the process's exit summary "gone, failed").
-client busy -- "$LONG" 4 cycle
-client leaving STRESS_EXIT_RELEASE_MS=500 -- "$ROUNDS" 3 cycle
-wait_shim leaving 0 "$LIMIT"
-kill "$PID_busy" 2>/dev/null
-wait "$PID_busy" 2>/dev/null
-ok leaving
-grep -E "migration failed|connection broken" "$T/leaving.out" &&
-    fail "an order failed in the exiting process: $(grep msched "$T/leaving.out" | tail -n 3)"
-pass "a process releasing its primary context at exit still serves the daemon's orders"
+# allocated. The engine's own reference keeps the context alive for the daemon's orders
+# (without it the first eviction after the release fails: "daemon connection broken", the
+# process's exit summary "gone, failed").
+exit_case leaving "a process releasing its primary context at exit still serves the daemon's orders" \
+    STRESS_EXIT_RELEASE_MS=500
 
 # The driver shuts itself down in an exit handler registered at cuInit: a process still taking
 # the daemon's orders after that fails them. libmsched leaves the daemon in an exit handler of
 # its own, registered when its engine starts (after cuInit, so it runs first); the client here
 # lingers after the driver has shut down, in a handler registered before cuInit.
-client busy -- "$LONG" 4 cycle
-client late STRESS_EXIT_RELEASE_MS=0 STRESS_EXIT_LINGER_MS=500 -- "$ROUNDS" 3 cycle
-wait_shim late 0 "$LIMIT"
-kill "$PID_busy" 2>/dev/null
-wait "$PID_busy" 2>/dev/null
-ok late
-grep -E "migration failed|connection broken" "$T/late.out" &&
-    fail "an order failed after the driver shut down: $(grep msched "$T/late.out" | tail -n 3)"
-pass "a process leaves the daemon before the driver shuts down at exit"
+exit_case late "a process leaves the daemon before the driver shuts down at exit" \
+    STRESS_EXIT_RELEASE_MS=0 STRESS_EXIT_LINGER_MS=500
 
 # ---- kill a client ---------------------------------------------------------------------------
 client d -- "$OPS" 5
