@@ -19,14 +19,16 @@ Design
     The generated C proves every pairing with a _Static_assert that the PFN typedef and the
     export's cuda.h prototype are the same type, so a wrong pairing cannot compile.
 
-Outputs (into --outdir, default shim/gen; committed, and checked for drift by `make check-gen`)
+Outputs (committed, and checked for drift by `make check-gen`)
+  into --abi-outdir (default cuabi/gen: the driver ABI, below both libmsched and the fake driver)
     syms.h    enum of every exported symbol (MS_SYM_<name>, sorted by name), table declarations
     syms.c    symbol names; cuGetProcAddress groups (base -> versioned entries); type checks
+  into --outdir (default shim/gen: libmsched's own)
     tramp.c   an x86-64 trampoline (top-level asm) for every export that hooks.def does not list:
               jmp *slot; while the slot is still empty, a slow path resolves the driver first
 
 Usage
-    scripts/gen_shim.py [--cuda DIR] [--stub FILE] [--hooks FILE] [--outdir DIR]
+    scripts/gen_shim.py [--cuda DIR] [--stub FILE] [--hooks FILE] [--outdir DIR] [--abi-outdir DIR]
 Exit status 0 on success; 1 with a message on stderr on any inconsistency.
 """
 
@@ -189,7 +191,7 @@ def gen_syms_h(exports, groups, entries, stub):
                               "a\n * cuGetProcAddress request (base name, CUDA version, "
                               "per-thread flag) to one of them.")]
     out.append("/* clang-format off */\n")
-    out.append("#ifndef MS_SHIM_GEN_SYMS_H\n#define MS_SHIM_GEN_SYMS_H\n\n#include <stdint.h>\n\n")
+    out.append("#ifndef MS_CUABI_GEN_SYMS_H\n#define MS_CUABI_GEN_SYMS_H\n\n#include <stdint.h>\n\n")
     out.append("#define MS_SYM_COUNT %d\n" % len(exports))
     out.append("#define MS_PA_NGROUPS %d\n" % len(groups))
     out.append("#define MS_PA_NENTRIES %d\n\n" % len(entries))
@@ -211,7 +213,7 @@ def gen_syms_h(exports, groups, entries, stub):
                " /* sorted by base */\n")
     out.append("extern const struct ms_pa_entry ms_gen_pa_entries[MS_PA_NENTRIES];"
                " /* by version */\n\n")
-    out.append("#endif /* MS_SHIM_GEN_SYMS_H */\n/* clang-format on */\n")
+    out.append("#endif /* MS_CUABI_GEN_SYMS_H */\n/* clang-format on */\n")
     return "".join(out)
 
 
@@ -220,7 +222,7 @@ def gen_syms_c(exports, groups, entries, stub):
                          what="The _Static_asserts at the end prove that each cuGetProcAddress "
                               "entry pairs a PFN\n * typedef with the export whose cuda.h "
                               "prototype has exactly that type.")]
-    out.append('/* clang-format off */\n#include "shim/cuda_api.h"\n#include "shim/gen/syms.h"\n\n')
+    out.append('/* clang-format off */\n#include "cuabi/cuda_api.h"\n#include "cuabi/gen/syms.h"\n\n')
     out.append("const char *const ms_gen_sym_names[MS_SYM_COUNT] = {\n")
     for n in exports:
         out.append('    "%s",\n' % n)
@@ -255,7 +257,7 @@ def gen_tramp_c(exports, hooks, stub):
                               "the argument registers, calls ms__shim_resolve(idx)\n * (which "
                               "loads the driver once and never returns NULL), restores them and "
                               "jumps.")]
-    out.append('#include "shim/gen/syms.h"\n\n')
+    out.append('#include "cuabi/gen/syms.h"\n\n')
     out.append("#if !defined(__x86_64__)\n#error \"libmsched's trampolines are x86-64 only\"\n"
                "#endif\n\n")
     out.append("/* clang-format off */\n")
@@ -317,7 +319,9 @@ def main():
     ap.add_argument("--cuda", default=os.environ.get("CUDA_HOME") or "/usr/local/cuda")
     ap.add_argument("--stub", help="default: <cuda>/lib64/stubs/libcuda.so")
     ap.add_argument("--hooks", default="shim/hooks.def")
-    ap.add_argument("--outdir", default="shim/gen")
+    ap.add_argument("--outdir", default="shim/gen", help="where tramp.c goes (libmsched's own)")
+    ap.add_argument("--abi-outdir", default="cuabi/gen",
+                    help="where syms.h and syms.c go (the driver ABI, shared with the fake driver)")
     a = ap.parse_args()
     stub = a.stub or os.path.join(a.cuda, "lib64", "stubs", "libcuda.so")
     inc = os.path.join(a.cuda, "include")
@@ -347,14 +351,14 @@ def main():
         fail("internal: groups are not sorted")
 
     stub_shown = stub if not stub.startswith(a.cuda) else "<cuda>" + stub[len(a.cuda):]
-    os.makedirs(a.outdir, exist_ok=True)
     files = {
-        "syms.h": gen_syms_h(exports, groups, entries, stub_shown),
-        "syms.c": gen_syms_c(exports, groups, entries, stub_shown),
-        "tramp.c": gen_tramp_c(exports, hooks, stub_shown),
+        os.path.join(a.abi_outdir, "syms.h"): gen_syms_h(exports, groups, entries, stub_shown),
+        os.path.join(a.abi_outdir, "syms.c"): gen_syms_c(exports, groups, entries, stub_shown),
+        os.path.join(a.outdir, "tramp.c"): gen_tramp_c(exports, hooks, stub_shown),
     }
-    for name, text in files.items():
-        with open(os.path.join(a.outdir, name), "w") as f:
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f:
             f.write(text)
     return 0
 

@@ -12,6 +12,8 @@
  * reports that it is unavailable.
  */
 #include "shim/shim_int.h"
+#include "shim/locks.h"
+#include "shim/config.h"
 
 #include "core/accuracy.h"
 #include "gpu/cuda/gpu_cuda.h"
@@ -34,7 +36,6 @@
 #endif
 
 #define PAGE 4096u
-#define DEFAULT_MAX 2000u
 #define BUF_BYTES (4u << 20)
 #define GAP_NS 2000000L /* between a launch's eviction and the launch */
 
@@ -68,8 +69,8 @@ static int vr_push(struct vec_range *a, uint64_t addr, uint64_t bytes)
 }
 
 static struct {
-    pthread_mutex_t lock;   /* one measurement at a time (accuracy.h) */
-    pthread_mutex_t rec_mu; /* recs, rec_nomem, reports, buffers, dropped, thrash, remote, dtoh */
+    struct ms_lock lock;   /* one measurement at a time (accuracy.h) */
+    struct ms_lock rec_mu; /* recs, rec_nomem, reports, buffers, dropped, thrash, remote, dtoh */
     bool on;
     FILE *out;
     const struct ms_cuda_api *api;
@@ -97,7 +98,7 @@ static struct {
     int early;               /* atomic: 0 not tried, 1 starting, 2 CUPTI on, 3 failed */
     char early_why[256];
     char err[160];
-} A = {.lock = PTHREAD_MUTEX_INITIALIZER, .rec_mu = PTHREAD_MUTEX_INITIALIZER};
+} A = {.lock = MS_LOCK_INIT(MS_LK_ACC, "acc"), .rec_mu = MS_LOCK_INIT(MS_LK_ACC_REC, "acc_rec")};
 
 static _Thread_local bool open_here;
 
@@ -176,7 +177,7 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffe
     CUpti_Activity *a = NULL;
     size_t lost = 0;
     bool told = C.ndropped && C.ndropped(ctx, stream, &lost) == CUPTI_SUCCESS;
-    pthread_mutex_lock(&A.rec_mu);
+    ms_lock(&A.rec_mu);
     A.buffers++;
     if (!told)
         A.dropped = UINT64_MAX;
@@ -208,13 +209,13 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buffe
         default: break;
         }
     }
-    pthread_mutex_unlock(&A.rec_mu);
+    ms_unlock(&A.rec_mu);
     free(buffer);
 }
 
 static void *open_cupti(void)
 {
-    const char *want = secure_getenv("MSCHED_CUPTI");
+    const char *want = ms__shim_opt_text(MS_OPT_CUPTI);
     if (want && *want)
         return dlopen(want, RTLD_NOW | RTLD_LOCAL);
     static const char *const names[] = {"libcupti.so.13", "libcupti.so",
@@ -307,7 +308,7 @@ static int collect(uint64_t from, uint64_t to, struct vec_range *lo, struct vec_
         stop("cuptiActivityFlushAll: %s", cupti_err(r));
         return MS_E_GPU;
     }
-    pthread_mutex_lock(&A.rec_mu);
+    ms_lock(&A.rec_mu);
     int e = A.rec_nomem ? MS_E_NOMEM : MS_OK;
     for (size_t i = 0; i < A.recs.n && e == MS_OK; i++) {
         const struct rec *x = &A.recs.v[i];
@@ -327,7 +328,7 @@ static int collect(uint64_t from, uint64_t to, struct vec_range *lo, struct vec_
     }
     A.recs.n = 0;
     A.rec_nomem = false;
-    pthread_mutex_unlock(&A.rec_mu);
+    ms_unlock(&A.rec_mu);
     if (e != MS_OK)
         stop("out of memory collecting reports");
     return e;
@@ -355,14 +356,14 @@ void ms_acc_early(void)
     int want = 0;
     if (!__atomic_compare_exchange_n(&A.early, &want, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return; /* done, or CUPTI's own cuInit while starting */
-    const char *path = secure_getenv("MSCHED_ACCURACY");
+    const char *path = ms__shim_opt_text(MS_OPT_ACCURACY);
     bool on = path && *path && cupti_start(A.early_why, sizeof A.early_why);
     __atomic_store_n(&A.early, on ? 2 : 3, __ATOMIC_RELEASE);
 }
 
 void ms_acc_start(const struct ms_cuda_api *api, bool ok)
 {
-    const char *path = secure_getenv("MSCHED_ACCURACY");
+    const char *path = ms__shim_opt_text(MS_OPT_ACCURACY);
     if (!path || !*path)
         return;
     char why[256] = "";
@@ -380,11 +381,10 @@ void ms_acc_start(const struct ms_cuda_api *api, bool ok)
     if (!A.out) {
         if (early == 2)
             C.disable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
-        ms__engine_say("MSCHED_ACCURACY: not measuring: %s", why);
+        ms__shim_say("MSCHED_ACCURACY: not measuring: %s", why);
         return;
     }
-    const char *m = secure_getenv("MSCHED_ACCURACY_MAX");
-    A.max = m && *m ? strtoull(m, NULL, 10) : DEFAULT_MAX;
+    A.max = ms__shim_opt(MS_OPT_ACCURACY_MAX);
     A.api = api;
     __atomic_store_n(&A.on, true, __ATOMIC_RELEASE);
 }
@@ -394,9 +394,9 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
 {
     if (!ms_acc_on() || open_here)
         return;
-    pthread_mutex_lock(&A.lock);
+    ms_lock(&A.lock);
     if (!A.on || A.measured >= A.max) {
-        pthread_mutex_unlock(&A.lock);
+        ms_unlock(&A.lock);
         return;
     }
     /* Snapshots for ms_acc_prepare, which runs without the engine lock: the live regions and
@@ -414,7 +414,7 @@ void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, c
     }
     if (e != MS_OK) {
         stop("out of memory");
-        pthread_mutex_unlock(&A.lock);
+        ms_unlock(&A.lock);
         return;
     }
     snprintf(A.name, sizeof A.name, "%s", name ? name : "?");
@@ -440,18 +440,18 @@ void ms_acc_prepare(void)
     STEP("collecting");
     if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
         return;
-    pthread_mutex_lock(&A.rec_mu);
+    ms_lock(&A.rec_mu);
     A.dtoh = 0;
-    pthread_mutex_unlock(&A.rec_mu);
+    ms_unlock(&A.rec_mu);
     STEP("evicting");
     if (evict_all() != MS_OK)
         return;
     STEP("collecting the eviction");
     if (collect(0, UINT64_MAX, NULL, NULL) != MS_OK)
         return;
-    pthread_mutex_lock(&A.rec_mu);
+    ms_lock(&A.rec_mu);
     A.launch_evicted = A.dtoh;
-    pthread_mutex_unlock(&A.rec_mu);
+    ms_unlock(&A.rec_mu);
     /* The driver takes a page that moves to the host and back within its thrashing lapse
      * (500 us in NVIDIA's open kernel modules) for thrashing, and may then pin it and map it
      * remotely: no more faults or migrations to see. Let the lapse pass. */
@@ -501,7 +501,7 @@ void ms_acc_end(void)
     }
     A.prev_t0 = t0;
     A.prev_t1 = A.t_sync;
-    pthread_mutex_unlock(&A.lock);
+    ms_unlock(&A.lock);
 }
 
 #else /* !MS_HAVE_CUPTI */
@@ -511,9 +511,9 @@ void ms_acc_early(void) {}
 void ms_acc_start(const struct ms_cuda_api *api, bool ok)
 {
     (void)api, (void)ok;
-    const char *path = secure_getenv("MSCHED_ACCURACY");
+    const char *path = ms__shim_opt_text(MS_OPT_ACCURACY);
     if (path && *path)
-        ms__engine_say("MSCHED_ACCURACY: not measuring: built without CUPTI headers");
+        ms__shim_say("MSCHED_ACCURACY: not measuring: built without CUPTI headers");
 }
 
 void ms_acc_begin(const struct ms_rtable *rt, const struct ms_chunk_set *need, const char *name,
@@ -539,11 +539,11 @@ static void stop(const char *fmt, ...)
 
 void ms_acc_finish(void)
 {
-    pthread_mutex_lock(&A.lock);
-    pthread_mutex_lock(&A.rec_mu);
+    ms_lock(&A.lock);
+    ms_lock(&A.rec_mu);
     uint64_t reports = A.reports, buffers = A.buffers, thrash = A.thrash, remote = A.remote;
     int64_t dropped = A.dropped == UINT64_MAX ? -1 : (int64_t)A.dropped;
-    pthread_mutex_unlock(&A.rec_mu);
+    ms_unlock(&A.rec_mu);
     if (A.out) {
         fprintf(A.out,
                 "{\"summary\":true,\"launches\":%" PRIu64 ",\"covered\":%" PRIu64
@@ -564,5 +564,5 @@ void ms_acc_finish(void)
         A.out = NULL;
     }
     __atomic_store_n(&A.on, false, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&A.lock);
+    ms_unlock(&A.lock);
 }

@@ -52,6 +52,8 @@
  *   - admissions happen only while C.running && !C.hold, under the lock.
  */
 #include "shim/client.h"
+#include "shim/locks.h"
+#include "shim/config.h"
 #include "shim/hostmem.h"
 
 #include "core/proto.h"
@@ -197,52 +199,13 @@ static void cond_init(void)
     C.cond_ready = true;
 }
 
-void ms_client_configure(const char *daemon, const char *priority, const char *weight,
-                         const char *idle_ms, const char *hang_ms)
+void ms_client_configure(void)
 {
-    C.hang_ns = 30000000000ull;
-    if (hang_ms) {
-        char *end = NULL;
-        unsigned long long v = strtoull(hang_ms, &end, 10);
-        if (end != hang_ms && !*end && (v == 0 || (v >= 100 && v <= 3600000)))
-            C.hang_ns = v * 1000000ull;
-        else
-            ms__engine_say("MSCHED_DAEMON_TIMEOUT_MS=%s is not 0 or 100..3600000; using 30000",
-                           hang_ms);
-    }
-    C.idle_ns = 20000000ull;
-    if (idle_ms) {
-        char *end = NULL;
-        unsigned long long v = strtoull(idle_ms, &end, 10);
-        if (end != idle_ms && !*end && v <= 60000)
-            C.idle_ns = v * 1000000ull;
-        else
-            ms__engine_say("MSCHED_IDLE_MS=%s is not 0..60000; using 20", idle_ms);
-    }
-    C.allowed = !(daemon && strcmp(daemon, "off") == 0);
-    C.prio = MS_PRIO_BE;
-    if (priority) {
-        char *end = NULL;
-        long v = strtol(priority, &end, 10);
-        if (strcmp(priority, "rt") == 0)
-            C.prio = MS_PRIO_RT;
-        else if (strcmp(priority, "be") == 0)
-            C.prio = MS_PRIO_BE;
-        else if (end != priority && !*end && v >= MS_PRIO_BE && v <= MS_PRIO_RT)
-            C.prio = (int32_t)v;
-        else
-            ms__engine_say("MSCHED_PRIORITY=%s is not rt, be or %d..%d; using be", priority,
-                           MS_PRIO_BE, MS_PRIO_RT);
-    }
-    C.weight = 0;
-    if (weight) {
-        char *end = NULL;
-        long v = strtol(weight, &end, 10);
-        if (end != weight && !*end && v >= 0 && v <= MS_PROTO_WEIGHT_MAX)
-            C.weight = (uint32_t)v;
-        else
-            ms__engine_say("MSCHED_WEIGHT=%s is not 0..%d; using 1", weight, MS_PROTO_WEIGHT_MAX);
-    }
+    C.hang_ns = ms__shim_opt(MS_OPT_DAEMON_TIMEOUT_MS) * 1000000ull;
+    C.idle_ns = ms__shim_opt(MS_OPT_IDLE_MS) * 1000000ull;
+    C.allowed = ms__shim_opt(MS_OPT_DAEMON) != MS_DAEMON_OFF;
+    C.prio = (int32_t)ms__shim_opt(MS_OPT_PRIORITY);
+    C.weight = (uint32_t)ms__shim_opt(MS_OPT_WEIGHT);
     cond_init();
 }
 
@@ -272,7 +235,7 @@ bool ms_client_available(void)
 
 void ms_client_stats_get(struct ms_client_stats *out)
 {
-    pthread_mutex_lock(ms__engine_mutex());
+    ms_lock(ms__engine_mutex());
     *out = C.st;
     /* A slice (or a wait) still open counts up to now. */
     uint64_t now = now_ns();
@@ -280,7 +243,7 @@ void ms_client_stats_get(struct ms_client_stats *out)
         out->run_ns += now - C.run_t0;
     if (C.dw_t0)
         out->dwait_ns += now - C.dw_t0;
-    pthread_mutex_unlock(ms__engine_mutex());
+    ms_unlock(ms__engine_mutex());
 }
 
 /* ---- sending (lock held) ------------------------------------------------------------------- */
@@ -522,7 +485,7 @@ static void timed_wait(uint64_t ns)
     uint64_t t = (uint64_t)ts.tv_nsec + ns;
     ts.tv_sec += (time_t)(t / 1000000000ull);
     ts.tv_nsec = (long)(t % 1000000000ull);
-    pthread_cond_timedwait(&C.cond, ms__engine_mutex(), &ts);
+    ms_lock_timedwait(&C.cond, ms__engine_mutex(), &ts);
 }
 
 /* Add s's chunks to the waiting threads' union. */
@@ -585,12 +548,11 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             break; /* recorded into a graph, not run: nothing to hold */
         uint64_t bytes = ms_chunk_set_bytes(need, rt);
         if (bytes > C.cap) {
-            ms__engine_say(
-                "%s needs %llu MiB resident, more than the %llu MiB this process may hold "
-                "(%s): refused",
-                unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
-                (unsigned long long)(bytes / MS_MIB), (unsigned long long)(C.cap / MS_MIB),
-                C.cap < C.budget ? "MSCHED_BUDGET" : "the daemon's budget");
+            ms__shim_say("%s needs %llu MiB resident, more than the %llu MiB this process may hold "
+                         "(%s): refused",
+                         unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
+                         (unsigned long long)(bytes / MS_MIB), (unsigned long long)(C.cap / MS_MIB),
+                         C.cap < C.budget ? "MSCHED_BUDGET" : "the daemon's budget");
             rc = CUDA_ERROR_OUT_OF_MEMORY;
             break;
         }
@@ -655,9 +617,9 @@ void ms_client_gate_end(void)
     __atomic_store_n(&active, 1, __ATOMIC_RELAXED);
     if (__atomic_sub_fetch(&inflight, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
-        pthread_mutex_lock(ms__engine_mutex());
+        ms_lock(ms__engine_mutex());
         broadcast();
-        pthread_mutex_unlock(ms__engine_mutex());
+        ms_unlock(ms__engine_mutex());
     }
 }
 
@@ -1086,8 +1048,8 @@ static void *service(void *arg)
 {
     (void)arg;
     MS_REAL(cuCtxSetCurrent)((CUcontext)C.ctx);
-    pthread_mutex_t *mu = ms__engine_mutex();
-    pthread_mutex_lock(mu);
+    struct ms_lock *mu = ms__engine_mutex();
+    ms_lock(mu);
     while (!C.quit && C.up) {
         if (C.broken) {
             last_words();
@@ -1101,11 +1063,11 @@ static void *service(void *arg)
             {.fd = C.conn.fd, .events = POLLIN | (ms_conn_out_pending(&C.conn) ? POLLOUT : 0)},
             {.fd = C.wakefd, .events = POLLIN},
         };
-        pthread_mutex_unlock(mu);
+        ms_unlock(mu);
         int n = poll(p, 2, tmo);
         int err = errno;
         uint64_t t0 = now_ns();
-        pthread_mutex_lock(mu);
+        ms_lock(mu);
         uint64_t waited = now_ns() - t0;
         if (waited >= SLOW_DRAIN_NS)
             ms__shim_log("slow service: the engine's lock was held %.1f ms by another thread",
@@ -1124,7 +1086,7 @@ static void *service(void *arg)
         if (!C.broken)
             serve();
     }
-    pthread_mutex_unlock(mu);
+    ms_unlock(mu);
     return NULL;
 }
 
@@ -1153,7 +1115,7 @@ int ms_client_connect(unsigned gpu, uint64_t limit, struct ms_client_welcome *ou
             *q = '?';
     rc = ms_conn_request(&C.conn, WELCOME_MS, &hello, &reply);
     if (rc == MS_OK && reply.type == MS_MSG_ERROR) {
-        ms__engine_say("the daemon refused this process: %s", reply.error.text);
+        ms__shim_say("the daemon refused this process: %s", reply.error.text);
         rc = MS_E_STATE;
     } else if (rc == MS_OK && reply.type != MS_MSG_WELCOME) {
         rc = MS_E_PARSE;
@@ -1203,7 +1165,7 @@ int ms_client_start(void *ctx)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     if (rc != 0) {
-        ms__engine_say("cannot start the daemon client's thread; running without the daemon");
+        ms__shim_say("cannot start the daemon client's thread; running without the daemon");
         if (C.wakefd >= 0)
             close(C.wakefd);
         C.wakefd = -1;
@@ -1216,13 +1178,13 @@ int ms_client_start(void *ctx)
 
 void ms_client_shutdown(void)
 {
-    pthread_mutex_t *mu = ms__engine_mutex();
-    pthread_mutex_lock(mu);
+    struct ms_lock *mu = ms__engine_mutex();
+    ms_lock(mu);
     bool on = C.thread_on;
     C.quit = true;
     wake();
     broadcast();
-    pthread_mutex_unlock(mu);
+    ms_unlock(mu);
     if (!on)
         return;
     struct timespec ts;
@@ -1232,10 +1194,10 @@ void ms_client_shutdown(void)
         ms__shim_log("the daemon client's thread did not stop; leaving it");
         return;
     }
-    pthread_mutex_lock(mu);
+    ms_lock(mu);
     C.thread_on = false;
     ms_client_close(); /* the daemon sees the close and releases this task's memory */
-    pthread_mutex_unlock(mu);
+    ms_unlock(mu);
 }
 
 void ms_client_atfork_child(void)

@@ -67,6 +67,7 @@
 #define MS_SHIM_CLIENT_H
 
 #include "shim/shim_events.h"
+#include "shim/locks.h"
 #include "shim/shim_int.h"
 
 #include "core/exec.h"
@@ -79,11 +80,10 @@
 
 /* ---- the client, called by the engine ----------------------------------------------------- */
 
-/* Read the configuration once, at the shim's initialisation (no lock; values may be NULL).
- * idle_ms: MSCHED_IDLE_MS (see "Idle" above; NULL: 20, 0: never report idleness); hang_ms:
- * MSCHED_DAEMON_TIMEOUT_MS (see "Hung" above; NULL: 30000, 0: never give up on the daemon). */
-void ms_client_configure(const char *daemon, const char *priority, const char *weight,
-                         const char *idle_ms, const char *hang_ms);
+/* Take the configuration (shim/config.h: MSCHED_DAEMON, MSCHED_PRIORITY, MSCHED_WEIGHT,
+ * MSCHED_IDLE_MS: see "Idle" above, MSCHED_DAEMON_TIMEOUT_MS: see "Hung" above), once, at the
+ * shim's initialisation (no lock). */
+void ms_client_configure(void);
 /* MSCHED_DAEMON allows a daemon (it is not "off"). */
 bool ms_client_allowed(void);
 /* Allowed and the socket exists now (a stat, no connection). */
@@ -146,7 +146,7 @@ void ms_client_stats_get(struct ms_client_stats *out);
 /* ---- the engine, for the client (engine.c; the engine's lock held unless said) ------------ */
 
 /* The engine's lock (not held when called). */
-pthread_mutex_t *ms__engine_mutex(void);
+struct ms_lock *ms__engine_mutex(void);
 struct ms_rtable *ms__engine_rt(void);
 /* Chunks of `need` that are not ready (CLEAN or DIRTY) count; 0 means the command can run. */
 bool ms__engine_all_ready(const struct ms_chunk_set *need);
@@ -167,7 +167,5 @@ int ms__engine_predict(const struct ms_chunk_set *need, uint64_t next_cap,
 void ms__engine_admitted(const struct ms_chunk_set *need);
 /* The daemon is gone (why: one phrase). Called once, from the service thread (context current). */
 void ms__engine_daemon_gone(const char *why);
-/* One line to stderr, whatever MSCHED_VERBOSE says ("msched[pid]: ..."). */
-void ms__engine_say(const char *fmt, ...) MS_PRINTF_LIKE(1, 2);
 
 #endif /* MS_SHIM_CLIENT_H */

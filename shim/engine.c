@@ -28,9 +28,11 @@
  * resident when it fits the GPU's free memory) or FAILED; nothing goes back to DAEMON.
  */
 #include "shim/engine.h"
+#include "shim/locks.h"
 
 #include "shim/accuracy.h"
 #include "shim/client.h"
+#include "shim/config.h"
 #include "shim/hostmem.h"
 #include "shim/shim_int.h"
 
@@ -79,7 +81,7 @@ enum backing { BACK_VMM = 0, BACK_UNIFIED, BACK_DEMAND };
 static const char *const backing_name[] = {"vmm", "unified", "demand"};
 
 static struct {
-    pthread_mutex_t lock;
+    struct ms_lock lock;
     bool want, active, broken;
     enum mode mode;
     enum backing backing;
@@ -104,54 +106,30 @@ static struct {
     size_t ngraphs, capgraphs;
     struct ms_engine_stats st;
     int acc_state; /* 0 not asked, 1 to start (outside the lock), 2 started or refused */
-} E = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} E = {.lock = MS_LOCK_INIT(MS_LK_ENGINE, "engine")};
 
-/* Errors the user must see even without MSCHED_VERBOSE (a refused call). */
-#define say ms__engine_say
-void ms__engine_say(const char *fmt, ...)
-{
-    char buf[512];
-    int n = snprintf(buf, sizeof buf, "msched[%d]: ", (int)getpid());
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    size_t len = (size_t)n + (m < 0 ? 0 : MS_MIN((size_t)m, sizeof buf - (size_t)n - 2));
-    buf[len++] = '\n';
-    ssize_t w = write(2, buf, len);
-    (void)w;
-}
+#define say ms__shim_say
+#define now_ns ms__shim_now_ns
 
-static uint64_t now_ns(void)
+void ms_engine_configure(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void ms_engine_configure(uint64_t budget, const char *mode, const char *strict)
-{
-    pthread_mutex_lock(&E.lock);
-    E.strict_want = strict && strcmp(strict, "1") == 0;
-    if (strict && *strict && !E.strict_want && strcmp(strict, "0") != 0)
-        say("MSCHED_STRICT=%s is not 0 or 1; strict mode off", strict);
+    ms_lock(&E.lock);
+    uint64_t budget = ms__shim_opt(MS_OPT_BUDGET);
+    uint64_t engine = ms__shim_opt(MS_OPT_ENGINE);
+    E.strict_want = ms__shim_opt(MS_OPT_STRICT) != 0;
     E.budget = budget;
     E.alone_budget = budget;
-    E.want = (budget > 0 || ms_client_allowed()) && !(mode && strcmp(mode, "off") == 0);
-    E.backing = BACK_VMM;
-    if (mode && strcmp(mode, "unified") == 0)
-        E.backing = BACK_UNIFIED;
-    else if (mode && strcmp(mode, "demand") == 0)
-        E.backing = BACK_DEMAND;
-    else if (E.want && mode && *mode && strcmp(mode, "vmm") != 0)
-        say("MSCHED_ENGINE=%s is not one of vmm, unified, demand, off; using vmm", mode);
+    E.want = (budget > 0 || ms_client_allowed()) && engine != MS_ENGINE_OFF;
+    E.backing = engine == MS_ENGINE_UNIFIED  ? BACK_UNIFIED
+                : engine == MS_ENGINE_DEMAND ? BACK_DEMAND
+                                             : BACK_VMM;
     E.prefetch = budget / 4;
     ms_rtable_init(&E.rt);
     ms_chunk_set_init(&E.need);
     ms_chunk_set_init(&E.scratch);
     ms_plan_init(&E.plan);
     E.st.budget = budget;
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
 }
 
 /* active and broken are read without the lock (the hooks' fast paths): atomic accesses. */
@@ -169,7 +147,7 @@ bool ms_engine_active(void)
     return E.want && !__atomic_load_n(&E.broken, __ATOMIC_ACQUIRE);
 }
 
-pthread_mutex_t *ms__engine_mutex(void)
+struct ms_lock *ms__engine_mutex(void)
 {
     return &E.lock;
 }
@@ -408,9 +386,9 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     *handled = false;
     if (!ms_engine_active() || bytes == 0)
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     if (!start() || !mine_ctx()) {
-        pthread_mutex_unlock(&E.lock);
+        ms_unlock(&E.lock);
         return CUDA_SUCCESS;
     }
     uint64_t span = MS_ROUND_UP(bytes, MS_GRAN);
@@ -423,11 +401,11 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     } else {
         /* Pinning GiBs of host backing takes seconds: not under the lock, where the service
          * thread (a STOP, an order) and every launch would wait for it. */
-        pthread_mutex_unlock(&E.lock);
+        ms_unlock(&E.lock);
         r = MS_REAL(cuMemAddressReserve)(&va, span, 0, 0, 0);
         if (r == CUDA_SUCCESS)
             r = ms__host_pin(span, ms_chunk_bytes_for(bytes), &host);
-        pthread_mutex_lock(&E.lock);
+        ms_lock(&E.lock);
     }
     uint32_t id = 0;
     int e = MS_OK;
@@ -437,7 +415,7 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
         ms__host_unpin(host); /* the allocation fails either way */
         if (va)
             release_va(va, span);
-        pthread_mutex_unlock(&E.lock);
+        ms_unlock(&E.lock);
         *handled = true;
         /* No room for the range or its backing store: what cuMemAlloc says when memory is
          * short (the reservation of an absurd size is refused as an invalid value). */
@@ -446,7 +424,7 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     }
     *dptr = va;
     *handled = true;
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return CUDA_SUCCESS;
 }
 
@@ -455,13 +433,13 @@ int ms_engine_free(uint64_t dptr, bool *handled)
     *handled = false;
     if (!is_active())
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     uint32_t id;
     struct ms_region *r = NULL;
     if (ms_rtable_lookup(&E.rt, 0, dptr, &id, NULL) == MS_OK)
         r = ms_region_get(&E.rt, id);
     if (!r || r->base != dptr) {
-        pthread_mutex_unlock(&E.lock);
+        ms_unlock(&E.lock);
         return CUDA_SUCCESS;
     }
     *handled = true;
@@ -470,16 +448,16 @@ int ms_engine_free(uint64_t dptr, bool *handled)
     uint64_t span = MS_ROUND_UP(r->size, MS_GRAN);
     void *host = r->host;
     if (r->kind == MS_RK_VMM) {
-        pthread_mutex_unlock(&E.lock);
+        ms_unlock(&E.lock);
         return CUDA_ERROR_INVALID_VALUE; /* the application's own mapping: not cuMemFree's */
     }
     int e = region_drop(id);
     if (e != MS_OK) {
-        pthread_mutex_unlock(&E.lock);
+        ms_unlock(&E.lock);
         say("cannot release an allocation: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
         return CUDA_ERROR_UNKNOWN;
     }
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     /* The region is forgotten: its range and host backing are this thread's to release, and
      * unpinning takes long enough (as pinning does) to keep it out of the lock. */
     release_va(dptr, span);
@@ -495,9 +473,9 @@ bool ms_engine_vmm_ready(void)
 {
     if (!ms_engine_active())
         return false;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     bool ok = start() && mine_ctx();
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return ok;
 }
 
@@ -520,7 +498,7 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
 {
     if (!is_active())
         return CUDA_ERROR_NOT_SUPPORTED;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     uint32_t id;
     int e = region_new(va, bytes, MS_RK_VMM, host, &id);
     int rc = e == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -528,7 +506,7 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
         region_drop(id);
         rc = CUDA_ERROR_UNKNOWN;
     }
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return rc;
 }
 
@@ -537,13 +515,13 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
     *handled = false;
     if (!is_active())
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     uint32_t id;
     struct ms_region *r = NULL;
     if (ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK)
         r = ms_region_get(&E.rt, id);
     if (!r || r->kind != MS_RK_VMM || r->base != va || r->size != bytes) {
-        pthread_mutex_unlock(&E.lock);
+        ms_unlock(&E.lock);
         return CUDA_SUCCESS;
     }
     *handled = true;
@@ -566,7 +544,7 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
     }
     if (e == MS_OK)
         e = region_drop(id);
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     if (e != MS_OK) {
         say("cannot unmap an application mapping: %s (%s)", ms_strerror(e),
             ms_gpu_cuda_last_error(E.gpu));
@@ -579,10 +557,10 @@ bool ms_engine_owns(uint64_t va)
 {
     if (!is_active())
         return false;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     uint32_t id;
     bool yes = ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK;
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return yes;
 }
 
@@ -590,11 +568,11 @@ bool ms_engine_vmm_owns(uint64_t va)
 {
     if (!is_active())
         return false;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     uint32_t id;
     bool yes = ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK &&
                ms_region_get(&E.rt, id)->kind == MS_RK_VMM;
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return yes;
 }
 
@@ -1091,11 +1069,11 @@ int ms_engine_gate_unbounded(struct ms_shim_stream s)
 {
     if (!is_active())
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
     int e = need_everything();
     int rc = e == MS_OK ? gate(&E.need, true, s) : CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return rc;
 }
 
@@ -1136,7 +1114,7 @@ void ms_engine_graph_begin(const void *exec)
 {
     if (!is_active() || !exec)
         return;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
     if (!g && E.ngraphs == E.capgraphs) {
         size_t cap = E.capgraphs ? E.capgraphs * 2 : 16;
@@ -1155,14 +1133,14 @@ void ms_engine_graph_begin(const void *exec)
         g->n = 0;
         g->unbounded = false;
     }
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
 }
 
 void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l)
 {
     if (!is_active())
         return;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
     if (g && (!l->params_known || !l->layout || l->kind == MS_SHIM_LAUNCH_COOP)) {
         g->unbounded = true;
@@ -1180,50 +1158,50 @@ void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l
                 MS_CHUNK_REGION(E.scratch.ids[i]) != MS_CHUNK_REGION(E.scratch.ids[i - 1]))
                 graph_add_region(g, MS_CHUNK_REGION(E.scratch.ids[i]));
     }
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
 }
 
 void ms_engine_graph_add_addr(const void *exec, uint64_t addr)
 {
     if (!is_active())
         return;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
     uint32_t id;
     if (g && ms_rtable_lookup(&E.rt, 0, addr, &id, NULL) == MS_OK)
         graph_add_region(g, id);
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
 }
 
 void ms_engine_graph_unbounded(const void *exec)
 {
     if (!is_active())
         return;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
     if (g)
         g->unbounded = true;
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
 }
 
 void ms_engine_graph_forget(const void *exec)
 {
     if (!is_active())
         return;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
     if (g) {
         free(g->reg);
         *g = E.graphs[--E.ngraphs];
     }
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
 }
 
 int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
 {
     if (!is_active())
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
     struct graph_reach *g = graph_find(exec);
     bool unbounded = !g || g->unbounded;
@@ -1245,7 +1223,7 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
             e = add_refs(&E.need);
     }
     int rc = e == MS_OK ? gate(&E.need, unbounded, s) : CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return rc;
 }
 
@@ -1258,7 +1236,7 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
                                     __ATOMIC_ACQUIRE))
         /* Outside the engine lock: CUPTI's start calls into the driver (through the hooks). */
         ms_acc_start(&E.api, E.backing == BACK_DEMAND && E.mode == MODE_ALONE);
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
     bool unbounded = !l->params_known || !l->layout || l->kind == MS_SHIM_LAUNCH_COOP;
     int e = MS_OK;
@@ -1278,7 +1256,7 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
     int rc = e == MS_OK ? gate(&E.need, unbounded, l->stream) : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS && ms_acc_on())
         ms_acc_begin(&E.rt, &E.need, l->name, unbounded);
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     if (rc == CUDA_SUCCESS)
         ms_acc_prepare();
     return rc;
@@ -1289,14 +1267,14 @@ int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbyt
 {
     if (!is_active() || (abytes == 0 && bbytes == 0))
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
     /* Both sides in one set: faulting one side in must not evict the other. */
     int64_t in = ms_predict_range(&E.rt, 0, (struct ms_range){a, abytes}, &E.need);
     if (in >= 0)
         in = ms_predict_range(&E.rt, 0, (struct ms_range){b, bbytes}, &E.need);
     int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false, s);
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return rc;
 }
 
@@ -1305,14 +1283,14 @@ int ms_engine_gate_rangev(const uint64_t *addr, const uint64_t *bytes, size_t n,
 {
     if (!is_active() || n == 0)
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
     int64_t in = 0;
     for (size_t i = 0; i < n && in >= 0; i++)
         if (bytes[i])
             in = ms_predict_range(&E.rt, 0, (struct ms_range){addr[i], bytes[i]}, &E.need);
     int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : gate(&E.need, false, s);
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
     return rc;
 }
 
@@ -1332,7 +1310,7 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes)
 {
     if (!is_active() || !src || bytes < 8 || bytes > SCAN_LIMIT)
         return;
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     uint32_t to;
     if (ms_rtable_lookup(&E.rt, 0, dst, &to, NULL) == MS_OK && to < E.nrefs) {
         /* A copy to the start of the region writes a new table: forget the old one's. */
@@ -1353,22 +1331,22 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes)
                 rf->region[rf->n++] = reg;
         }
     }
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
 }
 
 void ms_engine_stats_get(struct ms_engine_stats *out)
 {
-    pthread_mutex_lock(&E.lock);
+    ms_lock(&E.lock);
     *out = E.st;
     out->resident = E.rt.resident_bytes;
     out->daemon = E.mode == MODE_DAEMON;
     out->failed = E.mode == MODE_FAILED;
-    pthread_mutex_unlock(&E.lock);
+    ms_unlock(&E.lock);
 }
 
 void ms_engine_atfork_child(void)
 {
-    pthread_mutex_init(&E.lock, NULL);
+    ms_lock_reset(&E.lock);
     ms_client_atfork_child();
     if (E.mode == MODE_DAEMON) {
         /* The parent's connection is not the child's: run alone (CUDA in a child of a process

@@ -56,11 +56,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Read the configuration (called once from the shim's initialisation). */
-/* budget: MSCHED_BUDGET (0: none); mode: MSCHED_ENGINE; strict: MSCHED_STRICT ("1": before
- * every command, alone with the VMM engine, evict every chunk the command's prediction does
- * not name, so a reach past the prediction faults; a coverage check, slow by design). */
-void ms_engine_configure(uint64_t budget, const char *mode, const char *strict);
+/* Take the configuration (shim/config.h: MSCHED_BUDGET, MSCHED_ENGINE, MSCHED_STRICT: "1"
+ * means before every command, alone with the VMM engine, evict every chunk the command's
+ * prediction does not name, so a reach past the prediction faults; a coverage check, slow by
+ * design), once, from the shim's initialisation. */
+void ms_engine_configure(void);
 bool ms_engine_active(void);
 
 /* cuMemAlloc_v2 in engine mode: reserve and register; *handled false means "not mine, forward". */

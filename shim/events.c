@@ -3,7 +3,7 @@
  * the trace recorder (MSCHED_TRACE).
  *
  * Design
- *   Everything here is protected by ms__shim_lock, and no driver call is made under it, so each
+ *   Everything here is protected by ms__events_lock, and no driver call is made under it, so each
  *   event costs a lock round trip plus a little bookkeeping (the trace's timing events, below,
  *   are the only driver calls here, made outside the lock).
  *
@@ -36,6 +36,7 @@
  *   - tr.fd >= 0 only in the process that opened the trace (a forked child never writes it).
  */
 #include "shim/shim_int.h"
+#include "shim/locks.h"
 
 #include "core/trace.h"
 #include "shim/shim_events.h"
@@ -83,7 +84,7 @@ static struct {
     uint32_t task;
 } tr = {.fd = -1};
 
-/* Records waiting for their kernel's end event, in order (ms__shim_lock held). */
+/* Records waiting for their kernel's end event, in order (ms__events_lock held). */
 struct pend {
     struct ms_trace_rec rec; /* name, params, layout: owned copies */
     CUevent ev0, ev1;        /* timed: recorded around the real launch */
@@ -109,7 +110,7 @@ static _Thread_local struct {
 #define PQ_MAX 65536  /* ... and a blocking one */
 
 /* ------------------------------------------------------------------------------------------ */
-/* Allocations and streams (ms__shim_lock held)                                                 */
+/* Allocations and streams (ms__events_lock held)                                                 */
 
 /* Index of the first allocation with base >= addr. */
 static size_t lower_bound(uint64_t addr)
@@ -228,7 +229,7 @@ static uint32_t stream_id(struct ms_shim_stream s)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Trace (ms__shim_lock held)                                                                   */
+/* Trace (ms__events_lock held)                                                                   */
 
 static void trace_fail(const char *what)
 {
@@ -335,9 +336,9 @@ static void trace_put(const struct ms_trace_rec *rec)
  */
 static void trace_drain(bool wait)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     if (pq.draining || !pq.n) {
-        pthread_mutex_unlock(&ms__shim_lock);
+        ms_unlock(&ms__events_lock);
         return;
     }
     pq.draining = true;
@@ -349,7 +350,7 @@ static void trace_drain(bool wait)
         memcpy(batch, pq.v + pq.head, n * sizeof(*batch));
     else
         n = 0;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     size_t done = 0;
     for (; done < n; done++) {
         struct pend *p = &batch[done];
@@ -363,7 +364,7 @@ static void trace_drain(bool wait)
             MS_REAL(cuEventElapsedTime_v2)(&ms, p->ev0, p->ev1) == CUDA_SUCCESS && ms > 0)
             p->rec.dur_ns = (uint64_t)((double)ms * 1e6);
     }
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     for (size_t i = 0; i < done; i++) {
         trace_put_now(&batch[i].rec);
         pend_free(&batch[i]);
@@ -377,7 +378,7 @@ static void trace_drain(bool wait)
     pq.draining = false;
     if (wait)
         trace_flush();
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     free(batch);
 }
 
@@ -462,27 +463,27 @@ static bool trace_ready(void)
 
 void ms__shim_events_init(const char *trace_path)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     tr.configured = true;
     if (trace_path && strlen(trace_path) < sizeof tr.path)
         strcpy(tr.path, trace_path);
     else if (trace_path)
         ms__shim_log("MSCHED_TRACE is too long; not tracing");
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 void ms_shim_on_init(unsigned int flags)
 {
     (void)flags;
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.inits++;
     trace_ready();
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 void ms_shim_on_alloc(uint64_t ptr, uint64_t bytes, enum ms_region_kind kind)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     if (kind == MS_RK_HOST) {
         ctr.host_allocs++;
     } else {
@@ -495,14 +496,14 @@ void ms_shim_on_alloc(uint64_t ptr, uint64_t bytes, enum ms_region_kind kind)
             .kind = MS_TR_ALLOC, .task = tr.task, .addr = ptr, .size = bytes, .rkind = kind};
         trace_put(&rec);
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 bool ms_shim_on_free_begin(uint64_t ptr, struct ms_shim_alloc *out)
 {
     if (ptr == 0)
         return false; /* cuMemFree(0) frees nothing */
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     size_t i = lower_bound(ptr);
     bool known = i < nallocs && allocs[i].base == ptr;
     if (known) {
@@ -515,7 +516,7 @@ bool ms_shim_on_free_begin(uint64_t ptr, struct ms_shim_alloc *out)
             trace_put(&rec);
         }
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     return known;
 }
 
@@ -523,7 +524,7 @@ void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool fre
 {
     if (ptr == 0)
         return;
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     if (freed && was) {
         if (was->kind != MS_RK_HOST)
             ctr.frees++; /* host frees show in host_live_bytes */
@@ -542,7 +543,7 @@ void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool fre
             trace_put(&rec);
         }
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 static void trace_launch(const struct ms_shim_launch *l, bool timed)
@@ -611,18 +612,18 @@ static bool timing_prepare(struct ms_shim_stream s)
     if ((r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_FOUND) || cap != CU_STREAM_CAPTURE_STATUS_NONE)
         return false; /* events would become graph nodes */
     CUevent e[2] = {NULL, NULL};
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     for (int i = 0; i < 2 && pq.npool; i++)
         e[i] = pq.pool[--pq.npool];
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     for (int i = 0; i < 2; i++)
         if (!e[i] && MS_REAL(cuEventCreate)(&e[i], CU_EVENT_DEFAULT) != CUDA_SUCCESS)
             e[i] = NULL;
     if (!e[0] || !e[1]) {
-        pthread_mutex_lock(&ms__shim_lock);
+        ms_lock(&ms__events_lock);
         pool_put(e[0]);
         pool_put(e[1]);
-        pthread_mutex_unlock(&ms__shim_lock);
+        ms_unlock(&ms__events_lock);
         return false;
     }
     tl.ev0 = e[0];
@@ -639,19 +640,19 @@ static void timing_start(int gate)
     struct pend *p;
     CUresult r = CUDA_ERROR_UNKNOWN;
     if (gate == 0) {
-        pthread_mutex_lock(&ms__shim_lock);
+        ms_lock(&ms__events_lock);
         p = pq_find(tl.seq);
         CUevent e0 = p ? p->ev0 : NULL;
-        pthread_mutex_unlock(&ms__shim_lock);
+        ms_unlock(&ms__events_lock);
         r = e0 ? MS_REAL(cuEventRecord)(e0, tl.stream) : CUDA_ERROR_UNKNOWN;
     }
     if (r != CUDA_SUCCESS) {
-        pthread_mutex_lock(&ms__shim_lock);
+        ms_lock(&ms__events_lock);
         if ((p = pq_find(tl.seq)) != NULL) {
             p->timed = false;
             p->ended = true;
         }
-        pthread_mutex_unlock(&ms__shim_lock);
+        ms_unlock(&ms__events_lock);
         tl.seq = 0;
     }
 }
@@ -661,18 +662,18 @@ static void timing_end(void)
 {
     if (!tl.seq)
         return;
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     struct pend *p = pq_find(tl.seq);
     CUevent e1 = p ? p->ev1 : NULL;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     CUresult r = e1 ? MS_REAL(cuEventRecord)(e1, tl.stream) : CUDA_ERROR_UNKNOWN;
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     if ((p = pq_find(tl.seq)) != NULL) {
         p->timed = r == CUDA_SUCCESS;
         p->ended = true;
     }
     size_t queued = pq.n;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     tl.seq = 0;
     if (queued >= PQ_DRAIN)
         trace_drain(queued >= PQ_MAX);
@@ -681,7 +682,7 @@ static void timing_end(void)
 int ms_shim_on_launch(const struct ms_shim_launch *l)
 {
     bool timed = timing_prepare(l->stream);
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.launches++;
     if ((unsigned)l->kind < MS_SHIM_LAUNCH_KINDS)
         ctr.launches_kind[l->kind]++;
@@ -694,7 +695,7 @@ int ms_shim_on_launch(const struct ms_shim_launch *l)
         pool_put(tl.ev1);
         tl.ev0 = tl.ev1 = NULL;
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     int gate = ms_engine_gate_launch(l);
     timing_start(gate);
     return gate;
@@ -702,9 +703,9 @@ int ms_shim_on_launch(const struct ms_shim_launch *l)
 
 int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.graph_launches++;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     return ms_engine_gate_graph(exec, s);
 }
 
@@ -717,7 +718,7 @@ int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_cop
 int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                        struct ms_shim_stream s, bool contiguous)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.copies++;
     ctr.copy_bytes += bytes;
     if (trace_ready()) {
@@ -735,7 +736,7 @@ int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_
                                    .size = bytes};
         trace_put(&rec);
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     /* The launch gate for copies: the device side(s) must be resident (host addresses fall
      * outside every region and are ignored). */
     int rc = 0;
@@ -754,7 +755,7 @@ int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long lon
 {
     if (!dst || !src || !bytes || n == 0 || n > (SIZE_MAX / 2) / sizeof(uint64_t))
         return 0; /* the driver rejects it */
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     for (size_t i = 0; i < n; i++) {
         ctr.copies++;
         ctr.copy_bytes += bytes[i];
@@ -771,7 +772,7 @@ int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long lon
             trace_put(&rec);
         }
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     /* Both sides of every pair at once (host addresses fall outside every region). */
     uint64_t *a = malloc(2 * n * sizeof(*a)), *b = malloc(2 * n * sizeof(*b));
     int rc = 0;
@@ -792,29 +793,29 @@ int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long lon
 
 int ms_shim_on_memop(uint64_t addr, uint64_t bytes, struct ms_shim_stream s)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.stream_memops++;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     return bytes ? ms_engine_gate_range(addr, bytes, s) : ms_engine_gate_unbounded(s);
 }
 
 void ms_shim_on_ipc_open(void)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.ipc_opens++;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 void ms_shim_on_host_func(void)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.host_funcs++;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.memsets++;
     ctr.memset_bytes += bytes;
     if (trace_ready()) {
@@ -825,7 +826,7 @@ int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
                                    .size = bytes};
         trace_put(&rec);
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     return ms_engine_gate_range(dst, bytes, s);
 }
 
@@ -839,7 +840,7 @@ void ms__shim_gate_end(int *gate)
 
 void ms_shim_on_sync(void)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.syncs++;
     bool tracing = trace_ready();
     if (tracing) {
@@ -847,7 +848,7 @@ void ms_shim_on_sync(void)
         trace_put(&rec);
         trace_flush();
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     if (tracing)
         trace_drain(false); /* after a synchronisation most queued kernels have finished */
 }
@@ -856,31 +857,31 @@ void ms_shim_on_meminfo(uint64_t free_bytes, uint64_t total_bytes)
 {
     (void)free_bytes;
     (void)total_bytes;
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.meminfo++;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 void ms_shim_on_procaddr(bool hooked)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.procaddr++;
     ctr.procaddr_hooked += hooked;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 void ms_shim_on_dlsym_hooked(void)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     ctr.dlsym_hooked++;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 void ms_shim_counters_get(struct ms_shim_counters *out)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     *out = ctr;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 /*
@@ -924,10 +925,10 @@ void ms__shim_events_exit(bool verbose)
 {
     struct ms_shim_counters c;
     trace_drain(true);
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     trace_flush();
     c = ctr;
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     if (!verbose)
         return;
     const struct {
@@ -974,7 +975,7 @@ void ms__shim_events_exit(bool verbose)
 
 void ms__shim_events_atfork_child(void)
 {
-    /* Called with a fresh, unlocked ms__shim_lock and no other thread alive. */
+    /* Called with a fresh, unlocked ms__events_lock and no other thread alive. */
     memset(&ctr, 0, sizeof ctr);
     nallocs = 0;
     if (tr.fd >= 0)

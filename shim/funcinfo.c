@@ -10,7 +10,7 @@
  *   that is not ascending and non-overlapping, or longer than the 32 KiB CUDA allows, is
  *   treated as unknown rather than trusted.
  *
- *   The cache is an open-addressing hash table keyed by handle, under ms__shim_lock. A miss
+ *   The cache is an open-addressing hash table keyed by handle, under ms__events_lock. A miss
  *   queries the driver without the lock, then inserts (a racing thread's entry wins, ours is
  *   dropped). Entries are immutable once published and live until exit: a module unload moves
  *   the whole table to a retired list instead of freeing it, so a launch in another thread
@@ -18,6 +18,7 @@
  *   memory is bounded by the number of kernels ever launched.
  */
 #include "shim/shim_int.h"
+#include "shim/locks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -166,9 +167,9 @@ static const char *query_name(const void *f)
 
 const struct ms_funcinfo *ms__shim_funcinfo(const void *f)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     struct ms_funcinfo *e = find(f);
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     if (e)
         return e;
 
@@ -181,13 +182,13 @@ const struct ms_funcinfo *ms__shim_funcinfo(const void *f)
     query_layout(f, fi);
     fi->name = query_name(f);
 
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     e = find(f);
     if (!e && insert(fi)) {
         e = fi;
         fi = NULL;
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     if (!fi)
         return e;
     /* Lost a race, or no memory to insert: ours is not shared with anyone. Keep it alive
@@ -206,7 +207,7 @@ const struct ms_funcinfo *ms__shim_funcinfo(const void *f)
 void ms__shim_funcinfo_flush(void)
 {
     struct table *t = malloc(sizeof *t);
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
     if (live.n) {
         if (t) { /* keeps the retired entries reachable (they are never freed) */
             *t = live;
@@ -216,6 +217,6 @@ void ms__shim_funcinfo_flush(void)
         }
         memset(&live, 0, sizeof live);
     }
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
     free(t);
 }

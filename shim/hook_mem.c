@@ -242,8 +242,8 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (ms_engine_owns(dptr)) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-            ms__engine_say("cuIpcGetMemHandle on memory msched moves is not supported: run the "
-                           "program with --engine off (MSCHED_ENGINE=off) to share device memory");
+            ms__shim_say("cuIpcGetMemHandle on memory msched moves is not supported: run the "
+                         "program with --engine off (MSCHED_ENGINE=off) to share device memory");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     return MS_REAL(cuIpcGetMemHandle)(pHandle, dptr);

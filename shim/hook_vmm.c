@@ -32,6 +32,8 @@
  *   mappings are both zero. Lock order: vmm_lock, then the engine's (never the reverse).
  */
 #include "shim/shim_int.h"
+#include "shim/locks.h"
+#include "shim/config.h"
 
 #include "shim/client.h"
 #include "shim/engine.h"
@@ -58,7 +60,7 @@ struct vmap {
     struct vhandle *vh;
 };
 
-static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ms_lock vmm_lock = MS_LOCK_INIT(MS_LK_VMM, "vmm");
 static struct vhandle **handles;
 static size_t nhandles, caphandles;
 static struct vmap *maps;
@@ -103,11 +105,7 @@ static const char *not_virtualizable(size_t size, const CUmemAllocationProp *p,
         return "unusual size or flags";
     if (p->type != CU_MEM_ALLOCATION_TYPE_PINNED || p->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return "not plain device memory";
-    static int exportable = -1; /* MSCHED_VMM_EXPORTABLE, read once (a benign race) */
-    if (exportable < 0) {
-        const char *v = getenv("MSCHED_VMM_EXPORTABLE");
-        exportable = v && *v && strcmp(v, "0") != 0;
-    }
+    bool exportable = ms__shim_opt(MS_OPT_VMM_EXPORTABLE) != 0;
     if (!exportable &&
         (p->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE || p->allocFlags.gpuDirectRDMACapable))
         return "it asks for an exportable or RDMA-capable handle, as NCCL and PyTorch's "
@@ -132,9 +130,9 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (why) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-            ms__engine_say("cuMemCreate passed to the driver, not moved by msched (%s): such "
-                           "memory stays resident and counts against the budget",
-                           why);
+            ms__shim_say("cuMemCreate passed to the driver, not moved by msched (%s): such "
+                         "memory stays resident and counts against the budget",
+                         why);
         return MS_REAL(cuMemCreate)(handle, size, prop, flags);
     }
     struct vhandle *vh = calloc(1, sizeof(*vh));
@@ -150,7 +148,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     vh->size = size;
     vh->prop = *prop;
     vh->refs = 1;
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     bool ok = true;
     if (nhandles == caphandles) {
         size_t cap = caphandles ? caphandles * 2 : 64;
@@ -164,7 +162,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     }
     if (ok)
         handles[nhandles++] = vh;
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     if (!ok) {
         ms__host_unpin(vh->host);
         free(vh);
@@ -176,7 +174,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     struct vhandle *vh = virt(handle);
     CUresult rc = CUDA_SUCCESS;
     if (vh && vh->refs == 0) {
@@ -185,17 +183,17 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
         vh->refs--;
         vh_maybe_free(vh);
     }
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     return vh ? rc : MS_REAL(cuMemRelease)(handle);
 }
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     struct vhandle *vh = virt(handle);
     if (!vh) {
-        pthread_mutex_unlock(&vmm_lock);
+        ms_unlock(&vmm_lock);
         CUresult rc = MS_REAL(cuMemMap)(ptr, size, offset, handle, flags);
         if (rc == CUDA_SUCCESS)
             ms_shim_on_alloc(ptr, size, MS_RK_VMM);
@@ -218,7 +216,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         nmaps++;
         vh->nmaps++;
     }
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     if (rc == CUDA_SUCCESS)
         ms_shim_on_alloc(ptr, size, MS_RK_VMM);
     return rc;
@@ -257,11 +255,11 @@ static CUresult real_unmap(uint64_t p, uint64_t n, void *arg)
 
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     bool adopted;
     CUresult rc = gaps(ptr, size, real_unmap, NULL, &adopted);
     if (!adopted) {
-        pthread_mutex_unlock(&vmm_lock);
+        ms_unlock(&vmm_lock);
         struct ms_shim_alloc was;
         bool known = ms_shim_on_free_begin(ptr, &was);
         rc = MS_REAL(cuMemUnmap)(ptr, size);
@@ -291,7 +289,7 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
         m.vh->has_data = true;
         vh_maybe_free(m.vh);
     }
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     return rc;
 }
 
@@ -312,20 +310,20 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
     if (!desc || count == 0)
         return MS_REAL(cuMemSetAccess)(ptr, size, desc, count);
     struct access_args a = {desc, count};
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     bool adopted;
     CUresult rc = gaps(ptr, size, real_access, &a, &adopted);
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     return adopted ? rc : MS_REAL(cuMemSetAccess)(ptr, size, desc, count);
 }
 
 CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
                                 CUdeviceptr ptr)
 {
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     struct vmap *m = map_at(ptr);
     int dev = m ? m->vh->prop.location.id : 0;
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     if (!m)
         return MS_REAL(cuMemGetAccess)(flags, location, ptr);
     if (!flags || !location)
@@ -338,13 +336,13 @@ CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *
 
 CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     struct vmap *m = map_at((uint64_t)(uintptr_t)addr);
     if (m && handle) {
         m->vh->refs++;
         *handle = (CUmemGenericAllocationHandle)(uintptr_t)m->vh;
     }
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     if (!m)
         return MS_REAL(cuMemRetainAllocationHandle)(handle, addr);
     return handle ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -353,11 +351,11 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
 CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
                                                         CUmemGenericAllocationHandle handle)
 {
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     struct vhandle *vh = virt(handle);
     if (vh && prop)
         *prop = vh->prop;
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     if (!vh)
         return MS_REAL(cuMemGetAllocationPropertiesFromHandle)(prop, handle);
     return prop ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -368,15 +366,15 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
                                               CUmemAllocationHandleType handleType,
                                               unsigned long long flags)
 {
-    pthread_mutex_lock(&vmm_lock);
+    ms_lock(&vmm_lock);
     bool v = virt(handle) != NULL;
-    pthread_mutex_unlock(&vmm_lock);
+    ms_unlock(&vmm_lock);
     if (v) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-            ms__engine_say("cuMemExportToShareableHandle on memory msched moves is not "
-                           "supported: run the program with --engine off (MSCHED_ENGINE=off) to "
-                           "share device memory");
+            ms__shim_say("cuMemExportToShareableHandle on memory msched moves is not "
+                         "supported: run the program with --engine off (MSCHED_ENGINE=off) to "
+                         "share device memory");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     return MS_REAL(cuMemExportToShareableHandle)(shareableHandle, handle, handleType, flags);

@@ -15,6 +15,7 @@
  * migration. Neither mutex is held across a driver call.
  */
 #include "shim/hostmem.h"
+#include "shim/locks.h"
 
 #include "ipc/ipc.h"
 
@@ -31,13 +32,13 @@ struct pieced {
     size_t bytes, piece;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ms_lock lock = MS_LOCK_INIT(MS_LK_HOST, "host");
 static struct pieced *list;
 static size_t nlist, caplist;
 static struct ms_host_stats st;
 static uint64_t piece_bytes;
 
-static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+static struct ms_lock gate = MS_LOCK_INIT(MS_LK_HOST_GATE, "host_gate");
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
 static unsigned pinning, migrating; /* under gate */
 
@@ -45,55 +46,55 @@ static unsigned pinning, migrating; /* under gate */
  * Returns the nanoseconds waited. */
 static uint64_t pin_begin(void)
 {
-    pthread_mutex_lock(&gate);
+    ms_lock(&gate);
     uint64_t t0 = migrating ? ms_ipc_now_ns() : 0;
     while (migrating)
-        pthread_cond_wait(&gate_cv, &gate);
+        ms_lock_wait(&gate_cv, &gate);
     pinning++;
-    pthread_mutex_unlock(&gate);
+    ms_unlock(&gate);
     return t0 ? ms_ipc_now_ns() - t0 : 0;
 }
 
 static void pin_end(void)
 {
-    pthread_mutex_lock(&gate);
+    ms_lock(&gate);
     if (--pinning == 0)
         pthread_cond_broadcast(&gate_cv);
-    pthread_mutex_unlock(&gate);
+    ms_unlock(&gate);
 }
 
 void ms__host_gate_enter(void)
 {
-    pthread_mutex_lock(&gate);
+    ms_lock(&gate);
     migrating++;
     uint64_t t0 = pinning ? ms_ipc_now_ns() : 0;
     while (pinning)
-        pthread_cond_wait(&gate_cv, &gate);
-    pthread_mutex_unlock(&gate);
+        ms_lock_wait(&gate_cv, &gate);
+    ms_unlock(&gate);
     if (t0) {
         uint64_t dt = ms_ipc_now_ns() - t0;
-        pthread_mutex_lock(&lock);
+        ms_lock(&lock);
         st.gate_waits++;
         st.gate_wait_ns += dt;
         st.gate_longest_ns = MS_MAX(st.gate_longest_ns, dt);
-        pthread_mutex_unlock(&lock);
+        ms_unlock(&lock);
     }
 }
 
 void ms__host_gate_leave(void)
 {
-    pthread_mutex_lock(&gate);
+    ms_lock(&gate);
     if (--migrating == 0)
         pthread_cond_broadcast(&gate_cv);
-    pthread_mutex_unlock(&gate);
+    ms_unlock(&gate);
 }
 
 void ms__host_configure(uint64_t piece)
 {
-    pthread_mutex_lock(&lock);
+    ms_lock(&lock);
     piece_bytes = MS_ROUND_UP(piece, MS_GRAN);
     st.piece = piece_bytes;
-    pthread_mutex_unlock(&lock);
+    ms_unlock(&lock);
 }
 
 /* Release the first `done` bytes' registrations and the mapping of a pieced store. */
@@ -135,12 +136,12 @@ static CUresult pin_pieces(size_t bytes, size_t piece, void **out, uint64_t *wai
         drop_pieces(base, bytes, off - piece, piece);
         return r;
     }
-    pthread_mutex_lock(&lock);
+    ms_lock(&lock);
     if (nlist == caplist) {
         size_t cap = caplist ? caplist * 2 : 64;
         struct pieced *p = realloc(list, cap * sizeof(*list));
         if (!p) {
-            pthread_mutex_unlock(&lock);
+            ms_unlock(&lock);
             drop_pieces(base, bytes, bytes, piece);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -148,7 +149,7 @@ static CUresult pin_pieces(size_t bytes, size_t piece, void **out, uint64_t *wai
         caplist = cap;
     }
     list[nlist++] = (struct pieced){base, bytes, piece};
-    pthread_mutex_unlock(&lock);
+    ms_unlock(&lock);
     *out = base;
     return CUDA_SUCCESS;
 }
@@ -158,9 +159,9 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
     *out = NULL;
     if (bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    ms_lock(&lock);
     uint64_t piece = piece_bytes;
-    pthread_mutex_unlock(&lock);
+    ms_unlock(&lock);
     struct timespec at;
     clock_gettime(CLOCK_REALTIME, &at);
     uint64_t t0 = ms_ipc_now_ns();
@@ -191,14 +192,14 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
         *out = NULL;
         return r;
     }
-    pthread_mutex_lock(&lock);
+    ms_lock(&lock);
     st.stores++;
     st.bytes += bytes;
     st.pin_ns += dt;
     st.longest_ns = MS_MAX(st.longest_ns, dt);
     st.pieced += pieced;
     st.fallbacks += fell_back;
-    pthread_mutex_unlock(&lock);
+    ms_unlock(&lock);
     if (dt >= SLOW_PIN_NS) {
         char started[40];
         ms__shim_wallclock(&at, started, sizeof(started));
@@ -214,14 +215,14 @@ CUresult ms__host_unpin(void *p)
     if (!p)
         return CUDA_SUCCESS;
     struct pieced found = {0};
-    pthread_mutex_lock(&lock);
+    ms_lock(&lock);
     for (size_t i = 0; i < nlist; i++)
         if (list[i].base == p) {
             found = list[i];
             list[i] = list[--nlist];
             break;
         }
-    pthread_mutex_unlock(&lock);
+    ms_unlock(&lock);
     CUresult r;
     if (found.base) {
         r = drop_pieces(found.base, found.bytes, found.bytes, found.piece);
@@ -231,17 +232,17 @@ CUresult ms__host_unpin(void *p)
         pin_end();
     }
     if (r != CUDA_SUCCESS) {
-        pthread_mutex_lock(&lock);
+        ms_lock(&lock);
         st.unpin_errors++;
-        pthread_mutex_unlock(&lock);
+        ms_unlock(&lock);
     }
     return r;
 }
 
 void ms__host_atfork_child(void)
 {
-    pthread_mutex_init(&lock, NULL);
-    pthread_mutex_init(&gate, NULL);
+    ms_lock_reset(&lock);
+    ms_lock_reset(&gate);
     pthread_cond_init(&gate_cv, NULL);
     pinning = migrating = 0;
     nlist = 0; /* the stores were not inherited (MADV_DONTFORK; the driver's are not either) */
@@ -249,7 +250,7 @@ void ms__host_atfork_child(void)
 
 void ms__host_stats(struct ms_host_stats *out)
 {
-    pthread_mutex_lock(&lock);
+    ms_lock(&lock);
     *out = st;
-    pthread_mutex_unlock(&lock);
+    ms_unlock(&lock);
 }

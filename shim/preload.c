@@ -21,7 +21,7 @@
  */
 #include "shim/shim_int.h"
 
-#include "shim/procaddr.h"
+#include "cuabi/procaddr.h"
 #include "shim/shim_events.h"
 
 #include <dlfcn.h>
@@ -112,7 +112,7 @@ NO_SANITIZE void *ms__shim_dlsym(void *handle, const char *name)
     if (name && name[0] == 'c' && name[1] == 'u') {
         void *hook = ms__shim_hook_for(ms_sym_index(name));
         if (hook && is_libcuda(handle)) {
-            ms__shim_init();
+            ms__drv_init();
             ms_shim_on_dlsym_hooked();
             return hook;
         }

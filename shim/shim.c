@@ -33,15 +33,17 @@
  *     (or plain loads in the trampolines: x86-64 orders them).
  *   - A driver call made while the driver is being loaded (its constructors calling back into
  *     libcuda) gets CUDA_ERROR_NOT_INITIALIZED instead of deadlocking on the once-guard.
- *   - fork: ms__shim_lock is held across fork() by the prepare handler and re-initialised in
+ *   - fork: ms__events_lock is held across fork() by the prepare handler and re-initialised in
  *     the child, so the child never inherits a lock held by a thread that does not exist there.
  */
 #include "shim/shim_int.h"
+#include "shim/locks.h"
 #include "shim/client.h"
+#include "shim/config.h"
 #include "shim/engine.h"
 #include "shim/hostmem.h"
 
-#include "shim/procaddr.h"
+#include "cuabi/procaddr.h"
 #include "shim/shim_events.h"
 
 #include "core/units.h"
@@ -58,17 +60,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void *ms__shim_slots[MS_SYM_COUNT];
-pthread_mutex_t ms__shim_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static bool initialized;           /* init finished (atomic access) */
-static bool verbose;               /* MSCHED_VERBOSE set and not "0" */
-static void *real_handle;          /* the real driver, NULL when none was found */
-static _Thread_local bool in_init; /* this thread is running init (driver constructors) */
-
-typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn libc_dlsym; /* atomic access */
+static bool initialized; /* init_all finished (atomic access) */
 
 /* The hooks of shim/hooks.def, by symbol index; NULL for forwarded symbols. */
 #define MS_HOOK(name) [MS_SYM_##name] = (void *)&name,
@@ -77,298 +69,50 @@ static void *const hooks[MS_SYM_COUNT] = {
 };
 #undef MS_HOOK
 
-/* Marker that lets a second libmsched recognise this one as "not a real driver". */
-__attribute__((visibility("default"))) int ms_shim_marker(void);
-int ms_shim_marker(void)
-{
-    return 1;
-}
-
-static CUresult stub_missing(void)
-{
-    return CUDA_ERROR_NOT_FOUND;
-}
-
-static CUresult stub_no_driver(void)
-{
-    return CUDA_ERROR_NOT_INITIALIZED;
-}
-
-static CUresult stub_no_device(void)
-{
-    return CUDA_ERROR_NO_DEVICE;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Logging and configuration                                                                    */
-
-bool ms__shim_verbose(void)
-{
-    return verbose;
-}
-
-void ms__shim_log(const char *fmt, ...)
-{
-    if (!verbose)
-        return;
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf, "msched[%d]: ", (int)getpid());
-    if (n < 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    size_t len = (size_t)n + (m < 0 ? 0 : MS_MIN((size_t)m, sizeof buf - (size_t)n - 2));
-    buf[len++] = '\n';
-    ssize_t w = write(2, buf, len);
-    (void)w;
-}
-
-void ms__shim_wallclock(const struct timespec *at, char *buf, size_t n)
-{
-    struct tm tm;
-    time_t sec = at->tv_sec;
-    localtime_r(&sec, &tm);
-    size_t k = strftime(buf, n, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (k && k + 5 <= n)
-        snprintf(buf + k, n - k, ".%03ld", at->tv_nsec / 1000000L);
-}
-
-static const char *env(const char *name)
-{
-    const char *v = secure_getenv(name);
-    return v && *v ? v : NULL;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Finding the real driver                                                                      */
-
-void *ms__shim_libc_dlsym(void *handle, const char *name)
-{
-    dlsym_fn f = __atomic_load_n(&libc_dlsym, __ATOMIC_ACQUIRE);
-    if (!f) {
-        /* RTLD_NEXT from here skips libmsched (whose preload build exports its own dlsym). */
-        static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-        for (size_t i = 0; !f && i < MS_ARRAY_LEN(versions); i++)
-            f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-        if (!f) {
-            MS_LOG_ONCE("cannot find the C library's dlsym; driver symbols will be missing");
-            return NULL;
-        }
-        __atomic_store_n(&libc_dlsym, f, __ATOMIC_RELEASE);
-    }
-    return f(handle, name);
-}
-
-/* Device and inode of the file mapped at this code's address (the libmsched being run). */
-static bool self_identity(dev_t *dev, ino_t *ino)
-{
-    uintptr_t here = (uintptr_t)&self_identity;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (f) {
-        char line[4096];
-        while (fgets(line, sizeof line, f)) {
-            unsigned long lo, hi, off, inode;
-            unsigned maj, min;
-            char perms[8];
-            if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &maj, &min,
-                       &inode) == 7 &&
-                here >= lo && here < hi) {
-                fclose(f);
-                *dev = makedev(maj, min);
-                *ino = (ino_t)inode;
-                return true;
-            }
-        }
-        fclose(f);
-    }
-    Dl_info info;
-    struct stat st;
-    if (dladdr((void *)&self_identity, &info) && info.dli_fname && stat(info.dli_fname, &st) == 0) {
-        *dev = st.st_dev;
-        *ino = st.st_ino;
-        return true;
-    }
-    return false;
-}
-
-static void *try_load(const char *path, bool have_self, dev_t self_dev, ino_t self_ino)
-{
-    struct stat st;
-    char abs[PATH_MAX];
-    if (stat(path, &st) != 0)
-        return NULL;
-    if (realpath(path, abs))
-        path = abs; /* by absolute path, also for relative $LD_LIBRARY_PATH entries */
-    if (have_self && st.st_dev == self_dev && st.st_ino == self_ino) {
-        ms__shim_log("skipping %s: it is libmsched itself", path);
-        return NULL;
-    }
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        ms__shim_log("cannot load %s: %s", path, why ? why : "unknown error");
-        return NULL;
-    }
-    if (ms__shim_libc_dlsym(h, "ms_shim_marker")) {
-        ms__shim_log("skipping %s: it is another libmsched", path);
-        dlclose(h);
-        return NULL;
-    }
-    if (!ms__shim_libc_dlsym(h, "cuInit")) {
-        ms__shim_log("skipping %s: it does not export cuInit", path);
-        dlclose(h);
-        return NULL;
-    }
-    ms__shim_log("real driver: %s", path);
-    return h;
-}
-
-static void *find_driver(void)
-{
-    static const char *const standard[] = {
-        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
-        "/usr/lib64/libcuda.so.1",
-        "/usr/local/nvidia/lib64/libcuda.so.1",
-        "/usr/local/nvidia/lib/libcuda.so.1",
-        "/usr/lib/wsl/lib/libcuda.so.1",
-        "/lib/x86_64-linux-gnu/libcuda.so.1",
-        "/lib64/libcuda.so.1",
-        "/usr/lib/libcuda.so.1",
-    };
-    dev_t sdev = 0;
-    ino_t sino = 0;
-    bool have_self = self_identity(&sdev, &sino);
-    if (!have_self)
-        MS_LOG_ONCE("cannot identify libmsched's own file; relying on ms_shim_marker");
-
-    void *h = NULL;
-    const char *explicit_path = env("MSCHED_REAL_LIBCUDA");
-    if (explicit_path) {
-        h = try_load(explicit_path, have_self, sdev, sino);
-        if (!h)
-            ms__shim_log("MSCHED_REAL_LIBCUDA=%s is not usable; searching", explicit_path);
-    }
-    const char *llp = env("LD_LIBRARY_PATH");
-    while (!h && llp && *llp) {
-        const char *end = strchr(llp, ':');
-        size_t n = end ? (size_t)(end - llp) : strlen(llp);
-        char path[4096];
-        if (n > 0 && n < sizeof path - 16) {
-            memcpy(path, llp, n);
-            memcpy(path + n, "/libcuda.so.1", sizeof "/libcuda.so.1");
-            h = try_load(path, have_self, sdev, sino);
-        }
-        llp = end ? end + 1 : NULL;
-    }
-    for (size_t i = 0; !h && i < MS_ARRAY_LEN(standard); i++)
-        h = try_load(standard[i], have_self, sdev, sino);
-    return h;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Initialisation, fork, exit                                                                   */
 
 static void atfork_prepare(void)
 {
-    pthread_mutex_lock(&ms__shim_lock);
+    ms_lock(&ms__events_lock);
 }
 
 static void atfork_parent(void)
 {
-    pthread_mutex_unlock(&ms__shim_lock);
+    ms_unlock(&ms__events_lock);
 }
 
 static void atfork_child(void)
 {
-    pthread_mutex_init(&ms__shim_lock, NULL);
+    ms_lock_reset(&ms__events_lock);
     ms__shim_events_atfork_child();
     ms__host_atfork_child();
     ms_engine_atfork_child();
 }
 
-static void init_once_fn(void)
+/* The process's initialisation (driver.h runs it once, at the first driver call). */
+static void init_all(void)
 {
-    in_init = true;
-    const char *v = env("MSCHED_VERBOSE");
-    verbose = v && strcmp(v, "0") != 0;
-
-    void *h = find_driver();
-    unsigned missing = 0;
-    for (unsigned i = 0; i < MS_SYM_COUNT; i++) {
-        void *p = h ? ms__shim_libc_dlsym(h, ms_gen_sym_names[i]) : NULL;
-        if (!p) {
-            missing += h != NULL;
-            p = h ? (void *)&stub_missing : (void *)&stub_no_driver;
-        }
-        if (!h && i == MS_SYM_cuInit)
-            p = (void *)&stub_no_device;
-        __atomic_store_n(&ms__shim_slots[i], p, __ATOMIC_RELEASE);
-    }
-    real_handle = h;
-    if (!h)
-        ms__shim_log("no real CUDA driver found (set MSCHED_REAL_LIBCUDA); cuInit will report "
-                     "CUDA_ERROR_NO_DEVICE");
-    else if (missing)
-        ms__shim_log("the driver lacks %u of the %d symbols libmsched exports; they return "
-                     "CUDA_ERROR_NOT_FOUND",
-                     missing, MS_SYM_COUNT);
-
-    ms__shim_events_init(env("MSCHED_TRACE"));
-    uint64_t budget = 0;
-    const char *b = env("MSCHED_BUDGET");
-    if (b && ms_parse_size(b, &budget) != MS_OK) {
-        ms__shim_log("MSCHED_BUDGET=%s is not a size (e.g. 17179869184 or 16GiB); ignored", b);
-        budget = 0;
-    }
-    ms_client_configure(env("MSCHED_DAEMON"), env("MSCHED_PRIORITY"), env("MSCHED_WEIGHT"),
-                        env("MSCHED_IDLE_MS"), env("MSCHED_DAEMON_TIMEOUT_MS"));
-    ms_engine_configure(budget, env("MSCHED_ENGINE"), env("MSCHED_STRICT"));
-    uint64_t piece = MS_PIN_PIECE_DEFAULT;
-    const char *pp = env("MSCHED_PIN_PIECE");
-    if (pp && ms_parse_size(pp, &piece) != MS_OK) {
-        ms__shim_log("MSCHED_PIN_PIECE=%s is not a size (e.g. 64MiB, or 0 for one call); host "
-                     "stores are pinned in pieces of %llu MiB",
-                     pp, (unsigned long long)(MS_PIN_PIECE_DEFAULT / MS_MIB));
-        piece = MS_PIN_PIECE_DEFAULT;
-    }
-    ms__host_configure(piece);
+    ms__shim_config_load();
+    ms__shim_log_configure(ms__shim_opt(MS_OPT_VERBOSE) != 0);
+    ms__drv_load(ms__shim_opt_text(MS_OPT_REAL_LIBCUDA));
+    ms__shim_events_init(ms__shim_opt_text(MS_OPT_TRACE));
+    ms_client_configure();
+    ms_engine_configure();
+    ms__host_configure(ms__shim_opt(MS_OPT_PIN_PIECE));
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0)
         ms__shim_log("pthread_atfork failed; a forked child may inherit a held lock");
-    in_init = false;
     __atomic_store_n(&initialized, true, __ATOMIC_RELEASE);
 }
 
-void ms__shim_init(void)
+/* Registered before any driver call can be made: libraries initialise before the programs and
+ * libraries that depend on them, and a preloaded one first of all. */
+__attribute__((constructor)) static void shim_load(void)
 {
-    if (in_init)
-        return;
-    pthread_once(&init_once, init_once_fn);
-}
-
-void *ms__shim_real(unsigned idx)
-{
-    if (idx >= MS_SYM_COUNT)
-        return (void *)&stub_missing;
-    void *p = __atomic_load_n(&ms__shim_slots[idx], __ATOMIC_ACQUIRE);
-    if (p)
-        return p;
-    if (in_init)
-        return (void *)&stub_no_driver;
-    ms__shim_init();
-    p = __atomic_load_n(&ms__shim_slots[idx], __ATOMIC_ACQUIRE);
-    return p ? p : (void *)&stub_no_driver;
-}
-
-void *ms__shim_resolve(unsigned idx)
-{
-    return ms__shim_real(idx);
-}
-
-void *ms__shim_real_handle(void)
-{
-    return __atomic_load_n(&initialized, __ATOMIC_ACQUIRE) ? real_handle : NULL;
+    ms__drv_set_init(init_all);
 }
 
 void *ms__shim_hook_for(int idx)
@@ -381,8 +125,8 @@ void *ms__shim_hook_for(int idx)
 __attribute__((destructor)) static void shim_fini(void)
 {
     if (__atomic_load_n(&initialized, __ATOMIC_ACQUIRE)) {
-        ms_engine_exit(verbose);
-        ms__shim_events_exit(verbose);
+        ms_engine_exit(ms__shim_verbose());
+        ms__shim_events_exit(ms__shim_verbose());
     }
 }
 

@@ -27,16 +27,22 @@ FAKE_DIR     := $(BUILD)/lib/fakecuda
 FAKE_LIB     := $(FAKE_DIR)/libcuda.so.1
 SHIM_TDIR    := $(BUILD)/tests/shim
 
-SHIM_CFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include -fPIC -fvisibility=hidden
+# LOCKCHECK=1 (the default) checks the shim's lock order at run time (shim/locks.h).
+LOCKCHECK    ?= 1
+ifeq ($(LOCKCHECK),1)
+LOCKDEFS     := -DMS_LOCK_CHECK
+endif
+SHIM_CFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) $(LOCKDEFS) -isystem $(CUDA_HOME)/include -fPIC \
+               -fvisibility=hidden
 SHIM_SOFLAGS = $(LDFLAGS) -shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now
 SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 
-SHIM_SRC := shim/shim.c shim/events.c shim/funcinfo.c shim/procaddr.c shim/hook_init.c \
+SHIM_SRC := shim/log.c shim/locks.c shim/config.c shim/driver.c shim/shim.c shim/events.c shim/funcinfo.c cuabi/procaddr.c shim/hook_init.c \
             shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/hook_vmm.c \
-            shim/gen/syms.c shim/gen/tramp.c shim/engine.c shim/hostmem.c shim/accuracy.c \
+            cuabi/gen/syms.c shim/gen/tramp.c shim/engine.c shim/hostmem.c shim/accuracy.c \
             shim/client.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c core/region.c \
             core/predict.c core/accuracy.c core/plan.c core/exec.c core/timeline.c core/proto.c \
-            core/units.c \
+            core/units.c ipc/shimopt.c \
             ipc/sock.c ipc/conn.c $(BUILD)/gen/hash_ptx.c
 
 # The GPU hash kernel's PTX, embedded as a string (no nvcc: no GPU hash, see engine.h).
@@ -48,7 +54,7 @@ $(BUILD)/gen/hash_ptx.c: gpu/cuda/hash.cu scripts/embed.py
 	    python3 scripts/embed.py ms_hash_ptx $@.ptx >$@; \
 	else python3 scripts/embed.py ms_hash_ptx - >$@; fi
 FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c gpu/fakecuda/fakecuda_um.c gpu/fakecuda/fakecuda_graph.c \
-            shim/procaddr.c shim/gen/syms.c
+            cuabi/procaddr.c cuabi/gen/syms.c
 
 shim_pic = $(patsubst %.c,$(SHIM_PIC)/%.o,$(1))
 
@@ -130,12 +136,14 @@ shim: $(SHIM_LIB) $(SHIM_PRELOAD) $(FAKE_LIB)
 all: shim
 
 gen-shim:
-	python3 scripts/gen_shim.py --cuda $(CUDA_HOME) --outdir shim/gen
+	python3 scripts/gen_shim.py --cuda $(CUDA_HOME) --outdir shim/gen --abi-outdir cuabi/gen
 
 check-gen-shim:
-	$(Q)tmp=$$(mktemp -d) && python3 scripts/gen_shim.py --cuda $(CUDA_HOME) --outdir $$tmp && \
-	    diff -ru shim/gen $$tmp; rc=$$?; rm -rf $$tmp; \
-	    if [ $$rc -ne 0 ]; then echo "shim/gen is stale: run 'make gen-shim'"; fi; exit $$rc
+	$(Q)tmp=$$(mktemp -d) && python3 scripts/gen_shim.py --cuda $(CUDA_HOME) --outdir $$tmp/shim \
+	    --abi-outdir $$tmp/cuabi && diff -ru shim/gen $$tmp/shim && diff -ru cuabi/gen $$tmp/cuabi; \
+	    rc=$$?; rm -rf $$tmp; \
+	    if [ $$rc -ne 0 ]; then echo "shim/gen or cuabi/gen is stale: run 'make gen-shim'"; fi; \
+	    exit $$rc
 check-gen: check-gen-shim
 
 -include $(shell find $(SHIM_PIC) $(SHIM_TDIR) -name '*.d' 2>/dev/null)

@@ -17,7 +17,7 @@
  *   event records the time of its cuEventRecord.
  *
  *   cuGetProcAddress(_v2) answers with the fake's own functions. Which exported name answers a
- *   (base name, version, flags) request is decided by shim/procaddr.c over the tables
+ *   (base name, version, flags) request is decided by cuabi/procaddr.c over the tables
  *   scripts/gen_shim.py generated from the toolkit; this file only maps that name to a
  *   function (`functions` below lists every driver function the fake implements, once).
  *
@@ -29,7 +29,7 @@
  */
 #include "gpu/fakecuda/fakecuda_int.h"
 
-#include "shim/procaddr.h"
+#include "cuabi/procaddr.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
 #ifndef MS_FAKECUDA_INT_H
 #define MS_FAKECUDA_INT_H
 
-#include "shim/cuda_api.h"
+#include "cuabi/cuda_api.h"
 
 #include "gpu/fakecuda/fakecuda.h"
 

@@ -10,7 +10,7 @@
  * symbol index in %r11d: it saves the argument registers, calls ms__shim_resolve(idx)
  * (which loads the driver once and never returns NULL), restores them and jumps.
  */
-#include "shim/gen/syms.h"
+#include "cuabi/gen/syms.h"
 
 #if !defined(__x86_64__)
 #error "libmsched's trampolines are x86-64 only"

@@ -4,7 +4,7 @@
  * Design
  *   cuGetProcAddress(symbol, pfn, cudaVersion, flags) names a *base* name ("cuMemAlloc") and the
  *   CUDA version whose ABI the caller compiled against; the answer is one exported variant
- *   ("cuMemAlloc_v2"). The generated tables (shim/gen/syms.h) list, per base name, every ABI
+ *   ("cuMemAlloc_v2"). The generated tables (cuabi/gen/syms.h) list, per base name, every ABI
  *   with the version that introduced it and whether it is the per-thread-default-stream
  *   flavour. Selection follows cuda.h's documentation of cuGetProcAddress:
  *     - with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, the newest per-thread entry whose
@@ -17,8 +17,8 @@
  *
  * Pure functions over constant tables: no locking, no allocation.
  */
-#ifndef MS_SHIM_PROCADDR_H
-#define MS_SHIM_PROCADDR_H
+#ifndef MS_CUABI_PROCADDR_H
+#define MS_CUABI_PROCADDR_H
 
 #include <stdbool.h>
 
@@ -49,4 +49,4 @@ int ms_procaddr_select(const char *base, int cuda_version, bool per_thread, int 
  */
 int ms_procaddr_variants(const char *base, int *out, int cap);
 
-#endif /* MS_SHIM_PROCADDR_H */
+#endif /* MS_CUABI_PROCADDR_H */

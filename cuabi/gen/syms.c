@@ -7,8 +7,8 @@
  * typedef with the export whose cuda.h prototype has exactly that type.
  */
 /* clang-format off */
-#include "shim/cuda_api.h"
-#include "shim/gen/syms.h"
+#include "cuabi/cuda_api.h"
+#include "cuabi/gen/syms.h"
 
 const char *const ms_gen_sym_names[MS_SYM_COUNT] = {
     "cuArray3DCreate",

@@ -15,11 +15,11 @@
  *   Include this header instead of <cuda.h> in shim/ and gpu/fakecuda/, and before any other
  *   header that might include <cuda.h> itself.
  */
-#ifndef MS_SHIM_CUDA_API_H
-#define MS_SHIM_CUDA_API_H
+#ifndef MS_CUABI_CUDA_API_H
+#define MS_CUABI_CUDA_API_H
 
 #ifdef CUDA_VERSION
-#error "shim/cuda_api.h must be included before <cuda.h>"
+#error "cuabi/cuda_api.h must be included before <cuda.h>"
 #endif
 
 #define __CUDA_API_VERSION_INTERNAL 1
@@ -30,4 +30,4 @@
 #include <cudaProfilerTypedefs.h>
 #include <cudaTypedefs.h>
 
-#endif /* MS_SHIM_CUDA_API_H */
+#endif /* MS_CUABI_CUDA_API_H */

@@ -7,8 +7,8 @@
  * cuGetProcAddress request (base name, CUDA version, per-thread flag) to one of them.
  */
 /* clang-format off */
-#ifndef MS_SHIM_GEN_SYMS_H
-#define MS_SHIM_GEN_SYMS_H
+#ifndef MS_CUABI_GEN_SYMS_H
+#define MS_CUABI_GEN_SYMS_H
 
 #include <stdint.h>
 
@@ -710,5 +710,5 @@ extern const char *const ms_gen_sym_names[MS_SYM_COUNT];
 extern const struct ms_pa_group ms_gen_pa_groups[MS_PA_NGROUPS]; /* sorted by base */
 extern const struct ms_pa_entry ms_gen_pa_entries[MS_PA_NENTRIES]; /* by version */
 
-#endif /* MS_SHIM_GEN_SYMS_H */
+#endif /* MS_CUABI_GEN_SYMS_H */
 /* clang-format on */

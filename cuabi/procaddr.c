@@ -5,9 +5,9 @@
  * Entries of one group are sorted by (version, per-thread); selection scans a group backwards
  * for the newest acceptable entry. See procaddr.h for the rules.
  */
-#include "shim/procaddr.h"
+#include "cuabi/procaddr.h"
 
-#include "shim/gen/syms.h"
+#include "cuabi/gen/syms.h"
 
 #include <stdlib.h>
 #include <string.h>
