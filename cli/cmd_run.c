@@ -25,6 +25,7 @@
 #include "core/proto.h"
 #include "core/timeline.h"
 #include "ipc/ipc.h"
+#include "ipc/shimopt.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -39,24 +40,14 @@
 
 static void run_help(FILE *f)
 {
-    fprintf(f,
-            "usage: msched run [options] -- program [args...]\n"
-            "\n"
-            "Runs program with libmsched, the CUDA driver shim, in front of the real driver.\n"
-            "\n"
-            "options:\n"
-            "  --priority rt|be|N  scheduling priority, 0-10 (rt = real-time = 10, be = 0)\n"
-            "  --weight N          share of GPU time relative to other tasks, 0-1000 (default 1)\n"
-            "  --budget SIZE       device memory this process may keep resident (e.g. 16GiB);\n"
-            "                      beyond it the shim evicts and repopulates its own memory\n"
-            "  --engine vmm|unified|demand|off\n"
-            "                      vmm: explicit migration (default); unified: managed memory,\n"
-            "                      prefetched in and out; demand: managed memory prefetched\n"
-            "                      out, faulted in (the demand-paging baseline); off: observe\n"
-            "  --trace FILE        record the program's command stream (msched sim --trace)\n"
-            "  --no-daemon         do not join (or start) mschedd: the program runs alone\n"
-            "  --verbose           the shim reports what it does on stderr\n"
-            "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
+    fprintf(f, "usage: msched run [options] -- program [args...]\n"
+               "\n"
+               "Runs program with libmsched, the CUDA driver shim, in front of the real driver.\n"
+               "\n"
+               "options:\n");
+    ms_shimopt_help(f);
+    fprintf(f, "\nalso:\n"
+               "  --preload           load the shim with LD_PRELOAD instead of the library path\n");
 }
 
 /* The directory of the msched binary (mschedd is looked for there). */
@@ -169,12 +160,12 @@ static int setenv_or_fail(const char *k, const char *v)
 
 static int run_main(int argc, char **argv)
 {
-    const char *prio = NULL, *weight = NULL, *budget = NULL, *engine = NULL, *trace = NULL;
-    bool verbose = false, preload = false, no_daemon = false;
+    /* The shim's options, as text, by the table's id (ipc/shimopt.h): checked here with the
+     * shim's own parser, so a value the shim would ignore is a usage error instead. */
+    const char *given[MS_OPT_COUNT] = {0};
+    bool preload = false;
     int i = 1;
     for (; i < argc; i++) {
-        const char *v = NULL;
-        int m;
         if (strcmp(argv[i], "--") == 0) {
             i++;
             break;
@@ -183,70 +174,43 @@ static int run_main(int argc, char **argv)
             run_help(stdout);
             return 0;
         }
-        if ((m = ms_cli_opt(argc, argv, &i, "--priority", &v)) != 0) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            prio = v;
-        } else if ((m = ms_cli_opt(argc, argv, &i, "--weight", &v)) != 0) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            weight = v;
-        } else if ((m = ms_cli_opt(argc, argv, &i, "--budget", &v)) != 0) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            budget = v;
-        } else if ((m = ms_cli_opt(argc, argv, &i, "--engine", &v)) != 0) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            engine = v;
-        } else if ((m = ms_cli_opt(argc, argv, &i, "--trace", &v)) != 0) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            trace = v;
-        } else if (ms_cli_opt(argc, argv, &i, "--verbose", NULL) == 1) {
-            verbose = true;
-        } else if (ms_cli_opt(argc, argv, &i, "--preload", NULL) == 1) {
+        if (ms_cli_opt(argc, argv, &i, "--preload", NULL) == 1) {
             preload = true;
-        } else if (ms_cli_opt(argc, argv, &i, "--no-daemon", NULL) == 1) {
-            no_daemon = true;
-        } else if (argv[i][0] == '-') {
+            continue;
+        }
+        if (argv[i][0] != '-')
+            break; /* the program, without "--" */
+        const char *eq = strchr(argv[i], '=');
+        char flag[64];
+        snprintf(flag, sizeof flag, "%.*s", (int)(eq ? (size_t)(eq - argv[i]) : strlen(argv[i])),
+                 argv[i]);
+        int id = ms_shimopt_by_flag(flag);
+        if (id < 0) {
             ms_cli_error("unknown option '%s' for run (try 'msched help run')", argv[i]);
             return MS_EXIT_USAGE;
-        } else {
-            break; /* the program, without "--" */
         }
+        const struct ms_shimopt_def *d = &ms_shimopt_defs[id];
+        const char *v = d->set_to;
+        if (d->metavar && ms_cli_opt(argc, argv, &i, d->flag, &v) < 0)
+            return MS_EXIT_USAGE;
+        if (!d->metavar && ms_cli_opt(argc, argv, &i, d->flag, NULL) != 1) {
+            ms_cli_error("option %s takes no value", d->flag);
+            return MS_EXIT_USAGE;
+        }
+        uint64_t n;
+        if (ms_shimopt_parse((enum ms_shimopt)id, v, &n, NULL, 0) != MS_OK) {
+            char exp[96];
+            ms_shimopt_expect((enum ms_shimopt)id, exp, sizeof exp);
+            ms_cli_error("bad %s '%s': use %s", d->flag, v, exp);
+            return MS_EXIT_USAGE;
+        }
+        given[id] = v;
     }
     if (i >= argc) {
         ms_cli_error("run: no program given (usage: msched run [options] -- program [args])");
         return MS_EXIT_USAGE;
     }
-    uint64_t n;
-    /* The ranges the shim accepts (shim/client.c), so a bad value is an error here rather than
-     * a message and a default there. */
-    if (prio && strcmp(prio, "rt") != 0 && strcmp(prio, "be") != 0 &&
-        (ms_cli_parse_u64(prio, &n) != 0 || n > MS_PRIO_RT)) {
-        ms_cli_error("bad --priority '%s': use rt, be or a whole number from %d to %d", prio,
-                     MS_PRIO_BE, MS_PRIO_RT);
-        return MS_EXIT_USAGE;
-    }
-    if (weight && (ms_cli_parse_u64(weight, &n) != 0 || n > MS_PROTO_WEIGHT_MAX)) {
-        ms_cli_error("bad --weight '%s': use a whole number from 0 to %d (0 means 1)", weight,
-                     MS_PROTO_WEIGHT_MAX);
-        return MS_EXIT_USAGE;
-    }
-    char bytes[32];
-    if (budget) {
-        if (ms_cli_parse_size(budget, &n) != 0 || n < MS_GRAN) {
-            ms_cli_error("bad --budget '%s': use a size of at least 2MiB, e.g. 16GiB", budget);
-            return MS_EXIT_USAGE;
-        }
-        snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)n);
-    }
-    if (engine && strcmp(engine, "vmm") != 0 && strcmp(engine, "unified") != 0 &&
-        strcmp(engine, "demand") != 0 && strcmp(engine, "off") != 0) {
-        ms_cli_error("bad --engine '%s': use vmm, unified, demand or off", engine);
-        return MS_EXIT_USAGE;
-    }
+    bool verbose = given[MS_OPT_VERBOSE] != NULL;
 
     char dir[PATH_MAX], lib[PATH_MAX + 32];
     struct stat st;
@@ -282,15 +246,11 @@ static int run_main(int argc, char **argv)
         if (e)
             return MS_EXIT_RUNTIME;
     }
-    if ((prio && setenv_or_fail("MSCHED_PRIORITY", prio)) ||
-        (weight && setenv_or_fail("MSCHED_WEIGHT", weight)) ||
-        (budget && setenv_or_fail("MSCHED_BUDGET", bytes)) ||
-        (engine && setenv_or_fail("MSCHED_ENGINE", engine)) ||
-        (trace && setenv_or_fail("MSCHED_TRACE", trace)) ||
-        (verbose && setenv_or_fail("MSCHED_VERBOSE", "1")) ||
-        (no_daemon && setenv_or_fail("MSCHED_DAEMON", "off")))
-        return MS_EXIT_RUNTIME;
+    for (int k = 0; k < MS_OPT_COUNT; k++)
+        if (given[k] && setenv_or_fail(ms_shimopt_defs[k].env, given[k]))
+            return MS_EXIT_RUNTIME;
     const char *dm = getenv("MSCHED_DAEMON");
+    const char *engine = getenv("MSCHED_ENGINE");
     if (!(dm && strcmp(dm, "off") == 0) && !(engine && strcmp(engine, "off") == 0))
         ensure_daemon(verbose);
     fflush(NULL);

@@ -199,3 +199,20 @@ int64_t ms_predict_range(const struct ms_rtable *rt, uint32_t task, struct ms_ra
     ms_chunk_set_normalize(out);
     return inside;
 }
+
+int ms_chunk_sets_reserve(struct ms_chunk_set **sets, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return MS_OK;
+    size_t c = *cap ? *cap : 16;
+    while (c < n)
+        c *= 2;
+    struct ms_chunk_set *w = ms_realloc(*sets, c * sizeof(*w));
+    if (!w)
+        return MS_E_NOMEM;
+    for (size_t k = *cap; k < c; k++)
+        ms_chunk_set_init(&w[k]);
+    *sets = w;
+    *cap = c;
+    return MS_OK;
+}

@@ -52,6 +52,9 @@ void ms_chunk_set_clear(struct ms_chunk_set *s);
 int ms_chunk_set_add(struct ms_chunk_set *s, ms_chunk_id id);
 /* Sort ascending and drop duplicates. */
 void ms_chunk_set_normalize(struct ms_chunk_set *s);
+/* Grow an array of chunk sets (*sets, *cap of them) to hold at least n; new sets are empty.
+ * MS_E_NOMEM leaves it as it was. */
+int ms_chunk_sets_reserve(struct ms_chunk_set **sets, size_t *cap, size_t n);
 /* Binary search; the set must be normalized. */
 bool ms_chunk_set_has(const struct ms_chunk_set *s, ms_chunk_id id);
 /* Sum of the chunks' bytes. */

@@ -397,3 +397,17 @@ int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen)
              (unsigned long long)live);
     return 0;
 }
+
+void ms_region_clear_marks(struct ms_rtable *rt, uint32_t region)
+{
+    struct ms_region *r = ms_region_get(rt, region);
+    for (uint32_t k = 0; r && k < r->nchunks; k++)
+        r->chunks[k].mark = 0;
+}
+
+void ms_rtable_clear_marks(struct ms_rtable *rt)
+{
+    for (size_t i = 0; i < rt->nslots; i++)
+        if (rt->regions[i].live)
+            ms_region_clear_marks(rt, (uint32_t)i);
+}

@@ -169,6 +169,9 @@ int ms_region_remove(struct ms_rtable *rt, uint32_t region);
 /* NULL for a dead or unknown slot. */
 struct ms_region *ms_region_get(struct ms_rtable *rt, uint32_t region);
 struct ms_chunk *ms_chunk_get(struct ms_rtable *rt, ms_chunk_id id);
+/* Zero the marks (scratch) of one region's chunks, or of every live region's. */
+void ms_region_clear_marks(struct ms_rtable *rt, uint32_t region);
+void ms_rtable_clear_marks(struct ms_rtable *rt);
 
 /* Region of `task` containing addr; MS_E_NOTFOUND if none. out_chunk may be NULL. */
 int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, uint32_t *out_region,

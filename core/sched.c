@@ -641,11 +641,8 @@ static int on_region(struct ms_sched *s, uint64_t now, struct ms_stask *t,
 /* Set mark = 0 on every chunk of t (scratch for de-duplication). */
 static void clear_marks(struct ms_sched *s, struct ms_stask *t)
 {
-    for (size_t i = 0; i < t->nrmap; i++) {
-        struct ms_region *r = &s->rt.regions[t->rmap[i].slot];
-        for (uint32_t k = 0; k < r->nchunks; k++)
-            r->chunks[k].mark = 0;
-    }
+    for (size_t i = 0; i < t->nrmap; i++)
+        ms_region_clear_marks(&s->rt, t->rmap[i].slot);
 }
 
 /* Every chunk of t's device-memory regions, in region-id order. */
@@ -832,20 +829,6 @@ static int make_timeline(struct ms_sched *s, uint32_t last, size_t horizon)
     rc = ms_policy_timeline(&p, a, s->ntasks, last, horizon, &s->tl);
     ms_free(a);
     return rc;
-}
-
-static int ws_reserve(struct ms_sched *s, size_t n)
-{
-    if (n <= s->capws)
-        return MS_OK;
-    struct ms_chunk_set *w = ms_realloc(s->ws, n * sizeof(*w));
-    if (!w)
-        return MS_E_NOMEM;
-    for (size_t k = s->capws; k < n; k++)
-        ms_chunk_set_init(&w[k]);
-    s->ws = w;
-    s->capws = n;
-    return MS_OK;
 }
 
 static int ws_copy(struct ms_chunk_set *dst, const struct ms_chunk_set *src)
@@ -1324,7 +1307,7 @@ static int plan_switch(struct ms_sched *s, uint64_t now)
         return rc;
     struct ms_stask *t = find_task(s, s->tl.e[0].task);
     uint64_t base_slice = s->tl.e[0].slice_ns;
-    rc = ws_reserve(s, s->tl.n);
+    rc = ms_chunk_sets_reserve(&s->ws, &s->capws, s->tl.n);
     if (!rc)
         rc = fill_future(s, 0);
     if (!rc && s->cfg.evict == MS_EVICT_WHOLE) {
@@ -1385,7 +1368,7 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
     if (!rc)
         rc = add_returners(s, t, 0);
     if (!rc)
-        rc = ws_reserve(s, s->tl.n + 1);
+        rc = ms_chunk_sets_reserve(&s->ws, &s->capws, s->tl.n + 1);
     if (!rc)
         rc = fill_future(s, 1);
     if (!rc) {

@@ -94,8 +94,9 @@ static int parse_uint(const char *text, uint64_t *out)
     return MS_OK;
 }
 
-static void expect(const struct ms_shimopt_def *d, char *buf, size_t n)
+void ms_shimopt_expect(enum ms_shimopt id, char *buf, size_t n)
 {
+    const struct ms_shimopt_def *d = &ms_shimopt_defs[id];
     switch (d->type) {
     case MS_OT_SIZE:
         if (d->max == UINT64_MAX)
@@ -115,15 +116,9 @@ static void expect(const struct ms_shimopt_def *d, char *buf, size_t n)
         snprintf(buf, n, "one of %s", d->words);
         break;
     }
-    case MS_OT_PRIORITY:
-        snprintf(buf, n, "rt, be or %d..%d", MS_PRIO_BE, MS_PRIO_RT);
-        break;
-    case MS_OT_FLAG:
-        snprintf(buf, n, "0 or 1");
-        break;
-    case MS_OT_PATH:
-        snprintf(buf, n, "a path");
-        break;
+    case MS_OT_PRIORITY: snprintf(buf, n, "rt, be or %d..%d", MS_PRIO_BE, MS_PRIO_RT); break;
+    case MS_OT_FLAG: snprintf(buf, n, "0 or 1"); break;
+    case MS_OT_PATH: snprintf(buf, n, "a path"); break;
     }
 }
 
@@ -147,9 +142,7 @@ int ms_shimopt_parse(enum ms_shimopt id, const char *text, uint64_t *value, char
             if (e == MS_OK && (v < d->min || v > d->max) && !(d->zero_ok && v == 0))
                 e = MS_E_INVAL;
             break;
-        case MS_OT_WORD:
-            e = word_index(d->words, text, &v);
-            break;
+        case MS_OT_WORD: e = word_index(d->words, text, &v); break;
         case MS_OT_PRIORITY:
             if (strcmp(text, "rt") == 0)
                 v = MS_PRIO_RT;
@@ -166,8 +159,7 @@ int ms_shimopt_parse(enum ms_shimopt id, const char *text, uint64_t *value, char
             else
                 e = MS_E_INVAL;
             break;
-        case MS_OT_PATH:
-            break;
+        case MS_OT_PATH: break;
         }
     }
     if (e == MS_OK) {
@@ -176,7 +168,7 @@ int ms_shimopt_parse(enum ms_shimopt id, const char *text, uint64_t *value, char
     }
     if (why && whylen) {
         char exp[96];
-        expect(d, exp, sizeof exp);
+        ms_shimopt_expect(id, exp, sizeof exp);
         snprintf(why, whylen, "%s=%.200s is not %s", d->env, text, exp);
     }
     return MS_E_INVAL;

@@ -63,16 +63,16 @@ enum ms_engine_kind { MS_ENGINE_VMM = 0, MS_ENGINE_UNIFIED, MS_ENGINE_DEMAND, MS
 enum { MS_DAEMON_ON = 0, MS_DAEMON_OFF };
 
 struct ms_shimopt_def {
-    const char *env;       /* "MSCHED_BUDGET" */
-    const char *flag;      /* the `msched run` flag, or NULL */
-    const char *metavar;   /* the flag's argument ("SIZE"), or NULL: a switch */
-    const char *set_to;    /* a switch: the value it sets ("off" for --no-daemon) */
+    const char *env;     /* "MSCHED_BUDGET" */
+    const char *flag;    /* the `msched run` flag, or NULL */
+    const char *metavar; /* the flag's argument ("SIZE"), or NULL: a switch */
+    const char *set_to;  /* a switch: the value it sets ("off" for --no-daemon) */
     enum ms_shimopt_type type;
-    uint64_t min, max;     /* SIZE, UINT: the range */
-    bool zero_ok;          /* SIZE, UINT: 0 is allowed below min */
-    const char *words;     /* WORD: space-separated, value = index */
-    const char *def;       /* the default, as text ("" when the option is unset by default) */
-    const char *help;      /* one line (may be wrapped with '\n') */
+    uint64_t min, max; /* SIZE, UINT: the range */
+    bool zero_ok;      /* SIZE, UINT: 0 is allowed below min */
+    const char *words; /* WORD: space-separated, value = index */
+    const char *def;   /* the default, as text ("" when the option is unset by default) */
+    const char *help;  /* one line (may be wrapped with '\n') */
 };
 
 extern const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT];
@@ -91,6 +91,9 @@ struct ms_shimopts {
  * usage error). why may be NULL. */
 int ms_shimopt_parse(enum ms_shimopt id, const char *text, uint64_t *value, char *why,
                      size_t whylen);
+
+/* What option id takes, as a phrase ("0..1000", "a size of at least 2MiB (e.g. 16GiB)"). */
+void ms_shimopt_expect(enum ms_shimopt id, char *buf, size_t n);
 
 /* Read every option through get (getenv-like; NULL or "" means unset). A bad value leaves the
  * option unset (its default stands) and calls bad(arg, why, default text) once. */

@@ -149,7 +149,7 @@ static void *find_driver(const char *explicit_path)
         MS_LOG_ONCE("cannot identify libmsched's own file; relying on ms_shim_marker");
 
     void *h = NULL;
-    
+
     if (explicit_path) {
         h = try_load(explicit_path, have_self, sdev, sino);
         if (!h)
@@ -242,4 +242,3 @@ void *ms__shim_real_handle(void)
 {
     return __atomic_load_n(&initialized, __ATOMIC_ACQUIRE) ? real_handle : NULL;
 }
-

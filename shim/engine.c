@@ -37,6 +37,7 @@
 #include "shim/shim_int.h"
 
 #include "core/exec.h"
+#include "core/history.h"
 #include "core/plan.h"
 #include "core/predict.h"
 #include "core/region.h"
@@ -94,8 +95,7 @@ static struct {
     struct ms_cuda_api api;
     struct ms_gpu_cuda *gpu;
     const struct ms_gpu_ops *ops;
-    ms_chunk_id hist[HIST_CAP];
-    uint64_t hist_seq; /* ids ever appended; the ring holds the last min(seq, CAP) */
+    struct ms_history hist;
     struct refs *refs; /* indexed by region slot */
     size_t nrefs;
     struct ms_chunk_set need, scratch;
@@ -129,6 +129,10 @@ void ms_engine_configure(void)
     ms_chunk_set_init(&E.scratch);
     ms_plan_init(&E.plan);
     E.st.budget = budget;
+    if (E.want && ms_history_init(&E.hist, HIST_CAP) != MS_OK) {
+        ms__shim_say("memory engine disabled: no memory for its history");
+        E.want = false;
+    }
     ms_unlock(&E.lock);
 }
 
@@ -479,8 +483,6 @@ bool ms_engine_vmm_ready(void)
     return ok;
 }
 
-static void clear_marks(void);
-
 /* Carry out E.plan, pipelined, inside the host-memory gate (hostmem.h): no pin call of this
  * process runs beside the migration's copies. Caller holds E.lock. */
 static int exec_plan(uint64_t budget, struct ms_exec_stats *x)
@@ -530,7 +532,7 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
     MS_REAL(cuCtxSynchronize)();
     E.plan.n = 0;
     E.plan.evict_bytes = E.plan.populate_bytes = 0;
-    clear_marks();
+    ms_rtable_clear_marks(&E.rt);
     int e = MS_OK;
     for (uint32_t k = 0; k < r->nchunks && e == MS_OK; k++)
         if (ms_chunk_state_resident((enum ms_chunk_state)r->chunks[k].state))
@@ -574,17 +576,6 @@ bool ms_engine_vmm_owns(uint64_t va)
                ms_region_get(&E.rt, id)->kind == MS_RK_VMM;
     ms_unlock(&E.lock);
     return yes;
-}
-
-static void hist_append(const struct ms_chunk_set *s)
-{
-    for (size_t i = 0; i < s->n; i++) {
-        bool recent = false;
-        for (uint64_t k = 1; k <= 8 && k <= E.hist_seq && !recent; k++)
-            recent = E.hist[(E.hist_seq - k) % HIST_CAP] == s->ids[i];
-        if (!recent)
-            E.hist[E.hist_seq++ % HIST_CAP] = s->ids[i];
-    }
 }
 
 static int add_region_chunks(struct ms_chunk_set *s, uint32_t region)
@@ -665,95 +656,15 @@ bool ms__engine_all_ready(const struct ms_chunk_set *s)
     return true;
 }
 
-static int ws_reserve(size_t n)
-{
-    if (n <= E.capws)
-        return MS_OK;
-    size_t cap = E.capws ? E.capws : 16;
-    while (cap < n)
-        cap *= 2;
-    struct ms_chunk_set *p = realloc(E.ws, cap * sizeof(*p));
-    if (!p)
-        return MS_E_NOMEM;
-    for (size_t i = E.capws; i < cap; i++)
-        ms_chunk_set_init(&p[i]);
-    E.ws = p;
-    E.capws = cap;
-    return MS_OK;
-}
-
-/*
- * Build ws[0] = need + prefetch and ws[1..] = the predicted future (lock held). `missing` are
- * the needed chunks that are not resident: where one of them last appeared, what followed it
- * then is the prediction. Chunks resident now (activations used by every command) say nothing
- * about where the program is. Never seen before: no prefetch, and the future is the history
- * from its oldest end (a loop reuses first what it used first).
- */
-static int build_future(const struct ms_chunk_set *need, const struct ms_chunk_set *missing,
-                        bool prefetch)
-{
-    uint64_t have = MS_MIN(E.hist_seq, (uint64_t)HIST_CAP);
-    uint64_t first = E.hist_seq - have; /* oldest sequence number retained */
-    uint64_t start = first;
-    bool found = false;
-    for (uint64_t s = E.hist_seq; missing->n && s-- > first;) {
-        if (ms_chunk_set_has(missing, E.hist[s % HIST_CAP])) {
-            start = s + 1;
-            found = true;
-            break;
-        }
-    }
-    if (!found)
-        prefetch = false;
-    size_t groups = (size_t)(have / GROUP) + 2;
-    int e = ws_reserve(groups + 1);
-    if (e)
-        return e;
-    for (size_t i = 0; i <= groups; i++)
-        ms_chunk_set_clear(&E.ws[i]);
-    struct ms_chunk_set *w0 = &E.ws[0];
-    for (size_t i = 0; i < need->n; i++)
-        if ((e = ms_chunk_set_add(w0, need->ids[i])))
-            return e;
-    uint64_t room = prefetch ? E.prefetch : 0, taken = 0;
-    size_t g = 1;
-    for (uint64_t k = 0; k < have; k++) {
-        uint64_t s = start + k;
-        if (s >= E.hist_seq)
-            s = first + (s - E.hist_seq); /* wrap to the oldest history */
-        ms_chunk_id id = E.hist[s % HIST_CAP];
-        const struct ms_chunk *c = ms_chunk_get(&E.rt, id);
-        if (!c)
-            continue; /* freed since */
-        if (g == 1 && taken < room && !ms_chunk_state_resident(c->state)) {
-            taken += c->bytes;
-            if ((e = ms_chunk_set_add(w0, id)))
-                return e;
-            continue;
-        }
-        if (E.ws[g].n >= GROUP && g < groups)
-            g++;
-        if ((e = ms_chunk_set_add(&E.ws[g], id)))
-            return e;
-    }
-    E.nws = g + 1;
-    return MS_OK;
-}
-
 /* Make `need` resident (lock held). Returns a CUresult. */
 static int fault(struct ms_chunk_set *need, bool unbounded)
 {
     uint64_t t0 = now_ns();
     MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
-    ms_chunk_set_clear(&E.scratch);
-    for (size_t i = 0; i < need->n; i++) {
-        const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
-        if (c && !ms_chunk_state_ready(c->state) && ms_chunk_set_add(&E.scratch, need->ids[i]))
-            return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     int e = MS_E_NOSPACE;
     for (int attempt = 0; attempt < 2 && e == MS_E_NOSPACE; attempt++) {
-        e = build_future(need, &E.scratch, attempt == 0);
+        e = ms_history_plan_sets(&E.hist, &E.rt, need, attempt == 0 ? E.prefetch : 0, GROUP, &E.ws,
+                                 &E.capws, &E.nws);
         if (e)
             break;
         struct ms_plan_input in = {
@@ -788,13 +699,11 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     return CUDA_SUCCESS;
 }
 
-static void clear_marks(void);
-
 /* MSCHED_STRICT: evict every resident chunk `need` does not name, so that a command reaching
  * past its prediction touches unmapped memory (lock held). Returns a CUresult. */
 static int strict_evict(const struct ms_chunk_set *need)
 {
-    clear_marks();
+    ms_rtable_clear_marks(&E.rt);
     for (size_t i = 0; i < need->n; i++) {
         struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
         if (c)
@@ -819,7 +728,7 @@ void ms__engine_admitted(const struct ms_chunk_set *need)
 {
     for (size_t i = 0; i < need->n; i++)
         ms_chunk_apply(&E.rt, need->ids[i], MS_CE_TOUCH);
-    hist_append(need);
+    ms_history_append(&E.hist, need);
 }
 
 /*
@@ -866,15 +775,6 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
 
 /* ---- for the daemon client (client.h; lock held) ------------------------------------------- */
 
-/* Chunk marks are the planner's scratch, meaningless between calls: zero them before use. */
-static void clear_marks(void)
-{
-    for (size_t i = 0; i < E.rt.nslots; i++)
-        if (E.rt.regions[i].live)
-            for (uint32_t k = 0; k < E.rt.regions[i].nchunks; k++)
-                E.rt.regions[i].chunks[k].mark = 0;
-}
-
 static int plan_step(enum ms_step_op op, ms_chunk_id id)
 {
     int e = ms_grow((void **)&E.plan.steps, &E.plan.cap, E.plan.n + 1, sizeof(E.plan.steps[0]));
@@ -890,7 +790,7 @@ int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set 
     uint64_t t0 = now_ns();
     E.plan.n = 0;
     E.plan.evict_bytes = E.plan.populate_bytes = 0;
-    clear_marks();
+    ms_rtable_clear_marks(&E.rt);
     int e = MS_OK;
     for (size_t i = 0; evict && i < evict->n && e == MS_OK; i++) {
         struct ms_chunk *c = ms_chunk_get(&E.rt, evict->ids[i]);
@@ -934,78 +834,11 @@ int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set 
     return e;
 }
 
-/* Append id to out when its mark lacks `bit` and it fits in cap; marks it. */
-static int take(struct ms_chunk_set *out, ms_chunk_id id, uint64_t bit, uint64_t cap,
-                uint64_t *bytes, bool *full)
-{
-    struct ms_chunk *c = ms_chunk_get(&E.rt, id);
-    if (!c || (c->mark & bit))
-        return MS_OK;
-    if (c->bytes > cap - MS_MIN(cap, *bytes)) {
-        *full = true;
-        return MS_OK;
-    }
-    c->mark |= bit;
-    *bytes += c->bytes;
-    return ms_chunk_set_add(out, id);
-}
-
 int ms__engine_predict(const struct ms_chunk_set *need, uint64_t next_cap,
                        struct ms_chunk_set *out_next, uint64_t recent_cap,
                        struct ms_chunk_set *out_recent)
 {
-    ms_chunk_set_clear(out_next);
-    ms_chunk_set_clear(out_recent);
-    clear_marks();
-    uint64_t have = MS_MIN(E.hist_seq, (uint64_t)HIST_CAP);
-    uint64_t first = E.hist_seq - have;
-    int e = MS_OK;
-    /* recent: distinct chunks walking back from the newest use, then oldest first. */
-    uint64_t bytes = 0;
-    bool full = false;
-    for (uint64_t q = E.hist_seq; q-- > first && !full && e == MS_OK;)
-        e = take(out_recent, E.hist[q % HIST_CAP], 2, recent_cap, &bytes, &full);
-    for (size_t i = 0, j = out_recent->n; i < j / 2; i++) {
-        ms_chunk_id t = out_recent->ids[i];
-        out_recent->ids[i] = out_recent->ids[j - 1 - i];
-        out_recent->ids[j - 1 - i] = t;
-    }
-    /* next: the need (all of it), then what followed the last use of a missing chunk (of any
-     * needed chunk when none is missing); never seen: history from its oldest end. */
-    bytes = 0;
-    full = false;
-    for (size_t i = 0; i < need->n && e == MS_OK; i++) {
-        struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
-        if (c && !(c->mark & 1)) {
-            c->mark |= 1;
-            bytes += c->bytes;
-            e = ms_chunk_set_add(out_next, need->ids[i]);
-        }
-    }
-    if (need->n == 0) {
-        for (size_t i = 0; i < out_recent->n && e == MS_OK && !full; i++)
-            e = take(out_next, out_recent->ids[i], 1, next_cap, &bytes, &full);
-    } else {
-        uint64_t start = first;
-        bool found = false;
-        for (int pass = 0; pass < 2 && !found; pass++)
-            for (uint64_t q = E.hist_seq; q-- > first && !found;) {
-                ms_chunk_id id = E.hist[q % HIST_CAP];
-                const struct ms_chunk *c = ms_chunk_get(&E.rt, id);
-                if (c && ms_chunk_set_has(need, id) &&
-                    (pass == 1 || !ms_chunk_state_ready((enum ms_chunk_state)c->state))) {
-                    start = q + 1;
-                    found = true;
-                }
-            }
-        for (uint64_t k = 0; k < have && e == MS_OK && !full; k++) {
-            uint64_t q = start + k;
-            if (q >= E.hist_seq)
-                q = first + (q - E.hist_seq);
-            e = take(out_next, E.hist[q % HIST_CAP], 1, next_cap, &bytes, &full);
-        }
-    }
-    return e;
+    return ms_history_predict(&E.hist, &E.rt, need, next_cap, out_next, recent_cap, out_recent);
 }
 
 void ms__engine_daemon_gone(const char *why)

@@ -55,7 +55,10 @@ struct ms_lock {
     const char *name; /* as in the table above */
 };
 
-#define MS_LOCK_INIT(lvl, nm) {PTHREAD_MUTEX_INITIALIZER, (lvl), (nm)}
+#define MS_LOCK_INIT(lvl, nm)                                                                      \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, (lvl), (nm)                                                     \
+    }
 
 MS_HIDDEN void ms_lock(struct ms_lock *l);
 MS_HIDDEN void ms_unlock(struct ms_lock *l);

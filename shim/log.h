@@ -4,7 +4,8 @@
  * Design
  *   Two kinds of line, both one write(2) to stderr prefixed "msched[pid]: ", so lines from
  *   several threads or processes never interleave inside a line:
- *     - ms__shim_log: diagnostics, written only when MSCHED_VERBOSE is set (ms__shim_log_configure);
+ *     - ms__shim_log: diagnostics, written only when MSCHED_VERBOSE is set
+ * (ms__shim_log_configure);
  *     - ms__shim_say: what the user must see whatever the verbosity (a refused call, a daemon
  *       that went away, a setting that was ignored).
  *   Lines are cut at about 1 KiB. Nothing here allocates, locks or calls the driver, so every

@@ -9,6 +9,7 @@
  */
 #include "ipc/conf.h"
 #include "ipc/ipc.h"
+#include "ipc/shimopt.h"
 #include "ipc/status_text.h"
 #include "tests/support/ms_testutil.h"
 
@@ -504,13 +505,114 @@ static void test_status_render(void **state)
     assert_int_equal(text[strlen(text) - 1], '\n');
 }
 
+/* The shim's option table: every value the CLI accepts the shim accepts too, a budget below
+ * 2 MiB is refused (it used to become 0: no budget), bad values leave the default standing
+ * and are reported once each, and the help names every flag and variable. */
+static const char *fake_env[][2] = {
+    {"MSCHED_BUDGET", "1MiB"},   {"MSCHED_WEIGHT", "1001"},         {"MSCHED_PRIORITY", "rt"},
+    {"MSCHED_ENGINE", "demand"}, {"MSCHED_DAEMON_TIMEOUT_MS", "0"}, {"MSCHED_IDLE_MS", ""},
+    {"MSCHED_VERBOSE", "yes"},   {"MSCHED_TRACE", "/tmp/t-%p"},     {"MSCHED_STRICT", "2"},
+};
+static const char *fake_get(const char *name)
+{
+    for (size_t i = 0; i < sizeof fake_env / sizeof fake_env[0]; i++)
+        if (strcmp(fake_env[i][0], name) == 0)
+            return fake_env[i][1];
+    return NULL;
+}
+static int nbad;
+static char bad_text[4][320];
+static void on_bad(void *arg, const char *why, const char *def)
+{
+    (void)arg;
+    if (nbad < 4)
+        snprintf(bad_text[nbad], sizeof bad_text[0], "%s; using %s", why, def);
+    nbad++;
+}
+
+static void test_shim_options(void **state)
+{
+    (void)state;
+    uint64_t v = 0;
+    char why[320];
+    assert_int_equal(ms_shimopt_parse(MS_OPT_BUDGET, "16GiB", &v, why, sizeof why), MS_OK);
+    assert_true(v == 16ull << 30);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_BUDGET, "1MiB", &v, why, sizeof why), MS_E_INVAL);
+    assert_string_equal(why, "MSCHED_BUDGET=1MiB is not a size of at least 2MiB (e.g. 16GiB)");
+    assert_int_equal(ms_shimopt_parse(MS_OPT_BUDGET, "2MiB", &v, NULL, 0), MS_OK);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_BUDGET, "0", &v, NULL, 0), MS_E_INVAL);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_PRIORITY, "be", &v, NULL, 0), MS_OK);
+    assert_int_equal((int)v, 0);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_PRIORITY, "7", &v, NULL, 0), MS_OK);
+    assert_int_equal((int)v, 7);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_PRIORITY, "11", &v, NULL, 0), MS_E_INVAL);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_WEIGHT, "-1", &v, NULL, 0), MS_E_INVAL);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_WEIGHT, "+5", &v, NULL, 0), MS_E_INVAL);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_WEIGHT, "1000", &v, NULL, 0), MS_OK);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_DAEMON_TIMEOUT_MS, "99", &v, NULL, 0), MS_E_INVAL);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_DAEMON_TIMEOUT_MS, "0", &v, NULL, 0), MS_OK);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_DAEMON_TIMEOUT_MS, "100", &v, NULL, 0), MS_OK);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_ENGINE, "unified", &v, NULL, 0), MS_OK);
+    assert_int_equal((int)v, MS_ENGINE_UNIFIED);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_ENGINE, "vm", &v, NULL, 0), MS_E_INVAL);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_ENGINE, "vmmm", &v, NULL, 0), MS_E_INVAL);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_VERBOSE, "off", &v, NULL, 0), MS_OK);
+    assert_int_equal((int)v, 0);
+    assert_int_equal(ms_shimopt_parse(MS_OPT_VERBOSE, "maybe", &v, NULL, 0), MS_E_INVAL);
+
+    /* Every switch's set_to and every default parse. */
+    for (int i = 0; i < MS_OPT_COUNT; i++) {
+        const struct ms_shimopt_def *d = &ms_shimopt_defs[i];
+        assert_non_null(d->env);
+        if (d->set_to)
+            assert_int_equal(ms_shimopt_parse((enum ms_shimopt)i, d->set_to, &v, NULL, 0), MS_OK);
+        if (*d->def)
+            assert_int_equal(ms_shimopt_parse((enum ms_shimopt)i, d->def, &v, NULL, 0), MS_OK);
+        if (d->flag)
+            assert_int_equal(ms_shimopt_by_flag(d->flag), i);
+    }
+    assert_int_equal(ms_shimopt_by_flag("--nosuch"), -1);
+
+    struct ms_shimopts o;
+    nbad = 0;
+    ms_shimopts_read(&o, fake_get, on_bad, NULL);
+    assert_int_equal(nbad, 3); /* budget, weight, strict */
+    assert_string_equal(bad_text[0], "MSCHED_WEIGHT=1001 is not 0..1000; using 1");
+    assert_false(o.set[MS_OPT_BUDGET]);
+    assert_true(o.value[MS_OPT_BUDGET] == 0);
+    assert_false(o.set[MS_OPT_WEIGHT]);
+    assert_true(o.value[MS_OPT_WEIGHT] == 1);
+    assert_true(o.set[MS_OPT_PRIORITY] && o.value[MS_OPT_PRIORITY] == 10);
+    assert_true(o.value[MS_OPT_ENGINE] == MS_ENGINE_DEMAND);
+    assert_true(o.set[MS_OPT_DAEMON_TIMEOUT_MS] && o.value[MS_OPT_DAEMON_TIMEOUT_MS] == 0);
+    assert_false(o.set[MS_OPT_IDLE_MS]); /* empty means unset */
+    assert_true(o.value[MS_OPT_IDLE_MS] == 20);
+    assert_true(o.value[MS_OPT_VERBOSE] == 1);
+    assert_string_equal(o.text[MS_OPT_TRACE], "/tmp/t-%p");
+    assert_true(o.value[MS_OPT_PIN_PIECE] == 64ull << 20);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    ms_shimopt_help(f);
+    fclose(f);
+    for (int i = 0; i < MS_OPT_COUNT; i++) {
+        assert_non_null(strstr(buf, ms_shimopt_defs[i].env));
+        if (ms_shimopt_defs[i].flag)
+            assert_non_null(strstr(buf, ms_shimopt_defs[i].flag));
+    }
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_and_durations), cmocka_unit_test(test_options),
-        cmocka_unit_test(test_config_file),         cmocka_unit_test(test_socket_path),
-        cmocka_unit_test(test_conn_partial_io),     cmocka_unit_test(test_conn_output_bound),
-        cmocka_unit_test(test_request_reply),       cmocka_unit_test(test_status_render),
+        cmocka_unit_test(test_shim_options),        cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_socket_path),         cmocka_unit_test(test_conn_partial_io),
+        cmocka_unit_test(test_conn_output_bound),   cmocka_unit_test(test_request_reply),
+        cmocka_unit_test(test_status_render),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

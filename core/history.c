@@ -1,0 +1,183 @@
+/*
+ * history.c - the history ring and the future it predicts (contract: history.h).
+ */
+#include "history.h"
+
+#include <string.h>
+
+int ms_history_init(struct ms_history *h, uint32_t cap)
+{
+    memset(h, 0, sizeof(*h));
+    if (cap == 0)
+        return MS_E_INVAL;
+    h->ring = ms_calloc(cap, sizeof(*h->ring));
+    if (!h->ring)
+        return MS_E_NOMEM;
+    h->cap = cap;
+    return MS_OK;
+}
+
+void ms_history_fini(struct ms_history *h)
+{
+    ms_free(h->ring);
+    memset(h, 0, sizeof(*h));
+}
+
+void ms_history_clear(struct ms_history *h)
+{
+    h->seq = 0;
+}
+
+uint64_t ms_history_len(const struct ms_history *h)
+{
+    return MS_MIN(h->seq, (uint64_t)h->cap);
+}
+
+static ms_chunk_id at(const struct ms_history *h, uint64_t s)
+{
+    return h->ring[s % h->cap];
+}
+
+void ms_history_append(struct ms_history *h, const struct ms_chunk_set *s)
+{
+    for (size_t i = 0; h->cap && i < s->n; i++) {
+        bool recent = false;
+        for (uint64_t k = 1; k <= MS_HISTORY_RECENT_SKIP && k <= ms_history_len(h) && !recent; k++)
+            recent = at(h, h->seq - k) == s->ids[i];
+        if (!recent)
+            h->ring[h->seq++ % h->cap] = s->ids[i];
+    }
+}
+
+bool ms_history_locate(const struct ms_history *h, struct ms_rtable *rt,
+                       const struct ms_chunk_set *need, bool any_needed, uint64_t *start)
+{
+    uint64_t first = h->seq - ms_history_len(h);
+    *start = first;
+    if (!need->n)
+        return false;
+    for (int pass = 0; pass < (any_needed ? 2 : 1); pass++) {
+        for (uint64_t q = h->seq; q-- > first;) {
+            ms_chunk_id id = at(h, q);
+            const struct ms_chunk *c = ms_chunk_get(rt, id);
+            if (c && ms_chunk_set_has(need, id) &&
+                (pass == 1 || !ms_chunk_state_ready((enum ms_chunk_state)c->state))) {
+                *start = q + 1;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+ms_chunk_id ms_history_future(const struct ms_history *h, uint64_t start, uint64_t k)
+{
+    uint64_t first = h->seq - ms_history_len(h);
+    uint64_t s = start + k;
+    if (s >= h->seq)
+        s = first + (s - h->seq); /* wrap to the oldest history */
+    return at(h, s);
+}
+
+int ms_history_plan_sets(const struct ms_history *h, struct ms_rtable *rt,
+                         const struct ms_chunk_set *need, uint64_t prefetch, uint32_t group,
+                         struct ms_chunk_set **ws, size_t *capws, size_t *nws)
+{
+    uint64_t have = ms_history_len(h);
+    uint64_t start;
+    if (!ms_history_locate(h, rt, need, false, &start))
+        prefetch = 0;
+    if (group == 0)
+        group = 1;
+    size_t groups = (size_t)(have / group) + 2;
+    int e = ms_chunk_sets_reserve(ws, capws, groups + 1);
+    if (e)
+        return e;
+    struct ms_chunk_set *w = *ws;
+    for (size_t i = 0; i <= groups; i++)
+        ms_chunk_set_clear(&w[i]);
+    for (size_t i = 0; i < need->n; i++)
+        if ((e = ms_chunk_set_add(&w[0], need->ids[i])))
+            return e;
+    uint64_t taken = 0;
+    size_t g = 1;
+    for (uint64_t k = 0; k < have; k++) {
+        ms_chunk_id id = ms_history_future(h, start, k);
+        const struct ms_chunk *c = ms_chunk_get(rt, id);
+        if (!c)
+            continue; /* freed since */
+        if (g == 1 && taken < prefetch &&
+            !ms_chunk_state_resident((enum ms_chunk_state)c->state)) {
+            taken += c->bytes;
+            if ((e = ms_chunk_set_add(&w[0], id)))
+                return e;
+            continue;
+        }
+        if (w[g].n >= group && g < groups)
+            g++;
+        if ((e = ms_chunk_set_add(&w[g], id)))
+            return e;
+    }
+    *nws = g + 1;
+    return MS_OK;
+}
+
+/* Append id to out when its mark lacks `bit` and it fits in cap; marks it. */
+static int take(struct ms_rtable *rt, struct ms_chunk_set *out, ms_chunk_id id, uint64_t bit,
+                uint64_t cap, uint64_t *bytes, bool *full)
+{
+    struct ms_chunk *c = ms_chunk_get(rt, id);
+    if (!c || (c->mark & bit))
+        return MS_OK;
+    if (c->bytes > cap - MS_MIN(cap, *bytes)) {
+        *full = true;
+        return MS_OK;
+    }
+    c->mark |= bit;
+    *bytes += c->bytes;
+    return ms_chunk_set_add(out, id);
+}
+
+int ms_history_predict(const struct ms_history *h, struct ms_rtable *rt,
+                       const struct ms_chunk_set *need, uint64_t next_cap,
+                       struct ms_chunk_set *out_next, uint64_t recent_cap,
+                       struct ms_chunk_set *out_recent)
+{
+    ms_chunk_set_clear(out_next);
+    ms_chunk_set_clear(out_recent);
+    ms_rtable_clear_marks(rt);
+    uint64_t have = ms_history_len(h);
+    uint64_t first = h->seq - have;
+    int e = MS_OK;
+    /* recent: distinct chunks walking back from the newest use, then oldest first. */
+    uint64_t bytes = 0;
+    bool full = false;
+    for (uint64_t q = h->seq; q-- > first && !full && e == MS_OK;)
+        e = take(rt, out_recent, at(h, q), 2, recent_cap, &bytes, &full);
+    for (size_t i = 0, j = out_recent->n; i < j / 2; i++) {
+        ms_chunk_id t = out_recent->ids[i];
+        out_recent->ids[i] = out_recent->ids[j - 1 - i];
+        out_recent->ids[j - 1 - i] = t;
+    }
+    /* next: the need (all of it), then the future. */
+    bytes = 0;
+    full = false;
+    for (size_t i = 0; i < need->n && e == MS_OK; i++) {
+        struct ms_chunk *c = ms_chunk_get(rt, need->ids[i]);
+        if (c && !(c->mark & 1)) {
+            c->mark |= 1;
+            bytes += c->bytes;
+            e = ms_chunk_set_add(out_next, need->ids[i]);
+        }
+    }
+    if (need->n == 0) {
+        for (size_t i = 0; i < out_recent->n && e == MS_OK && !full; i++)
+            e = take(rt, out_next, out_recent->ids[i], 1, next_cap, &bytes, &full);
+        return e;
+    }
+    uint64_t start;
+    ms_history_locate(h, rt, need, true, &start);
+    for (uint64_t k = 0; k < have && e == MS_OK && !full; k++)
+        e = take(rt, out_next, ms_history_future(h, start, k), 1, next_cap, &bytes, &full);
+    return e;
+}
