@@ -106,8 +106,7 @@ int ms_history_plan_sets(const struct ms_history *h, struct ms_rtable *rt,
         const struct ms_chunk *c = ms_chunk_get(rt, id);
         if (!c)
             continue; /* freed since */
-        if (g == 1 && taken < prefetch &&
-            !ms_chunk_state_resident((enum ms_chunk_state)c->state)) {
+        if (g == 1 && taken < prefetch && !ms_chunk_state_resident((enum ms_chunk_state)c->state)) {
             taken += c->bytes;
             if ((e = ms_chunk_set_add(&w[0], id)))
                 return e;

@@ -83,8 +83,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (!o.set[i] || o.value[i] != v || o.text[i] != t)
             abort();
-        if ((d->type == MS_OT_UINT || d->type == MS_OT_SIZE) &&
-            (v < d->min || v > d->max) && !(d->zero_ok && v == 0))
+        if ((d->type == MS_OT_UINT || d->type == MS_OT_SIZE) && (v < d->min || v > d->max) &&
+            !(d->zero_ok && v == 0))
             abort();
         if (d->type == MS_OT_FLAG && v > 1)
             abort();

@@ -1,0 +1,238 @@
+/*
+ * test_history.c - the history ring and the future it predicts (core/history.h), on a CPU.
+ *
+ * Regions here are one 64 MiB chunk each unless said, so a chunk id names a "buffer" of a
+ * looping program. Residency is set with the chunk state machine's own events (EMPTY -> map
+ * fresh -> CLEAN; evict -> HOST), so "missing" means what it means in the engine.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/history.h"
+
+#define NBUF 6
+#define CH (64 * MS_MIB)
+
+struct fixture {
+    struct ms_rtable rt;
+    struct ms_history h;
+    ms_chunk_id buf[NBUF];
+    struct ms_chunk_set need, next, recent;
+    struct ms_chunk_set *ws;
+    size_t capws, nws;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    ms_rtable_init(&f->rt);
+    for (int i = 0; i < NBUF; i++) {
+        uint32_t id;
+        assert_int_equal(ms_region_add(&f->rt, 0, 0x7f0000000000ull + (uint64_t)i * (1ull << 32),
+                                       CH, MS_RK_DEVICE, CH, &id),
+                         MS_OK);
+        f->buf[i] = MS_CHUNK_ID(id, 0);
+    }
+    assert_int_equal(ms_history_init(&f->h, 64), MS_OK);
+    ms_chunk_set_init(&f->need);
+    ms_chunk_set_init(&f->next);
+    ms_chunk_set_init(&f->recent);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    for (size_t i = 0; i < f->capws; i++)
+        ms_chunk_set_fini(&f->ws[i]);
+    ms_free(f->ws);
+    ms_chunk_set_fini(&f->need);
+    ms_chunk_set_fini(&f->next);
+    ms_chunk_set_fini(&f->recent);
+    ms_history_fini(&f->h);
+    ms_rtable_fini(&f->rt);
+    free(f);
+    return 0;
+}
+
+static void use(struct fixture *f, int b)
+{
+    struct ms_chunk_set s;
+    ms_chunk_set_init(&s);
+    assert_int_equal(ms_chunk_set_add(&s, f->buf[b]), MS_OK);
+    ms_history_append(&f->h, &s);
+    ms_chunk_set_fini(&s);
+}
+
+static void make_resident(struct fixture *f, int b)
+{
+    assert_int_equal(ms_chunk_apply(&f->rt, f->buf[b], MS_CE_MAP_FRESH), MS_OK);
+}
+
+static void need_only(struct fixture *f, int b)
+{
+    ms_chunk_set_clear(&f->need);
+    assert_int_equal(ms_chunk_set_add(&f->need, f->buf[b]), MS_OK);
+}
+
+static int index_of(struct fixture *f, ms_chunk_id id)
+{
+    for (int i = 0; i < NBUF; i++)
+        if (f->buf[i] == id)
+            return i;
+    return -1;
+}
+
+/* The set as buffer numbers, e.g. "1 2 3". */
+static const char *names(struct fixture *f, const struct ms_chunk_set *s)
+{
+    static char out[256];
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < s->n && n + 8 < sizeof out; i++)
+        n += (size_t)snprintf(out + n, sizeof out - n, "%s%d", i ? " " : "",
+                              index_of(f, s->ids[i]));
+    return out;
+}
+
+static void append_skips_recent_repeats(void **state)
+{
+    struct fixture *f = *state;
+    for (int r = 0; r < 3; r++)
+        use(f, 0); /* the same buffer again and again: once */
+    assert_int_equal((int)ms_history_len(&f->h), 1);
+    for (int b = 1; b < NBUF; b++)
+        use(f, b);
+    use(f, 1); /* within the last 8: skipped */
+    assert_int_equal((int)ms_history_len(&f->h), NBUF);
+    /* A ring smaller than the history keeps the newest. */
+    struct ms_history small;
+    assert_int_equal(ms_history_init(&small, 4), MS_OK);
+    struct ms_chunk_set s;
+    ms_chunk_set_init(&s);
+    for (int b = 0; b < NBUF; b++)
+        assert_int_equal(ms_chunk_set_add(&s, f->buf[b]), MS_OK);
+    ms_history_append(&small, &s);
+    assert_int_equal((int)ms_history_len(&small), 4);
+    uint64_t start;
+    assert_false(ms_history_locate(&small, &f->rt, &f->need, false, &start));
+    assert_int_equal(index_of(f, ms_history_future(&small, start, 0)), 2); /* oldest kept */
+    assert_int_equal(index_of(f, ms_history_future(&small, start, 3)), 5);
+    ms_chunk_set_fini(&s);
+    ms_history_fini(&small);
+    assert_int_equal(ms_history_init(&small, 0), MS_E_INVAL);
+}
+
+/*
+ * A looping program (the engine stress test's "cycle"): buffers 0..5 in order, twice. Under a
+ * budget for two buffers, the fault on buffer 2 (missing) must predict 3, 4, 5, 0, 1 next:
+ * the prefetch takes the next non-resident ones, and OPT's sets follow in that order.
+ */
+static void cycle_plan_sets(void **state)
+{
+    struct fixture *f = *state;
+    for (int r = 0; r < 2; r++)
+        for (int b = 0; b < NBUF; b++)
+            use(f, b);
+    make_resident(f, 0);
+    make_resident(f, 1);
+    need_only(f, 2);
+    assert_int_equal(ms_history_plan_sets(&f->h, &f->rt, &f->need, 2 * CH, 2, &f->ws, &f->capws,
+                                          &f->nws),
+                     MS_OK);
+    assert_string_equal(names(f, &f->ws[0]), "2 3 4"); /* need, then 128 MiB of prefetch */
+    assert_true(f->nws >= 3);
+    assert_string_equal(names(f, &f->ws[1]), "5 0");
+    assert_string_equal(names(f, &f->ws[2]), "1 2");
+    /* Without prefetch, ws[0] is the need alone and the future follows. */
+    assert_int_equal(
+        ms_history_plan_sets(&f->h, &f->rt, &f->need, 0, 2, &f->ws, &f->capws, &f->nws), MS_OK);
+    assert_string_equal(names(f, &f->ws[0]), "2");
+    assert_string_equal(names(f, &f->ws[1]), "3 4");
+    /* Needing a resident chunk locates nothing: no prefetch, the future from the oldest end. */
+    need_only(f, 0);
+    assert_int_equal(ms_history_plan_sets(&f->h, &f->rt, &f->need, 4 * CH, 2, &f->ws, &f->capws,
+                                          &f->nws),
+                     MS_OK);
+    assert_string_equal(names(f, &f->ws[0]), "0");
+    assert_string_equal(names(f, &f->ws[1]), "0 1");
+}
+
+/* The daemon's sets: next = need then the future within next_cap; recent = newest first
+ * within recent_cap, handed out oldest first. A freed buffer is skipped. */
+static void cycle_predict(void **state)
+{
+    struct fixture *f = *state;
+    for (int r = 0; r < 2; r++)
+        for (int b = 0; b < NBUF; b++)
+            use(f, b);
+    make_resident(f, 4);
+    need_only(f, 1);
+    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 4 * CH, &f->next, 3 * CH,
+                                        &f->recent),
+                     MS_OK);
+    assert_string_equal(names(f, &f->next), "1 2 3 4");
+    assert_string_equal(names(f, &f->recent), "3 4 5");
+    /* A resident needed chunk still locates (any_needed): 4 is followed by 5, 0, 1. */
+    need_only(f, 4);
+    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 4 * CH, &f->next, CH,
+                                        &f->recent),
+                     MS_OK);
+    assert_string_equal(names(f, &f->next), "4 5 0 1");
+    assert_string_equal(names(f, &f->recent), "5");
+    /* Nothing needed: the most recent chunks, oldest first. */
+    ms_chunk_set_clear(&f->need);
+    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 2 * CH, &f->next, 3 * CH,
+                                        &f->recent),
+                     MS_OK);
+    assert_string_equal(names(f, &f->next), "3 4");
+    /* Buffer 5 freed: never predicted again. */
+    assert_int_equal(ms_region_remove(&f->rt, MS_CHUNK_REGION(f->buf[5])), MS_OK);
+    need_only(f, 3);
+    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 6 * CH, &f->next, 6 * CH,
+                                        &f->recent),
+                     MS_OK);
+    assert_string_equal(names(f, &f->next), "3 4 0 1 2");
+    assert_string_equal(names(f, &f->recent), "0 1 2 3 4");
+}
+
+/* Allocation failures surface as MS_E_NOMEM, never a crash (core/ms.h fault injection). */
+static void out_of_memory(void **state)
+{
+    struct fixture *f = *state;
+    for (int b = 0; b < NBUF; b++)
+        use(f, b);
+    need_only(f, 2);
+    bool failed = false;
+    for (int nth = 1; nth < 8; nth++) {
+        struct ms_chunk_set next, recent;
+        ms_chunk_set_init(&next);
+        ms_chunk_set_init(&recent);
+        ms_alloc_fail_after((uint64_t)nth);
+        int e = ms_history_predict(&f->h, &f->rt, &f->need, 6 * CH, &next, 6 * CH, &recent);
+        ms_alloc_fail_after(0);
+        assert_true(e == MS_OK || e == MS_E_NOMEM);
+        failed |= e == MS_E_NOMEM;
+        ms_chunk_set_fini(&next);
+        ms_chunk_set_fini(&recent);
+    }
+    assert_true(failed);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(append_skips_recent_repeats, setup, teardown),
+        cmocka_unit_test_setup_teardown(cycle_plan_sets, setup, teardown),
+        cmocka_unit_test_setup_teardown(cycle_predict, setup, teardown),
+        cmocka_unit_test_setup_teardown(out_of_memory, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
