@@ -2,7 +2,7 @@
  * client.c - libmsched's daemon client: connection, service thread, time slicing (contract and
  * design: client.h; the protocol: docs/protocol.md).
  *
- * State. Everything in C is protected by the engine's lock (ms__engine_mutex), except the
+ * State. Everything in C is protected by the engine's lock (C.eng->lock), except the
  * configuration (written once at initialisation) and two atomics: `inflight` (commands the gate
  * admitted whose hook has not returned yet) and `stopping` (a STOP waits for inflight to drain).
  * The hook's cleanup runs without the lock: it decrements inflight and, only when a STOP waits,
@@ -88,6 +88,7 @@ struct wreg {
 };
 
 static struct {
+    const struct ms_client_engine *eng; /* the engine's operations (ms_client_attach) */
     /* configuration */
     bool allowed;
     int32_t prio;
@@ -199,6 +200,11 @@ static void cond_init(void)
     C.cond_ready = true;
 }
 
+void ms_client_attach(const struct ms_client_engine *eng)
+{
+    C.eng = eng;
+}
+
 void ms_client_configure(void)
 {
     C.hang_ns = ms__shim_opt(MS_OPT_DAEMON_TIMEOUT_MS) * 1000000ull;
@@ -235,7 +241,7 @@ bool ms_client_available(void)
 
 void ms_client_stats_get(struct ms_client_stats *out)
 {
-    ms_lock(ms__engine_mutex());
+    ms_lock(C.eng->lock);
     *out = C.st;
     /* A slice (or a wait) still open counts up to now. */
     uint64_t now = now_ns();
@@ -243,7 +249,7 @@ void ms_client_stats_get(struct ms_client_stats *out)
         out->run_ns += now - C.run_t0;
     if (C.dw_t0)
         out->dwait_ns += now - C.dw_t0;
-    ms_unlock(ms__engine_mutex());
+    ms_unlock(C.eng->lock);
 }
 
 /* ---- sending (lock held) ------------------------------------------------------------------- */
@@ -388,7 +394,7 @@ static int run_chunks(const struct ms_run *run, struct ms_chunk_set *out)
     const struct wreg *r = wreg_of(run->region);
     if (!r || !r->live)
         return MS_OK;
-    struct ms_region *reg = ms_region_get(ms__engine_rt(), r->slot);
+    struct ms_region *reg = ms_region_get(C.eng->rt, r->slot);
     if (!reg)
         return MS_OK;
     uint64_t end = MS_MIN((uint64_t)run->first + run->count, reg->nchunks);
@@ -429,7 +435,7 @@ static int to_runs(const struct ms_chunk_set *s, size_t *n)
 static void send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exact)
 {
     size_t n = 0;
-    int e = ms__engine_predict(need, C.cap / 2, &C.nx, C.cap, &C.rc);
+    int e = C.eng->predict(need, C.cap / 2, &C.nx, C.cap, &C.rc);
     if (!e && exact) {
         ms_chunk_set_clear(&C.nx);
         for (size_t i = 0; i < need->n && !e; i++)
@@ -485,7 +491,7 @@ static void timed_wait(uint64_t ns)
     uint64_t t = (uint64_t)ts.tv_nsec + ns;
     ts.tv_sec += (time_t)(t / 1000000000ull);
     ts.tv_nsec = (long)(t % 1000000000ull);
-    ms_lock_timedwait(&C.cond, ms__engine_mutex(), &ts);
+    ms_lock_timedwait(&C.cond, C.eng->lock, &ts);
 }
 
 /* Add s's chunks to the waiting threads' union. */
@@ -506,7 +512,7 @@ static void drop_dead(struct ms_chunk_set *s)
 {
     size_t k = 0;
     for (size_t i = 0; i < s->n; i++)
-        if (ms_chunk_get(ms__engine_rt(), s->ids[i]))
+        if (ms_chunk_get(C.eng->rt, s->ids[i]))
             s->ids[k++] = s->ids[i];
     s->n = k;
 }
@@ -515,7 +521,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
                    struct ms_shim_stream stream, bool *alone)
 {
     struct ms_chunk_set *need = *needp;
-    struct ms_rtable *rt = ms__engine_rt();
+    struct ms_rtable *rt = C.eng->rt;
     bool counted = false;
     bool dwaiting = false; /* counted in C.dwait */
     int capt = -1;         /* capturing(stream), asked once and only when the command would wait */
@@ -527,7 +533,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             *alone = true;
             break;
         }
-        if (C.running && !C.hold && ms__engine_all_ready(need)) {
+        if (C.running && !C.hold && C.eng->all_ready(need)) {
             if (C.idle_sent) {
                 /* Busy again after an IDLE while still holding RUN: runnable once more. The
                  * DEMAND names only this command's chunks, all resident, so no POPULATE
@@ -539,7 +545,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             __atomic_store_n(&active, 1, __ATOMIC_RELAXED);
             __atomic_add_fetch(&inflight, 1, __ATOMIC_SEQ_CST);
             admitted = true;
-            ms__engine_admitted(need);
+            C.eng->admitted(need);
             break;
         }
         if (capt < 0)
@@ -617,9 +623,9 @@ void ms_client_gate_end(void)
     __atomic_store_n(&active, 1, __ATOMIC_RELAXED);
     if (__atomic_sub_fetch(&inflight, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
-        ms_lock(ms__engine_mutex());
+        ms_lock(C.eng->lock);
         broadcast();
-        ms_unlock(ms__engine_mutex());
+        ms_unlock(C.eng->lock);
     }
 }
 
@@ -706,7 +712,7 @@ static uint64_t resident_bytes_of(const struct ms_chunk_set *s)
 {
     uint64_t b = 0;
     for (size_t i = 0; i < s->n; i++) {
-        const struct ms_chunk *c = ms_chunk_get(ms__engine_rt(), s->ids[i]);
+        const struct ms_chunk *c = ms_chunk_get(C.eng->rt, s->ids[i]);
         if (c && ms_chunk_state_resident((enum ms_chunk_state)c->state))
             b += c->bytes;
     }
@@ -765,7 +771,7 @@ static void on_evict(const struct ms_msg *m)
         struct ms_exec_stats xs;
         memset(&xs, 0, sizeof(xs));
         uint64_t t0 = now_ns();
-        if (ms__engine_exec(&C.batch, NULL, &xs) != MS_OK) {
+        if (C.eng->exec(&C.batch, NULL, &xs) != MS_OK) {
             conn_break("an eviction failed");
             break;
         }
@@ -823,7 +829,7 @@ static void pop_batches(void)
         struct ms_exec_stats xs;
         memset(&xs, 0, sizeof(xs));
         uint64_t t0 = now_ns();
-        if (ms__engine_exec(NULL, &C.batch, &xs) != MS_OK) {
+        if (C.eng->exec(NULL, &C.batch, &xs) != MS_OK) {
             conn_break("a population failed");
             return;
         }
@@ -913,7 +919,7 @@ static void gone(const char *why)
     C.dem_pending = false;
     ms_conn_fini(&C.conn);
     C.conn.fd = -1;
-    ms__engine_daemon_gone(why);
+    C.eng->daemon_gone(why);
     broadcast();
 }
 
@@ -1048,7 +1054,7 @@ static void *service(void *arg)
 {
     (void)arg;
     MS_REAL(cuCtxSetCurrent)((CUcontext)C.ctx);
-    struct ms_lock *mu = ms__engine_mutex();
+    struct ms_lock *mu = C.eng->lock;
     ms_lock(mu);
     while (!C.quit && C.up) {
         if (C.broken) {
@@ -1178,7 +1184,7 @@ int ms_client_start(void *ctx)
 
 void ms_client_shutdown(void)
 {
-    struct ms_lock *mu = ms__engine_mutex();
+    struct ms_lock *mu = C.eng->lock;
     ms_lock(mu);
     bool on = C.thread_on;
     C.quit = true;

@@ -57,8 +57,8 @@
  * Locking: the client has no lock of its own. Every function here except ms_client_configure,
  * ms_client_gate_end, ms_client_sync_begin/_end, ms_client_shutdown and ms_client_atfork_child
  * is called with the engine's
- * lock held (ms__engine_mutex()); the service thread takes that lock for everything but its
- * poll(). Waits (RUN, populations, admitted commands) are condition waits on that lock.
+ * lock held (struct ms_client_engine.lock); the service thread takes that lock for everything but
+ * its poll(). Waits (RUN, populations, admitted commands) are condition waits on that lock.
  *
  * Errors: functions that can fail return MS_OK or an MS_E_* code; the gate returns a CUresult.
  * Nothing aborts; a client that cannot go on closes its connection and the engine runs alone.
@@ -67,6 +67,7 @@
 #define MS_SHIM_CLIENT_H
 
 #include "shim/shim_events.h"
+#include "shim/locks.h"
 #include "shim/locks.h"
 #include "shim/shim_int.h"
 
@@ -143,29 +144,38 @@ struct ms_client_stats {
 };
 void ms_client_stats_get(struct ms_client_stats *out);
 
-/* ---- the engine, for the client (engine.c; the engine's lock held unless said) ------------ */
+/* ---- the engine, for the client ------------------------------------------------------------- */
 
-/* The engine's lock (not held when called). */
-struct ms_lock *ms__engine_mutex(void);
-struct ms_rtable *ms__engine_rt(void);
-/* Chunks of `need` that are not ready (CLEAN or DIRTY) count; 0 means the command can run. */
-bool ms__engine_all_ready(const struct ms_chunk_set *need);
 /*
- * Evict every settled resident chunk of `evict`, then populate every non-resident chunk of
- * `pop` (in order), through the executor, with no budget of its own (the daemon's credit is
- * the limit). Bytes moved, the elapsed time and its phases (exec.h) are added to *st when st is
- * not NULL. Errors: the executor's (the table stays consistent).
+ * What the client needs of the engine, handed over once (ms_client_attach, at the engine's
+ * configuration) so that the client calls nothing of the engine by name: the engine is above
+ * the client. The functions are called with the engine's lock held.
+ *   lock         the engine's lock (shim/locks.h level 2); the client's own state lives under
+ *                it, and its waits are condition waits on it
+ *   rt           the engine's region table (read: chunk geometry and states)
+ *   all_ready    every chunk of need is ready (CLEAN or DIRTY): the command can run
+ *   exec         evict every settled resident chunk of evict, then populate every non-resident
+ *                chunk of pop (in order), with no budget of its own (the daemon's credit is
+ *                the limit); bytes moved and time (exec.h) are added to *st when not NULL;
+ *                errors: the executor's (the table stays consistent)
+ *   predict      the daemon's wanted sets (core/history.h, ms_history_predict)
+ *   admitted     a command was admitted: mark its chunks used and remember them
+ *   daemon_gone  the daemon is gone (why: one phrase); once, from the service thread
  */
-int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
-                    struct ms_exec_stats *st);
-/* The daemon's wanted sets: out_next = need, then the predicted future, up to next_cap bytes;
- * out_recent = the chunks used most recently, up to recent_cap bytes. */
-int ms__engine_predict(const struct ms_chunk_set *need, uint64_t next_cap,
-                       struct ms_chunk_set *out_next, uint64_t recent_cap,
-                       struct ms_chunk_set *out_recent);
-/* A command was admitted: mark its chunks used (TOUCH) and remember them in the history. */
-void ms__engine_admitted(const struct ms_chunk_set *need);
-/* The daemon is gone (why: one phrase). Called once, from the service thread (context current). */
-void ms__engine_daemon_gone(const char *why);
+struct ms_client_engine {
+    struct ms_lock *lock;
+    struct ms_rtable *rt;
+    bool (*all_ready)(const struct ms_chunk_set *need);
+    int (*exec)(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
+                struct ms_exec_stats *st);
+    int (*predict)(const struct ms_chunk_set *need, uint64_t next_cap,
+                   struct ms_chunk_set *out_next, uint64_t recent_cap,
+                   struct ms_chunk_set *out_recent);
+    void (*admitted)(const struct ms_chunk_set *need);
+    void (*daemon_gone)(const char *why);
+};
+
+/* Hand over the engine's operations (once, before ms_client_connect; kept by reference). */
+void ms_client_attach(const struct ms_client_engine *eng);
 
 #endif /* MS_SHIM_CLIENT_H */

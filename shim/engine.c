@@ -111,8 +111,29 @@ static struct {
 #define say ms__shim_say
 #define now_ns ms__shim_now_ns
 
+static bool all_ready(const struct ms_chunk_set *s);
+static int exec_sets(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
+                     struct ms_exec_stats *st);
+static int predict(const struct ms_chunk_set *need, uint64_t next_cap,
+                   struct ms_chunk_set *out_next, uint64_t recent_cap,
+                   struct ms_chunk_set *out_recent);
+static void admitted(const struct ms_chunk_set *need);
+static void daemon_gone(const char *why);
+
+/* What the daemon client may do with the engine (client.h). */
+static const struct ms_client_engine client_ops = {
+    .lock = &E.lock,
+    .rt = &E.rt,
+    .all_ready = all_ready,
+    .exec = exec_sets,
+    .predict = predict,
+    .admitted = admitted,
+    .daemon_gone = daemon_gone,
+};
+
 void ms_engine_configure(void)
 {
+    ms_client_attach(&client_ops);
     ms_lock(&E.lock);
     uint64_t budget = ms__shim_opt(MS_OPT_BUDGET);
     uint64_t engine = ms__shim_opt(MS_OPT_ENGINE);
@@ -149,16 +170,6 @@ static void set_flag(bool *f, bool v)
 bool ms_engine_active(void)
 {
     return E.want && !__atomic_load_n(&E.broken, __ATOMIC_ACQUIRE);
-}
-
-struct ms_lock *ms__engine_mutex(void)
-{
-    return &E.lock;
-}
-
-struct ms_rtable *ms__engine_rt(void)
-{
-    return &E.rt;
 }
 
 /*
@@ -646,7 +657,7 @@ static int add_refs(struct ms_chunk_set *s)
     return MS_OK;
 }
 
-bool ms__engine_all_ready(const struct ms_chunk_set *s)
+static bool all_ready(const struct ms_chunk_set *s)
 {
     for (size_t i = 0; i < s->n; i++) {
         const struct ms_chunk *c = ms_chunk_get(&E.rt, s->ids[i]);
@@ -692,7 +703,7 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
         say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
         return e == MS_E_NOSPACE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
     }
-    if (!ms__engine_all_ready(need)) {
+    if (!all_ready(need)) {
         say("migration left memory a command needs non-resident: refused");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -721,10 +732,10 @@ static int strict_evict(const struct ms_chunk_set *need)
         return CUDA_SUCCESS;
     MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
     E.st.strict_evictions += E.scratch.n;
-    return ms__engine_exec(&E.scratch, NULL, NULL) == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+    return exec_sets(&E.scratch, NULL, NULL) == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
 }
 
-void ms__engine_admitted(const struct ms_chunk_set *need)
+static void admitted(const struct ms_chunk_set *need)
 {
     for (size_t i = 0; i < need->n; i++)
         ms_chunk_apply(&E.rt, need->ids[i], MS_CE_TOUCH);
@@ -766,10 +777,10 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
         return rc;
     if (!need->n)
         return CUDA_SUCCESS;
-    if (!ms__engine_all_ready(need))
+    if (!all_ready(need))
         rc = fault(need, unbounded);
     if (rc == CUDA_SUCCESS)
-        ms__engine_admitted(need);
+        admitted(need);
     return rc;
 }
 
@@ -784,8 +795,8 @@ static int plan_step(enum ms_step_op op, ms_chunk_id id)
     return MS_OK;
 }
 
-int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
-                    struct ms_exec_stats *st)
+static int exec_sets(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
+                     struct ms_exec_stats *st)
 {
     uint64_t t0 = now_ns();
     E.plan.n = 0;
@@ -834,14 +845,14 @@ int ms__engine_exec(const struct ms_chunk_set *evict, const struct ms_chunk_set 
     return e;
 }
 
-int ms__engine_predict(const struct ms_chunk_set *need, uint64_t next_cap,
-                       struct ms_chunk_set *out_next, uint64_t recent_cap,
-                       struct ms_chunk_set *out_recent)
+static int predict(const struct ms_chunk_set *need, uint64_t next_cap,
+                   struct ms_chunk_set *out_next, uint64_t recent_cap,
+                   struct ms_chunk_set *out_recent)
 {
     return ms_history_predict(&E.hist, &E.rt, need, next_cap, out_next, recent_cap, out_recent);
 }
 
-void ms__engine_daemon_gone(const char *why)
+static void daemon_gone(const char *why)
 {
     if (E.mode != MODE_DAEMON)
         return;
@@ -868,7 +879,7 @@ void ms__engine_daemon_gone(const char *why)
                 e = add_region_chunks(&E.scratch, (uint32_t)i);
         if (e == MS_OK) {
             MS_REAL(cuCtxSynchronize)();
-            e = ms__engine_exec(NULL, &E.scratch, NULL);
+            e = exec_sets(NULL, &E.scratch, NULL);
         }
     }
     if (e == MS_OK) {

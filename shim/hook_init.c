@@ -3,12 +3,7 @@
  *
  * Design
  *   cuInit starts the accuracy probe's CUPTI counters (shim/accuracy.h) before any context.
- *   cuGetProcAddress(_v2) is how cudart (and through it PyTorch) reaches every driver function:
- *   it asks for cuGetProcAddress itself first and uses what it gets for everything after
- *   (docs/h200-measurements.md). So both variants call the real one first (it validates the
- *   request and fills symbolStatus), then swap the returned pointer for the hook with the same
- *   ABI, if there is one (ms__shim_procaddr_wrap). Asked for "cuGetProcAddress", they therefore
- *   return themselves. Failed lookups pass through unchanged.
+ *   (cuGetProcAddress is hooked in shim.c, beside the hook table it hands out.)
  *
  *   The host waiting for GPU work (cuCtxSynchronize(_v2), cuStreamSynchronize(_ptsz),
  *   cuEventSynchronize) is a "sync" event; the trace format records all three alike.
@@ -30,23 +25,6 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
         ms_shim_on_init(Flags);
         ms_acc_early();
     }
-    return rc;
-}
-
-CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
-{
-    CUresult rc = MS_REAL(cuGetProcAddress)(symbol, pfn, cudaVersion, flags);
-    if (rc == CUDA_SUCCESS && pfn && *pfn)
-        *pfn = ms__shim_procaddr_wrap(symbol, cudaVersion, flags, *pfn);
-    return rc;
-}
-
-CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
-                                     cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
-{
-    CUresult rc = MS_REAL(cuGetProcAddress_v2)(symbol, pfn, cudaVersion, flags, symbolStatus);
-    if (rc == CUDA_SUCCESS && pfn && *pfn)
-        *pfn = ms__shim_procaddr_wrap(symbol, cudaVersion, flags, *pfn);
     return rc;
 }
 

@@ -160,3 +160,29 @@ void *ms__shim_procaddr_wrap(const char *symbol, int cuda_version, cuuint64_t fl
     ms_shim_on_procaddr(hook != NULL);
     return hook ? hook : real_fn;
 }
+
+/*
+ * cuGetProcAddress(_v2) is how cudart (and through it PyTorch) reaches every driver function:
+ * it asks for cuGetProcAddress itself first and uses what it gets for everything after
+ * (docs/h200-measurements.md). So both variants call the real one first (it validates the
+ * request and fills symbolStatus), then swap the returned pointer for the hook with the same
+ * ABI, if there is one (ms__shim_procaddr_wrap). Asked for "cuGetProcAddress", they therefore
+ * return themselves. Failed lookups pass through unchanged. They live here, beside the hook
+ * table, because they hand it out: every other hook is below this file.
+ */
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    CUresult rc = MS_REAL(cuGetProcAddress)(symbol, pfn, cudaVersion, flags);
+    if (rc == CUDA_SUCCESS && pfn && *pfn)
+        *pfn = ms__shim_procaddr_wrap(symbol, cudaVersion, flags, *pfn);
+    return rc;
+}
+
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
+{
+    CUresult rc = MS_REAL(cuGetProcAddress_v2)(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (rc == CUDA_SUCCESS && pfn && *pfn)
+        *pfn = ms__shim_procaddr_wrap(symbol, cudaVersion, flags, *pfn);
+    return rc;
+}

@@ -51,6 +51,9 @@ done
 if [ -f tests/shim/run_shim_tests.sh ]; then
     check "shim/all" bash tests/shim/run_shim_tests.sh
 fi
+if [ -d "$BUILD/pic/shim" ]; then
+    check "shim/layers" python3 scripts/check_layers.py --objdir "$BUILD/pic/shim"
+fi
 
 echo
 if [ "$fail" -ne 0 ]; then

@@ -97,8 +97,8 @@ static const char *names(struct fixture *f, const struct ms_chunk_set *s)
     size_t n = 0;
     out[0] = '\0';
     for (size_t i = 0; i < s->n && n + 8 < sizeof out; i++)
-        n += (size_t)snprintf(out + n, sizeof out - n, "%s%d", i ? " " : "",
-                              index_of(f, s->ids[i]));
+        n +=
+            (size_t)snprintf(out + n, sizeof out - n, "%s%d", i ? " " : "", index_of(f, s->ids[i]));
     return out;
 }
 
@@ -144,9 +144,9 @@ static void cycle_plan_sets(void **state)
     make_resident(f, 0);
     make_resident(f, 1);
     need_only(f, 2);
-    assert_int_equal(ms_history_plan_sets(&f->h, &f->rt, &f->need, 2 * CH, 2, &f->ws, &f->capws,
-                                          &f->nws),
-                     MS_OK);
+    assert_int_equal(
+        ms_history_plan_sets(&f->h, &f->rt, &f->need, 2 * CH, 2, &f->ws, &f->capws, &f->nws),
+        MS_OK);
     assert_string_equal(names(f, &f->ws[0]), "2 3 4"); /* need, then 128 MiB of prefetch */
     assert_true(f->nws >= 3);
     assert_string_equal(names(f, &f->ws[1]), "5 0");
@@ -158,9 +158,9 @@ static void cycle_plan_sets(void **state)
     assert_string_equal(names(f, &f->ws[1]), "3 4");
     /* Needing a resident chunk locates nothing: no prefetch, the future from the oldest end. */
     need_only(f, 0);
-    assert_int_equal(ms_history_plan_sets(&f->h, &f->rt, &f->need, 4 * CH, 2, &f->ws, &f->capws,
-                                          &f->nws),
-                     MS_OK);
+    assert_int_equal(
+        ms_history_plan_sets(&f->h, &f->rt, &f->need, 4 * CH, 2, &f->ws, &f->capws, &f->nws),
+        MS_OK);
     assert_string_equal(names(f, &f->ws[0]), "0");
     assert_string_equal(names(f, &f->ws[1]), "0 1");
 }
@@ -175,30 +175,26 @@ static void cycle_predict(void **state)
             use(f, b);
     make_resident(f, 4);
     need_only(f, 1);
-    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 4 * CH, &f->next, 3 * CH,
-                                        &f->recent),
-                     MS_OK);
+    assert_int_equal(
+        ms_history_predict(&f->h, &f->rt, &f->need, 4 * CH, &f->next, 3 * CH, &f->recent), MS_OK);
     assert_string_equal(names(f, &f->next), "1 2 3 4");
     assert_string_equal(names(f, &f->recent), "3 4 5");
     /* A resident needed chunk still locates (any_needed): 4 is followed by 5, 0, 1. */
     need_only(f, 4);
-    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 4 * CH, &f->next, CH,
-                                        &f->recent),
+    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 4 * CH, &f->next, CH, &f->recent),
                      MS_OK);
     assert_string_equal(names(f, &f->next), "4 5 0 1");
     assert_string_equal(names(f, &f->recent), "5");
     /* Nothing needed: the most recent chunks, oldest first. */
     ms_chunk_set_clear(&f->need);
-    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 2 * CH, &f->next, 3 * CH,
-                                        &f->recent),
-                     MS_OK);
+    assert_int_equal(
+        ms_history_predict(&f->h, &f->rt, &f->need, 2 * CH, &f->next, 3 * CH, &f->recent), MS_OK);
     assert_string_equal(names(f, &f->next), "3 4");
     /* Buffer 5 freed: never predicted again. */
     assert_int_equal(ms_region_remove(&f->rt, MS_CHUNK_REGION(f->buf[5])), MS_OK);
     need_only(f, 3);
-    assert_int_equal(ms_history_predict(&f->h, &f->rt, &f->need, 6 * CH, &f->next, 6 * CH,
-                                        &f->recent),
-                     MS_OK);
+    assert_int_equal(
+        ms_history_predict(&f->h, &f->rt, &f->need, 6 * CH, &f->next, 6 * CH, &f->recent), MS_OK);
     assert_string_equal(names(f, &f->next), "3 4 0 1 2");
     assert_string_equal(names(f, &f->recent), "0 1 2 3 4");
 }
