@@ -1,0 +1,214 @@
+/*
+ * client_gate.c - the daemon-mode launch gate: a command is admitted only while the daemon lets
+ * this process run and its chunks are resident; otherwise DEMAND and wait (file layering:
+ * client_int.h; design: client.h).
+ */
+#include "shim/client_int.h"
+
+bool ms__cl_capturing(struct ms_shim_stream s)
+{
+    CUstream h = (CUstream)s.handle;
+    if (!h && !s.per_thread)
+        return false; /* the legacy stream cannot capture */
+    if (!h)
+        h = CU_STREAM_PER_THREAD;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return MS_REAL(cuStreamIsCapturing)(h, &st) == CUDA_SUCCESS &&
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void ms__cl_timed_wait(uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t = (uint64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(t / 1000000000ull);
+    ts.tv_nsec = (long)(t % 1000000000ull);
+    ms_lock_timedwait(&C.cond, C.eng->lock, &ts);
+}
+
+/* Add s's chunks to the waiting threads' union. */
+int ms__cl_want_add(const struct ms_chunk_set *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        int e = ms_chunk_set_add(&C.want, s->ids[i]);
+        if (e)
+            return e;
+    }
+    ms_chunk_set_normalize(&C.want);
+    return MS_OK;
+}
+
+/* Drop chunks of regions freed meanwhile (a command using freed memory is the program's bug;
+ * it must not wait forever for memory nobody will populate). */
+void ms__cl_drop_dead(struct ms_chunk_set *s)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (ms_chunk_get(C.eng->rt, s->ids[i]))
+            s->ids[k++] = s->ids[i];
+    s->n = k;
+}
+
+/* DEMAND: next = need and what history predicts after it, up to half of what this task may
+ * hold (exact: need alone); recent = the chunks used most recently, up to all of it. */
+void ms__cl_send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exact)
+{
+    size_t n = 0;
+    int e = C.eng->predict(need, C.cap / 2, &C.nx, C.cap, &C.rc);
+    if (!e && exact) {
+        ms_chunk_set_clear(&C.nx);
+        for (size_t i = 0; i < need->n && !e; i++)
+            e = ms_chunk_set_add(&C.nx, need->ids[i]);
+    }
+    if (!e)
+        e = ms__cl_to_runs(&C.nx, &n);
+    size_t nnext = n;
+    if (!e)
+        e = ms__cl_to_runs(&C.rc, &n);
+    if (e) {
+        ms__cl_conn_break("out of memory");
+        return;
+    }
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_DEMAND);
+    m.demand.flags = whole ? MS_DEMAND_WHOLE : 0;
+    m.demand.next = C.runs;
+    m.demand.nnext = (uint32_t)nnext;
+    m.demand.recent = C.runs + nnext;
+    m.demand.nrecent = (uint32_t)(n - nnext);
+    if (ms__cl_csend(&m, 0) == MS_OK) {
+        C.dem_pending = true;
+        C.dem_at = ms__cl_now_ns();
+        C.idle_sent = false;
+        C.st.demands++;
+    }
+}
+
+void ms__cl_send_demand(const struct ms_chunk_set *need, bool whole)
+{
+    ms__cl_send_demand_ex(need, whole, false);
+}
+
+int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool unbounded,
+                   struct ms_shim_stream stream, bool *alone)
+{
+    struct ms_chunk_set *need = *needp;
+    struct ms_rtable *rt = C.eng->rt;
+    bool counted = false;
+    bool dwaiting = false; /* counted in C.dwait */
+    int capt = -1;         /* ms__cl_capturing(stream), asked once and only when the command would wait */
+    uint64_t t0 = 0;
+    int rc = CUDA_SUCCESS;
+    *alone = false;
+    for (;;) {
+        if (!C.up) {
+            *alone = true;
+            break;
+        }
+        if (C.running && !C.hold && C.eng->all_ready(need)) {
+            if (C.idle_sent) {
+                /* Busy again after an IDLE while still holding RUN: runnable once more. The
+                 * DEMAND names only this command's chunks, all resident, so no POPULATE
+                 * answers it and no DEMAND is pending because of it. */
+                bool pending = C.dem_pending;
+                ms__cl_send_demand_ex(need, unbounded, true);
+                C.dem_pending = pending;
+            }
+            __atomic_store_n(&ms__cl_active, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&ms__cl_inflight, 1, __ATOMIC_SEQ_CST);
+            ms__cl_admitted = true;
+            C.eng->admitted(need);
+            break;
+        }
+        if (capt < 0)
+            capt = ms__cl_capturing(stream);
+        if (capt)
+            break; /* recorded into a graph, not run: nothing to hold */
+        uint64_t bytes = ms_chunk_set_bytes(need, rt);
+        if (bytes > C.cap) {
+            ms__shim_say("%s needs %llu MiB resident, more than the %llu MiB this process may hold "
+                         "(%s): refused",
+                         unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
+                         (unsigned long long)(bytes / MS_MIB), (unsigned long long)(C.cap / MS_MIB),
+                         C.cap < C.budget ? "MSCHED_BUDGET" : "the daemon's budget");
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        if (C.running && !C.hold) {
+            /* Running, chunks missing: the daemon populates them (no local faults). */
+            if (!C.pop_active && C.dem_pending && ms__cl_now_ns() - C.dem_at >= DEMAND_REPEAT_NS) {
+                C.st.demand_repeats++;
+                C.dem_pending = false;
+            }
+            if (!C.pop_active && !C.dem_pending)
+                ms__cl_send_demand(need, unbounded);
+        } else if (!C.running) {
+            if (ms__cl_want_add(need)) {
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            C.want_whole |= unbounded;
+            if (!C.dem_pending || C.want.n != C.want_sent) {
+                ms__cl_send_demand(&C.want, C.want_whole);
+                C.want_sent = C.want.n;
+            }
+        }
+        if (!counted) {
+            C.waiters++; /* STOP sends IDLE only when nobody waits */
+            counted = true;
+        }
+        if (need != own) {
+            /* The lock is released while waiting: E.need may be reused by another thread. */
+            ms_chunk_set_clear(own);
+            for (size_t i = 0; i < need->n; i++)
+                if (ms_chunk_set_add(own, need->ids[i])) {
+                    rc = CUDA_ERROR_OUT_OF_MEMORY;
+                    break;
+                }
+            if (rc)
+                break;
+            need = own;
+            *needp = own;
+        }
+        if (!t0) {
+            t0 = ms__cl_now_ns();
+            C.st.waits++;
+        }
+        /* Running, not held, chunks missing: waiting on the daemon to populate them. */
+        ms__cl_dwait_set(&dwaiting, C.running && !C.hold);
+        ms__cl_timed_wait(WAIT_NS);
+        ms__cl_drop_dead(need);
+    }
+    if (counted)
+        C.waiters--;
+    ms__cl_dwait_set(&dwaiting, false);
+    if (t0)
+        C.st.wait_ns += ms__cl_now_ns() - t0;
+    return rc;
+}
+
+void ms_client_gate_end(void)
+{
+    if (!ms__cl_admitted)
+        return;
+    ms__cl_admitted = false;
+    __atomic_store_n(&ms__cl_active, 1, __ATOMIC_RELAXED);
+    if (__atomic_sub_fetch(&ms__cl_inflight, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&ms__cl_stopping, __ATOMIC_SEQ_CST)) {
+        ms_lock(C.eng->lock);
+        ms__cl_broadcast();
+        ms_unlock(C.eng->lock);
+    }
+}
+
+void ms_client_sync_begin(void)
+{
+    __atomic_add_fetch(&ms__cl_insync, 1, __ATOMIC_RELAXED);
+}
+
+void ms_client_sync_end(void)
+{
+    __atomic_store_n(&ms__cl_active, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&ms__cl_insync, 1, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,221 @@
+/*
+ * engine_gate.c - the launch gate: what a command needs, made resident before it is submitted
+ * (file layering: engine_int.h; contract: engine.h).
+ *
+ * History and the predicted future. Every admitted command appends the chunks it uses to the
+ * history (core/history.h). At a fault the future is predicted by assuming the process
+ * repeats itself; the planner gets the faulting command's chunks plus the next `prefetch` bytes
+ * of that future as ws[0] (populated in that order) and the rest, in groups, as ws[1..] for
+ * OPT's next-use distances.
+ */
+#include "shim/engine_int.h"
+
+#include "shim/accuracy.h"
+#include "shim/client.h"
+#include "shim/config.h"
+#include "shim/hostmem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Make `need` resident (lock held). Returns a CUresult. */
+static int fault(struct ms_chunk_set *need, bool unbounded)
+{
+    uint64_t t0 = now_ns();
+    MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
+    int e = MS_E_NOSPACE;
+    for (int attempt = 0; attempt < 2 && e == MS_E_NOSPACE; attempt++) {
+        e = ms_history_plan_sets(&E.hist, &E.rt, need, attempt == 0 ? E.prefetch : 0, GROUP, &E.ws,
+                                 &E.capws, &E.nws);
+        if (e)
+            break;
+        struct ms_plan_input in = {
+            .rt = &E.rt, .budget = E.budget, .ws = E.ws, .nws = E.nws, .policy = MS_EVICT_OPT};
+        e = ms_plan_build(&in, &E.plan);
+    }
+    if (e == MS_E_NOSPACE) {
+        say("%s needs %llu MiB resident, more than the budget of %llu MiB: refused",
+            unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
+            (unsigned long long)(ms_chunk_set_bytes(need, &E.rt) / MS_MIB),
+            (unsigned long long)(E.budget / MS_MIB));
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct ms_exec_stats st;
+    memset(&st, 0, sizeof(st));
+    e = ms__eng_exec_plan(E.budget, &st);
+    E.st.faults++;
+    E.st.bytes_in += st.bytes_in;
+    E.st.bytes_out += st.bytes_out;
+    E.st.bytes_dropped += st.bytes_dropped;
+    E.st.migrate_ns += now_ns() - t0;
+    if (e != MS_OK) {
+        say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+        return e == MS_E_NOSPACE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+    }
+    if (!ms__eng_all_ready(need)) {
+        say("migration left memory a command needs non-resident: refused");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* MSCHED_STRICT: evict every resident chunk `need` does not name, so that a command reaching
+ * past its prediction touches unmapped memory (lock held). Returns a CUresult. */
+static int strict_evict(const struct ms_chunk_set *need)
+{
+    ms_rtable_clear_marks(&E.rt);
+    for (size_t i = 0; i < need->n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        if (c)
+            c->mark = 1;
+    }
+    ms_chunk_set_clear(&E.scratch);
+    for (uint32_t r = 0; r < E.rt.nslots; r++) {
+        const struct ms_region *g = &E.rt.regions[r];
+        for (uint32_t k = 0; g->live && k < g->nchunks; k++)
+            if (ms_chunk_state_ready((enum ms_chunk_state)g->chunks[k].state) &&
+                !g->chunks[k].mark && ms_chunk_set_add(&E.scratch, MS_CHUNK_ID(r, k)))
+                return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!E.scratch.n)
+        return CUDA_SUCCESS;
+    MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
+    E.st.strict_evictions += E.scratch.n;
+    return ms__eng_exec_sets(&E.scratch, NULL, NULL) == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+/*
+ * need is filled (normalized); gate it. Lock held (released while a daemon-mode gate waits, so
+ * `need` may be E.need only until the client copies it). With the daemon every command waits
+ * for RUN, even one that touches no region (time slicing); alone only memory matters.
+ */
+int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s)
+{
+    int rc = CUDA_SUCCESS;
+    if (E.mode == MODE_DAEMON) {
+        struct ms_chunk_set own;
+        ms_chunk_set_init(&own);
+        bool alone = false;
+        rc = ms_client_gate(&need, &own, unbounded, s, &alone);
+        if (!alone) {
+            ms_chunk_set_fini(&own);
+            return rc;
+        }
+        /* The daemon went away while the command waited: gate it alone. */
+        if (need == &own) {
+            ms_chunk_set_clear(&E.need);
+            for (size_t i = 0; i < own.n && rc == CUDA_SUCCESS; i++)
+                if (ms_chunk_set_add(&E.need, own.ids[i]))
+                    rc = CUDA_ERROR_OUT_OF_MEMORY;
+            need = &E.need;
+        }
+        ms_chunk_set_fini(&own);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    if (E.mode == MODE_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (E.strict && (rc = strict_evict(need)) != CUDA_SUCCESS)
+        return rc;
+    if (!need->n)
+        return CUDA_SUCCESS;
+    if (!ms__eng_all_ready(need))
+        rc = fault(need, unbounded);
+    if (rc == CUDA_SUCCESS)
+        ms__eng_admitted(need);
+    return rc;
+}
+
+int ms_engine_gate_unbounded(struct ms_shim_stream s)
+{
+    if (!ms__eng_is_active())
+        return CUDA_SUCCESS;
+    ms_lock(&E.lock);
+    ms_chunk_set_clear(&E.need);
+    int e = ms__eng_need_everything();
+    int rc = e == MS_OK ? ms__eng_gate(&E.need, true, s) : CUDA_ERROR_OUT_OF_MEMORY;
+    ms_unlock(&E.lock);
+    return rc;
+}
+
+int ms_engine_gate_launch(const struct ms_shim_launch *l)
+{
+    if (!ms__eng_is_active())
+        return CUDA_SUCCESS;
+    int want_acc = 1;
+    if (__atomic_compare_exchange_n(&E.acc_state, &want_acc, 2, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        /* Outside the engine lock: CUPTI's start calls into the driver (through the hooks). */
+        ms_acc_start(&E.api, E.backing == BACK_DEMAND && E.mode == MODE_ALONE);
+    ms_lock(&E.lock);
+    ms_chunk_set_clear(&E.need);
+    bool unbounded = !l->params_known || !l->layout || l->kind == MS_SHIM_LAUNCH_COOP;
+    int e = MS_OK;
+    if (unbounded) {
+        e = ms__eng_need_everything();
+    } else {
+        struct ms_launch ml = {.task = 0,
+                               .params = l->params,
+                               .params_len = l->params_len,
+                               .layout = l->layout,
+                               .nlayout = l->nlayout};
+        int n = ms_predict_launch(&E.rt, &ml, &E.need);
+        e = n < 0 ? n : ms__eng_add_vmm_neighbors(&E.need);
+        if (e == MS_OK)
+            e = ms__eng_add_refs(&E.need);
+    }
+    int rc = e == MS_OK ? ms__eng_gate(&E.need, unbounded, l->stream) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS && ms_acc_on())
+        ms_acc_begin(&E.rt, &E.need, l->name, unbounded);
+    ms_unlock(&E.lock);
+    if (rc == CUDA_SUCCESS)
+        ms_acc_prepare();
+    return rc;
+}
+
+int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,
+                          struct ms_shim_stream s)
+{
+    if (!ms__eng_is_active() || (abytes == 0 && bbytes == 0))
+        return CUDA_SUCCESS;
+    ms_lock(&E.lock);
+    ms_chunk_set_clear(&E.need);
+    /* Both sides in one set: faulting one side in must not evict the other. */
+    int64_t in = ms_predict_range(&E.rt, 0, (struct ms_range){a, abytes}, &E.need);
+    if (in >= 0)
+        in = ms_predict_range(&E.rt, 0, (struct ms_range){b, bbytes}, &E.need);
+    int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : ms__eng_gate(&E.need, false, s);
+    ms_unlock(&E.lock);
+    return rc;
+}
+
+int ms_engine_gate_rangev(const uint64_t *addr, const uint64_t *bytes, size_t n,
+                          struct ms_shim_stream s)
+{
+    if (!ms__eng_is_active() || n == 0)
+        return CUDA_SUCCESS;
+    ms_lock(&E.lock);
+    ms_chunk_set_clear(&E.need);
+    int64_t in = 0;
+    for (size_t i = 0; i < n && in >= 0; i++)
+        if (bytes[i])
+            in = ms_predict_range(&E.rt, 0, (struct ms_range){addr[i], bytes[i]}, &E.need);
+    int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : ms__eng_gate(&E.need, false, s);
+    ms_unlock(&E.lock);
+    return rc;
+}
+
+int ms_engine_gate_range(uint64_t addr, uint64_t bytes, struct ms_shim_stream s)
+{
+    return ms_engine_gate_ranges(addr, bytes, 0, 0, s);
+}
+
+void ms_engine_gate_end(void)
+{
+    ms_acc_end();
+    ms_client_gate_end();
+}

@@ -1,0 +1,115 @@
+/*
+ * engine_int.h - the memory engine's state and the functions its files share (not an interface
+ * of anything else; the engine's contract is engine.h).
+ *
+ * The engine is four files, each above the ones before it (no call goes the other way):
+ *   engine_mem.c    the state; regions, pointer tables, chunk sets, plans and their execution
+ *   engine_gate.c   the launch gate: admission, faults, MSCHED_STRICT
+ *   engine_graph.c  what an instantiated CUDA graph reaches, and its launch's gate
+ *   engine.c        configuration, start, modes, allocations, the application's VMM mappings,
+ *                   the daemon going away, statistics, exit
+ * Everything here is under E.lock (shim/locks.h level 2) unless said.
+ */
+#ifndef MS_SHIM_ENGINE_INT_H
+#define MS_SHIM_ENGINE_INT_H
+
+#include "shim/engine.h"
+#include "shim/locks.h"
+#include "shim/shim_int.h"
+
+#include "core/exec.h"
+#include "core/history.h"
+#include "core/plan.h"
+#include "core/predict.h"
+#include "core/region.h"
+#include "gpu/cuda/gpu_cuda.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define HIST_CAP 65536u        /* chunk ids remembered */
+#define GROUP 4u               /* ids per future working set handed to OPT */
+#define MAX_REFS 64u           /* regions one pointer table may reference */
+#define SCAN_LIMIT (64 * 1024) /* largest host-to-device copy scanned for pointers */
+
+struct refs {
+    uint32_t n;
+    uint32_t region[MAX_REFS];
+};
+
+/* What an instantiated graph reaches: regions (id and base, so a freed and reused slot is
+ * noticed), or everything. */
+struct graph_reach {
+    const void *exec;
+    bool unbounded;
+    uint32_t n, cap;
+    struct {
+        uint32_t id;
+        uint64_t base;
+    } * reg;
+};
+
+enum mode { MODE_ALONE = 0, MODE_DAEMON, MODE_FAILED };
+/* How regions are backed (MSCHED_ENGINE): VMM chunks, or managed memory moved by prefetches
+ * (UNIFIED) or brought in by the GPU's page faults (DEMAND, the demand-paging baseline). */
+enum backing { BACK_VMM = 0, BACK_UNIFIED, BACK_DEMAND };
+extern MS_HIDDEN const char *const ms__eng_backing_name[];
+
+struct ms_engine_state {
+    struct ms_lock lock;
+    bool want, active, broken;
+    enum mode mode;
+    enum backing backing;
+    uint64_t budget, prefetch; /* in force: MSCHED_BUDGET alone, the daemon's, or the free memory */
+    bool strict_want;      /* MSCHED_STRICT=1 */
+    bool strict;           /* ... and on: alone, VMM (decided at start) */
+    CUcontext ctx;
+    struct ms_rtable rt;
+    struct ms_cuda_api api;
+    struct ms_gpu_cuda *gpu;
+    const struct ms_gpu_ops *ops;
+    struct ms_history hist;
+    struct refs *refs; /* indexed by region slot */
+    size_t nrefs;
+    struct ms_chunk_set need, scratch;
+    struct ms_chunk_set *ws;
+    size_t nws, capws;
+    struct ms_plan plan;
+    struct graph_reach *graphs;
+    size_t ngraphs, capgraphs;
+    struct ms_engine_stats st;
+    int acc_state; /* 0 not asked, 1 to start (outside the lock), 2 started or refused */
+};
+
+/* The engine (engine_mem.c). */
+extern MS_HIDDEN struct ms_engine_state ms__engine;
+#define E ms__engine
+
+
+#define say ms__shim_say
+#define now_ns ms__shim_now_ns
+
+/* engine_mem.c: flags, regions, chunk sets, plans (lock held unless said). */
+MS_HIDDEN bool ms__eng_is_active(void); /* no lock: an atomic load */
+MS_HIDDEN void ms__eng_set_flag(bool *f, bool v);
+MS_HIDDEN int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, void *host,
+                                 uint32_t *out);
+MS_HIDDEN int ms__eng_region_drop(uint32_t id);
+MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
+MS_HIDDEN int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s);
+MS_HIDDEN int ms__eng_add_refs(struct ms_chunk_set *s);
+MS_HIDDEN int ms__eng_need_everything(void);
+MS_HIDDEN bool ms__eng_all_ready(const struct ms_chunk_set *s);
+MS_HIDDEN void ms__eng_admitted(const struct ms_chunk_set *need);
+MS_HIDDEN int ms__eng_plan_step(enum ms_step_op op, ms_chunk_id id);
+MS_HIDDEN int ms__eng_exec_plan(uint64_t budget, struct ms_exec_stats *x);
+MS_HIDDEN int ms__eng_exec_sets(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
+                                struct ms_exec_stats *st);
+MS_HIDDEN int ms__eng_predict(const struct ms_chunk_set *need, uint64_t next_cap,
+                              struct ms_chunk_set *out_next, uint64_t recent_cap,
+                              struct ms_chunk_set *out_recent);
+
+/* engine_gate.c: need is filled (normalized); gate it (lock held; see engine_gate.c). */
+MS_HIDDEN int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s);
+
+#endif /* MS_SHIM_ENGINE_INT_H */

@@ -1,0 +1,316 @@
+/*
+ * engine_mem.c - the engine's state and its bookkeeping: regions, pointer tables, chunk sets,
+ * plans and their execution (file layering: engine_int.h; contract: engine.h).
+ *
+ * Pointer tables. A small host-to-device copy into a region is scanned for addresses of other
+ * regions (cuBLAS-style pointer arrays are built on the host and copied over); those regions
+ * become the destination region's references and are made resident with it whenever a launch
+ * names it. A copy to the region's first byte starts a new table (the old references go).
+ * Pointers that kernels write into device memory cannot be seen (docs/engine.md).
+ */
+#include "shim/engine_int.h"
+
+#include "shim/accuracy.h"
+#include "shim/client.h"
+#include "shim/config.h"
+#include "shim/hostmem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ms_engine_state ms__engine = {.lock = MS_LOCK_INIT(MS_LK_ENGINE, "engine")};
+const char *const ms__eng_backing_name[] = {"vmm", "unified", "demand"};
+
+/* active and broken are read without the lock (the hooks' fast paths): atomic accesses. */
+bool ms__eng_is_active(void)
+{
+    return __atomic_load_n(&E.active, __ATOMIC_ACQUIRE);
+}
+
+void ms__eng_set_flag(bool *f, bool v)
+{
+    __atomic_store_n(f, v, __ATOMIC_RELEASE);
+}
+
+/* A new region at [va, va + bytes) with host backing `host` (lock held): table, pointer-table
+ * slot, statistics, the daemon told. */
+int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, void *host,
+                      uint32_t *out)
+{
+    uint32_t id = 0;
+    int e = ms_region_add(&E.rt, 0, va, bytes, kind, 0, &id);
+    if (e == MS_OK && id >= E.nrefs) {
+        size_t n = E.nrefs ? E.nrefs * 2 : 64;
+        while (n <= id)
+            n *= 2;
+        struct refs *p = realloc(E.refs, n * sizeof(*p));
+        if (!p) {
+            ms_region_remove(&E.rt, id);
+            return MS_E_NOMEM;
+        }
+        memset(p + E.nrefs, 0, (n - E.nrefs) * sizeof(*p));
+        E.refs = p;
+        E.nrefs = n;
+    }
+    if (e != MS_OK)
+        return e;
+    ms_region_get(&E.rt, id)->host = host;
+    E.refs[id].n = 0;
+    E.st.regions++;
+    E.st.footprint += MS_ROUND_UP(bytes, MS_GRAN);
+    if (E.mode == MODE_DAEMON)
+        ms_client_region_add(id, va, bytes, ms_chunk_bytes_for(bytes));
+    *out = id;
+    return MS_OK;
+}
+
+/* Release region id's device memory and forget it (lock held, device idle). The caller owns
+ * the address range and the host backing. */
+int ms__eng_region_drop(uint32_t id)
+{
+    uint64_t span = MS_ROUND_UP(ms_region_get(&E.rt, id)->size, MS_GRAN);
+    int e = ms_exec_free_region(&E.rt, E.ops, id);
+    if (e != MS_OK)
+        return e;
+    E.refs[id].n = 0;
+    /* Drop references to the freed region from every pointer table. */
+    for (size_t i = 0; i < E.nrefs; i++)
+        for (uint32_t k = 0; k < E.refs[i].n;)
+            if (E.refs[i].region[k] == id)
+                E.refs[i].region[k] = E.refs[i].region[--E.refs[i].n];
+            else
+                k++;
+    if (E.mode == MODE_DAEMON)
+        ms_client_region_free(id); /* its device memory is released: the daemon may reuse it */
+    E.st.regions--;
+    E.st.footprint -= span;
+    return MS_OK;
+}
+
+/* Carry out E.plan, pipelined, inside the host-memory gate (hostmem.h): no pin call of this
+ * process runs beside the migration's copies. Caller holds E.lock. */
+int ms__eng_exec_plan(uint64_t budget, struct ms_exec_stats *x)
+{
+    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
+    ms__host_gate_enter();
+    int e = ms_exec_plan(&E.rt, E.ops, budget, &E.plan, &o, x);
+    ms__host_gate_leave();
+    return e;
+}
+
+bool ms_engine_owns(uint64_t va)
+{
+    if (!ms__eng_is_active())
+        return false;
+    ms_lock(&E.lock);
+    uint32_t id;
+    bool yes = ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK;
+    ms_unlock(&E.lock);
+    return yes;
+}
+
+bool ms_engine_vmm_owns(uint64_t va)
+{
+    if (!ms__eng_is_active())
+        return false;
+    ms_lock(&E.lock);
+    uint32_t id;
+    bool yes = ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK &&
+               ms_region_get(&E.rt, id)->kind == MS_RK_VMM;
+    ms_unlock(&E.lock);
+    return yes;
+}
+
+int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region)
+{
+    struct ms_region *r = ms_region_get(&E.rt, region);
+    for (uint32_t k = 0; r && k < r->nchunks; k++) {
+        int e = ms_chunk_set_add(s, MS_CHUNK_ID(region, k));
+        if (e)
+            return e;
+    }
+    return MS_OK;
+}
+
+/*
+ * Application VMM mappings that touch each other form one span (an expandable segment): a
+ * pointer into one of them says nothing about where its object ends, which may be in the next
+ * mapping. Add every mapping contiguous with an application mapping in `s` (normalized after).
+ */
+int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
+{
+    size_t n = s->n;
+    uint32_t last = UINT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
+        const struct ms_region *r = ms_region_get(&E.rt, reg);
+        if (reg == last || !r || r->kind != MS_RK_VMM)
+            continue;
+        last = reg;
+        for (int dir = -1; dir <= 1; dir += 2) {
+            const struct ms_region *cur = r;
+            for (;;) {
+                uint64_t probe =
+                    dir < 0 ? cur->base - 1 : cur->base + MS_ROUND_UP(cur->size, MS_GRAN);
+                uint32_t nb;
+                if (ms_rtable_lookup(&E.rt, 0, probe, &nb, NULL) != MS_OK)
+                    break;
+                const struct ms_region *q = ms_region_get(&E.rt, nb);
+                if (q->kind != MS_RK_VMM)
+                    break;
+                int e = ms__eng_add_region_chunks(s, nb);
+                if (e)
+                    return e;
+                cur = q;
+            }
+        }
+    }
+    ms_chunk_set_normalize(s);
+    return MS_OK;
+}
+
+/* Add the chunks of the regions that the pointer tables in `s` reference (one level). */
+int ms__eng_add_refs(struct ms_chunk_set *s)
+{
+    size_t n = s->n;
+    uint32_t last = UINT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
+        if (reg == last || reg >= E.nrefs)
+            continue;
+        last = reg;
+        for (uint32_t k = 0; k < E.refs[reg].n; k++) {
+            int e = ms__eng_add_region_chunks(s, E.refs[reg].region[k]);
+            if (e)
+                return e;
+        }
+    }
+    ms_chunk_set_normalize(s);
+    return MS_OK;
+}
+
+bool ms__eng_all_ready(const struct ms_chunk_set *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, s->ids[i]);
+        if (!c || !ms_chunk_state_ready(c->state))
+            return false;
+    }
+    return true;
+}
+
+void ms__eng_admitted(const struct ms_chunk_set *need)
+{
+    for (size_t i = 0; i < need->n; i++)
+        ms_chunk_apply(&E.rt, need->ids[i], MS_CE_TOUCH);
+    ms_history_append(&E.hist, need);
+}
+
+int ms__eng_plan_step(enum ms_step_op op, ms_chunk_id id)
+{
+    int e = ms_grow((void **)&E.plan.steps, &E.plan.cap, E.plan.n + 1, sizeof(E.plan.steps[0]));
+    if (e)
+        return e;
+    E.plan.steps[E.plan.n++] = (struct ms_plan_step){.op = (uint8_t)op, .chunk = id};
+    return MS_OK;
+}
+
+int ms__eng_exec_sets(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
+                     struct ms_exec_stats *st)
+{
+    uint64_t t0 = now_ns();
+    E.plan.n = 0;
+    E.plan.evict_bytes = E.plan.populate_bytes = 0;
+    ms_rtable_clear_marks(&E.rt);
+    int e = MS_OK;
+    for (size_t i = 0; evict && i < evict->n && e == MS_OK; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, evict->ids[i]);
+        if (c && ms_chunk_state_ready((enum ms_chunk_state)c->state) && !c->pins && !c->mark) {
+            c->mark = 1;
+            E.plan.evict_bytes += c->bytes;
+            e = ms__eng_plan_step(MS_STEP_EVICT, evict->ids[i]);
+        }
+    }
+    for (size_t i = 0; pop && i < pop->n && e == MS_OK; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, pop->ids[i]);
+        if (c && !ms_chunk_state_resident((enum ms_chunk_state)c->state) && !c->mark) {
+            c->mark = 1;
+            E.plan.populate_bytes += c->bytes;
+            e = ms__eng_plan_step(MS_STEP_POPULATE, pop->ids[i]);
+        }
+    }
+    if (e != MS_OK || E.plan.n == 0)
+        return e;
+    struct ms_exec_stats x;
+    memset(&x, 0, sizeof(x));
+    e = ms__eng_exec_plan(UINT64_MAX, &x);
+    E.st.bytes_in += x.bytes_in;
+    E.st.bytes_out += x.bytes_out;
+    E.st.bytes_dropped += x.bytes_dropped;
+    E.st.migrate_ns += now_ns() - t0;
+    if (st) {
+        st->bytes_in += x.bytes_in;
+        st->bytes_out += x.bytes_out;
+        st->bytes_dropped += x.bytes_dropped;
+        st->bytes_fresh += x.bytes_fresh;
+        st->elapsed_ns += x.elapsed_ns;
+        st->hash_ns += x.hash_ns;
+        st->issue_ns += x.issue_ns;
+        st->wait_ns += x.wait_ns;
+        st->map_ns += x.map_ns;
+        st->unmap_ns += x.unmap_ns;
+    }
+    if (e != MS_OK)
+        say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+    return e;
+}
+
+int ms__eng_predict(const struct ms_chunk_set *need, uint64_t next_cap,
+                   struct ms_chunk_set *out_next, uint64_t recent_cap,
+                   struct ms_chunk_set *out_recent)
+{
+    return ms_history_predict(&E.hist, &E.rt, need, next_cap, out_next, recent_cap, out_recent);
+}
+
+/* E.need = every chunk of every region (lock held; E.need cleared by the caller). */
+int ms__eng_need_everything(void)
+{
+    E.st.unbounded++;
+    int e = MS_OK;
+    for (size_t i = 0; i < E.rt.nslots && e == MS_OK; i++)
+        if (E.rt.regions[i].live)
+            e = ms__eng_add_region_chunks(&E.need, (uint32_t)i);
+    ms_chunk_set_normalize(&E.need);
+    return e;
+}
+
+/* A host-to-device copy of a small buffer: remember which regions it points into. */
+void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes)
+{
+    if (!ms__eng_is_active() || !src || bytes < 8 || bytes > SCAN_LIMIT)
+        return;
+    ms_lock(&E.lock);
+    uint32_t to;
+    if (ms_rtable_lookup(&E.rt, 0, dst, &to, NULL) == MS_OK && to < E.nrefs) {
+        /* A copy to the start of the region writes a new table: forget the old one's. */
+        if (ms_region_get(&E.rt, to)->base == dst)
+            E.refs[to].n = 0;
+        const unsigned char *p = src;
+        for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
+            uint64_t v;
+            memcpy(&v, p + off, 8);
+            uint32_t reg;
+            if (v == 0 || ms_rtable_lookup(&E.rt, 0, v, &reg, NULL) != MS_OK || reg == to)
+                continue;
+            struct refs *rf = &E.refs[to];
+            bool seen = false;
+            for (uint32_t k = 0; k < rf->n && !seen; k++)
+                seen = rf->region[k] == reg;
+            if (!seen && rf->n < MAX_REFS)
+                rf->region[rf->n++] = reg;
+        }
+    }
+    ms_unlock(&E.lock);
+}
