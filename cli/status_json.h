@@ -20,9 +20,9 @@
 
 /* What a frame of `top` adds to a status object. */
 struct ms_json_frame {
-    uint64_t frame;                    /* 1, 2, ... */
-    const struct ms_msg_status *prev;  /* the previous sample, or NULL (no rates) */
-    double interval_s;                 /* seconds between prev and this sample */
+    uint64_t frame;                   /* 1, 2, ... */
+    const struct ms_msg_status *prev; /* the previous sample, or NULL (no rates) */
+    double interval_s;                /* seconds between prev and this sample */
 };
 
 /* Write st as one JSON object and a newline; fr (may be NULL) makes it a frame of `top`.
