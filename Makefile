@@ -10,6 +10,11 @@
 #
 # Variables: SANITIZE=address,undefined (or thread) builds into build-<sanitizer>/ with
 # sanitizers on; V=1 shows commands.
+#
+# Installing: `make install` (PREFIX=/usr/local, DESTDIR, BINDIR, LIBDIR, MANDIR) puts msched and
+# mschedd in BINDIR, libmsched in LIBDIR/msched/, man pages generated from the help text, bash
+# completion and the LICENSE; `make uninstall` removes exactly those; `make package` builds a
+# Debian package with packaging/build-deb.sh.
 
 CC      ?= cc
 comma := ,
@@ -63,7 +68,7 @@ MSCHED   := $(BUILD)/bin/msched
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/replay_%,$(FUZZ_SRC))
 
-.PHONY: all test unit fuzz clean demo format check-format gpu
+.PHONY: all test unit fuzz clean demo format check-format gpu install uninstall package
 .SECONDARY:
 ifneq ($(DAEMON_SRC),)
 DAEMON_BIN := $(MSCHEDD)
@@ -180,5 +185,59 @@ check-format:
 
 clean:
 	rm -rf build build-* 
+
+# ---- install ----------------------------------------------------------------------------------
+# `msched run` looks for libmsched in <bindir>/../lib/msched and starts <bindir>/mschedd, so when
+# LIBDIR/msched is not that directory, install links it there.
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+DATADIR ?= $(PREFIX)/share
+MANDIR  ?= $(DATADIR)/man
+DOCDIR  ?= $(DATADIR)/doc/msched
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+SHIM_INSTALL := $(wildcard $(CUDA_HOME)/include/cuda.h)
+MAN_PAGES := $(BUILD)/man/msched.1 $(BUILD)/man/mschedd.1
+
+$(MAN_PAGES) &: $(MSCHED) $(MSCHEDD) packaging/gen-man.sh
+	$(if $(Q),@echo "  MAN   $(BUILD)/man")
+	$(Q)packaging/gen-man.sh $(BUILD)/bin $(BUILD)/man
+
+install: all $(MAN_PAGES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(DOCDIR)
+	install -m 755 $(MSCHED) $(MSCHEDD) $(DESTDIR)$(BINDIR)/
+	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 packaging/bash-completion/msched $(DESTDIR)$(BASHCOMPDIR)/msched
+	ln -sf msched $(DESTDIR)$(BASHCOMPDIR)/mschedd
+	install -m 644 LICENSE README.md $(DESTDIR)$(DOCDIR)/
+ifneq ($(SHIM_INSTALL),)
+	install -d $(DESTDIR)$(LIBDIR)/msched
+	install -m 755 $(SHIM_LIB) $(SHIM_PRELOAD) $(DESTDIR)$(LIBDIR)/msched/
+	ln -sf libcuda.so.1 $(DESTDIR)$(LIBDIR)/msched/libcuda.so
+	@want=$$(realpath -m "$(BINDIR)/../lib/msched"); have=$$(realpath -m "$(LIBDIR)/msched"); \
+	if [ "$$want" != "$$have" ]; then \
+	    echo "install -d $(DESTDIR)$$(dirname $$want); ln -sfn $$have $(DESTDIR)$$want"; \
+	    install -d "$(DESTDIR)$$(dirname $$want)" && ln -sfn "$$have" "$(DESTDIR)$$want"; \
+	fi
+else
+	@echo "install: no CUDA headers, so no libmsched to install ('msched run' will not work)"
+endif
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/msched $(DESTDIR)$(BINDIR)/mschedd
+	rm -f $(DESTDIR)$(MANDIR)/man1/msched.1 $(DESTDIR)$(MANDIR)/man1/mschedd.1
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/msched $(DESTDIR)$(BASHCOMPDIR)/mschedd
+	rm -f $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md
+	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
+	rm -f $(DESTDIR)$(LIBDIR)/msched/libcuda.so.1 $(DESTDIR)$(LIBDIR)/msched/libcuda.so \
+	    $(DESTDIR)$(LIBDIR)/msched/libmsched.so
+	-rmdir $(DESTDIR)$(LIBDIR)/msched 2>/dev/null
+	@want=$$(realpath -m "$(BINDIR)/../lib/msched"); have=$$(realpath -m "$(LIBDIR)/msched"); \
+	if [ "$$want" != "$$have" ] && [ -L "$(DESTDIR)$$want" ]; then \
+	    echo "rm -f $(DESTDIR)$$want"; rm -f "$(DESTDIR)$$want"; \
+	fi
+
+package: all $(MAN_PAGES)
+	BUILD=$(BUILD) packaging/build-deb.sh
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

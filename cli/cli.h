@@ -57,6 +57,25 @@ int ms_cli_parse_pressures(const char *s, double *out, size_t cap, size_t *out_n
  */
 int ms_cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
 
+/*
+ * getopt_long with the CLI's error lines. Call ms_cli_getopt_reset() before the first call for
+ * an argv. shortopts starts with ':' (a missing value is reported, not guessed). Returns the
+ * option's value, -1 after the last option (optind is then the first operand), or
+ * MS_CLI_OPT_BAD after printing "msched: <cmd>: unknown option ..." or "... needs a value".
+ */
+#define MS_CLI_OPT_BAD (-2)
+struct option;
+void ms_cli_getopt_reset(void);
+int ms_cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts,
+                  const char *cmd);
+
+/*
+ * The daemon commands' --gpu N and --socket PATH: set sock (cap bytes) to GPU N's socket or to
+ * PATH. Returns 0, or MS_EXIT_USAGE after printing the error.
+ */
+int ms_cli_gpu_socket(const char *gpu, char *sock, size_t cap);
+int ms_cli_socket(const char *path, char *sock, size_t cap);
+
 /* Progress line on stderr: enabled when stderr is a terminal or forced; at most 4 updates/s. */
 struct ms_cli_progress {
     bool enabled;

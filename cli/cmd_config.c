@@ -17,6 +17,7 @@
 #include "ipc/ipc.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <string.h>
 
 int ms_cmd_config(int argc, char **argv);
@@ -34,8 +35,21 @@ void ms_cmd_config_help(FILE *f)
                "Keys: budget, slice, slice_max, switch_frac, policy (rr, prio, adaptive),\n"
                "evict (opt, lru, whole), cost, stop_timeout, order_timeout, horizon, early_run,\n"
                "idle_hold, log_level, check, idle_exit; others are shown but fixed while the\n"
-               "daemon runs.\n");
+               "daemon runs. A VALUE that starts with '-' follows '--'.\n"
+               "\n"
+               "  --gpu N          which GPU's daemon (default 0)\n"
+               "  --socket PATH    the daemon's socket (default: $MSCHED_SOCKET, else the\n"
+               "                   per-user runtime directory)\n");
 }
+
+enum { OPT_GPU = 256, OPT_SOCKET };
+
+static const struct option longopts[] = {
+    {"gpu", required_argument, NULL, OPT_GPU},
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
 
 int ms_cmd_config(int argc, char **argv)
 {
@@ -46,34 +60,23 @@ int ms_cmd_config(int argc, char **argv)
     }
     const char *words[3] = {NULL, NULL, NULL};
     int nwords = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int m;
-        if ((m = ms_cli_opt(argc, argv, &i, "--gpu", &v)) != 0) {
-            uint64_t g;
-            if (m < 0)
+    ms_cli_getopt_reset();
+    int c;
+    while ((c = ms_cli_getopt(argc, argv, ":h", longopts, "config")) != -1) {
+        switch (c) {
+        case OPT_GPU:
+            if (ms_cli_gpu_socket(optarg, sock, sizeof(sock)))
                 return MS_EXIT_USAGE;
-            if (ms_cli_parse_u64(v, &g) != MS_OK || g > 255 ||
-                ms_ipc_socket_path((unsigned)g, sock, sizeof(sock)) != MS_OK) {
-                ms_cli_error("--gpu: '%s' is not a GPU index", v);
+            break;
+        case OPT_SOCKET:
+            if (ms_cli_socket(optarg, sock, sizeof(sock)))
                 return MS_EXIT_USAGE;
-            }
-            continue;
+            break;
+        case 'h': ms_cmd_config_help(stdout); return 0;
+        default: return MS_EXIT_USAGE;
         }
-        if ((m = ms_cli_opt(argc, argv, &i, "--socket", &v)) != 0) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            if (strlen(v) >= MS_IPC_PATH_MAX) {
-                ms_cli_error("--socket: path too long");
-                return MS_EXIT_USAGE;
-            }
-            snprintf(sock, sizeof(sock), "%s", v);
-            continue;
-        }
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            ms_cmd_config_help(stdout);
-            return 0;
-        }
+    }
+    for (int i = optind; i < argc; i++) {
         if (nwords >= 3) {
             ms_cli_error("config: too many arguments (try 'msched help config')");
             return MS_EXIT_USAGE;

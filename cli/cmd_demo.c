@@ -6,7 +6,10 @@
  *   A fixed, quick experiment (the micro workload at 200 % of a 16 GiB budget on the H200
  *   profile, 10 s of simulated time per policy) that runs in a few seconds of real time, then
  *   a few lines on what was compared, the table, and where the plot went. Until the CUDA
- *   backend drives a real GPU from here, the demo always simulates and says so.
+ *   backend drives a real GPU from here, the demo always simulates and says so. The default
+ *   plot goes to the current directory; when that cannot be written (a read-only or removed
+ *   directory) the demo says so and still succeeds, since the table is its result. A plot
+ *   asked for with --svg that cannot be written is an error (exit 1).
  */
 #include "cli/cli.h"
 
@@ -14,38 +17,50 @@
 #include "sim/sweep.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define DEFAULT_SVG "msched-demo.svg"
 
 static void demo_help(FILE *f)
 {
     fprintf(f, "usage: msched demo [--svg FILE] [--progress]\n"
                "Compare every memory policy on the built-in micro workload at 200%% of a 16 GiB\n"
                "budget (H200 profile, simulated), print a table and write a plot\n"
-               "(default ./msched-demo.svg). 'msched sim' runs any workload and pressure.\n");
+               "(default ./msched-demo.svg; where the current directory cannot be written, the\n"
+               "plot is skipped with a note). 'msched sim' runs any workload and pressure.\n");
 }
+
+enum { OPT_SVG = 256, OPT_PROGRESS };
+
+static const struct option longopts[] = {
+    {"svg", required_argument, NULL, OPT_SVG},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
 
 static int demo_run(int argc, char **argv)
 {
-    const char *svg = "msched-demo.svg";
-    bool force = false;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int m;
-        if (ms_cli_opt(argc, argv, &i, "--help", NULL) || ms_cli_opt(argc, argv, &i, "-h", NULL)) {
-            demo_help(stdout);
-            return 0;
-        } else if (ms_cli_opt(argc, argv, &i, "--progress", NULL)) {
-            force = true;
-        } else if ((m = ms_cli_opt(argc, argv, &i, "--svg", &v)) != 0) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            svg = v;
-        } else {
-            ms_cli_error("demo: unknown %s '%s' (try 'msched help demo')",
-                         argv[i][0] == '-' ? "option" : "argument", argv[i]);
-            return MS_EXIT_USAGE;
+    const char *svg = DEFAULT_SVG;
+    bool force = false, svg_given = false;
+    ms_cli_getopt_reset();
+    int c;
+    while ((c = ms_cli_getopt(argc, argv, ":h", longopts, "demo")) != -1) {
+        switch (c) {
+        case 'h': demo_help(stdout); return 0;
+        case OPT_PROGRESS: force = true; break;
+        case OPT_SVG:
+            svg = optarg;
+            svg_given = true;
+            break;
+        default: return MS_EXIT_USAGE;
         }
+    }
+    if (optind < argc) {
+        ms_cli_error("demo: unexpected argument '%s' (try 'msched help demo')", argv[optind]);
+        return MS_EXIT_USAGE;
     }
     const struct ms_cost *cost = ms_cost_find("h200");
     struct ms_sweep_opts so;
@@ -97,9 +112,18 @@ static int demo_run(int argc, char **argv)
     printf("\nthroughput = work done per second relative to ideal; bytes in/out = copied over\n"
            "PCIe; dropped = evicted without a copy (unchanged since it was loaded);\n"
            "faults = GPU page faults (demand) or launch faults (a chunk the prediction missed).\n");
-    FILE *f = fopen(svg, "w");
     int status = 0;
-    if (!f || ms_svg_write(sw, true, f) != 0) {
+    errno = 0;
+    FILE *f = fopen(svg, "w");
+    if (!f && !svg_given) {
+        /* The demo's result is the table; a directory it cannot write to only costs the plot. */
+        printf("\nplot: not written (%s: %s); 'msched demo --svg FILE' writes it elsewhere\n", svg,
+               strerror(errno));
+        free(sw);
+        return 0;
+    }
+    int rc2 = f ? ms_svg_write(sw, true, f) : MS_E_IO;
+    if (!f || rc2 != 0) {
         ms_cli_error("cannot write %s: %s", svg, strerror(errno ? errno : EIO));
         status = MS_EXIT_RUNTIME;
     }

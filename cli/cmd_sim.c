@@ -5,8 +5,11 @@
  * Design
  *   Parse every option first (usage errors exit 2 before any work), then load or build the
  *   workload, run the sweep (sim/sweep.h), print one table per pressure, and write the JSON and
- *   SVG files if asked. Data errors (unreadable or malformed trace, a budget that cannot hold a
- *   slice) exit 1. Output files are written only after the sweep succeeded.
+ *   SVG files if asked ("-" writes one of them to stdout, and the table to stderr). Data errors
+ *   (unreadable or malformed trace, a budget that cannot hold a slice) exit 1. A pressure point
+ *   that fails does not stop the others: the table shows its reason, one error line names it,
+ *   the files hold every point that ran (a failed one with its "error"), and the exit status
+ *   is 1. Output files are written only after the sweep, and only when some point ran.
  */
 #include "cli/cli.h"
 
@@ -14,6 +17,7 @@
 #include "sim/sweep.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,8 +64,9 @@ static void sim_help(FILE *f)
            "  --hash-clean on|off drop evicted chunks whose GPU hash is unchanged "
            "(default on)\n"
            "  --horizon N         timeline entries the planner sees (default 2 x tasks)\n"
-           "  --svg FILE          write a plot of throughput and bytes moved\n"
-           "  --json FILE         write every number as JSON\n"
+           "  --svg FILE          write a plot of throughput and bytes moved (- for stdout)\n"
+           "  --json FILE         write every number as JSON (- for stdout; the table then\n"
+           "                      goes to stderr)\n"
            "  --dump-trace FILE   write the built-in workload (first pressure) as a trace, "
            "then exit\n"
            "  --seed N            seed of the random workload (default 1)\n"
@@ -111,6 +116,54 @@ static int parse_policies(const char *s, bool *out)
     }
 }
 
+enum {
+    OPT_ADAPTIVE = 256,
+    OPT_SLICE_MAX,
+    OPT_SWITCH_FRAC,
+    OPT_PROGRESS,
+    OPT_CHECK,
+    OPT_WORKLOAD,
+    OPT_TRACE,
+    OPT_PROFILE,
+    OPT_SVG,
+    OPT_JSON,
+    OPT_DUMP,
+    OPT_PRESSURE,
+    OPT_BUDGET,
+    OPT_SLICE,
+    OPT_DURATION,
+    OPT_SLICES,
+    OPT_HORIZON,
+    OPT_SEED,
+    OPT_HASH_CLEAN,
+    OPT_POLICIES,
+};
+
+static const struct option longopts[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"adaptive", no_argument, NULL, OPT_ADAPTIVE},
+    {"slice-max", required_argument, NULL, OPT_SLICE_MAX},
+    {"switch-frac", required_argument, NULL, OPT_SWITCH_FRAC},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"check", no_argument, NULL, OPT_CHECK},
+    {"workload", required_argument, NULL, OPT_WORKLOAD},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"profile", required_argument, NULL, OPT_PROFILE},
+    {"svg", required_argument, NULL, OPT_SVG},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"dump-trace", required_argument, NULL, OPT_DUMP},
+    {"pressure", required_argument, NULL, OPT_PRESSURE},
+    {"budget", required_argument, NULL, OPT_BUDGET},
+    {"slice", required_argument, NULL, OPT_SLICE},
+    {"duration", required_argument, NULL, OPT_DURATION},
+    {"slices", required_argument, NULL, OPT_SLICES},
+    {"horizon", required_argument, NULL, OPT_HORIZON},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"hash-clean", required_argument, NULL, OPT_HASH_CLEAN},
+    {"policies", required_argument, NULL, OPT_POLICIES},
+    {NULL, 0, NULL, 0},
+};
+
 static int parse_args(int argc, char **argv, struct sim_args *a)
 {
     memset(a, 0, sizeof(*a));
@@ -128,60 +181,36 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
     a->pressures[2] = 3;
     size_t default_np = 3;
     bool have_pressure = false;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int m, rc;
-#define OPT(name) ((m = ms_cli_opt(argc, argv, &i, name, &v)) != 0)
-#define FLAG(name) ms_cli_opt(argc, argv, &i, name, NULL)
-        if (FLAG("--help") || FLAG("-h")) {
-            sim_help(stdout);
-            return -1;
-        } else if (FLAG("--adaptive")) {
+    ms_cli_getopt_reset();
+    int c;
+    while ((c = ms_cli_getopt(argc, argv, ":h", longopts, "sim")) != -1) {
+        const char *v = optarg;
+        int rc;
+        switch (c) {
+        case 'h': sim_help(stdout); return -1;
+        case OPT_ADAPTIVE:
             if (!a->slice_max_ns)
                 a->slice_max_ns = DEFAULT_SLICE_MAX;
-        } else if (OPT("--slice-max")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_SLICE_MAX:
             if (ms_cli_parse_duration(v, &a->slice_max_ns) || a->slice_max_ns == 0)
                 return usage("--slice-max '%s' is not a duration like 4s", v);
-        } else if (OPT("--switch-frac")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_SWITCH_FRAC:
             if (ms_cli_parse_u64(v, &a->switch_frac) || a->switch_frac < 1 || a->switch_frac > 100)
                 return usage("--switch-frac '%s' is not a percentage from 1 to 100", v);
             if (!a->slice_max_ns)
                 a->slice_max_ns = DEFAULT_SLICE_MAX;
-        } else if (FLAG("--progress")) {
-            a->progress = true;
-        } else if (FLAG("--check")) {
-            a->check = true;
-        } else if (OPT("--workload")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            a->workload = v;
-        } else if (OPT("--trace")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            a->trace = v;
-        } else if (OPT("--profile")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            a->profile = v;
-        } else if (OPT("--svg")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            a->svg = v;
-        } else if (OPT("--json")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            a->json = v;
-        } else if (OPT("--dump-trace")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            a->dump = v;
-        } else if (OPT("--pressure")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_PROGRESS: a->progress = true; break;
+        case OPT_CHECK: a->check = true; break;
+        case OPT_WORKLOAD: a->workload = v; break;
+        case OPT_TRACE: a->trace = v; break;
+        case OPT_PROFILE: a->profile = v; break;
+        case OPT_SVG: a->svg = v; break;
+        case OPT_JSON: a->json = v; break;
+        case OPT_DUMP: a->dump = v; break;
+        case OPT_PRESSURE:
             rc = ms_cli_parse_pressures(v, a->pressures, MS_SWEEP_MAX_POINTS, &a->npressures);
             if (rc == MS_E_NOSPACE)
                 return usage("--pressure takes at most 16 values", "");
@@ -190,65 +219,57 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
             if (rc)
                 return usage("--pressure '%s' is not a list like 1.5,2,3 or 150%%,200%%", v);
             have_pressure = true;
-        } else if (OPT("--budget")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_BUDGET:
             rc = ms_cli_parse_size(v, &a->budget);
             if (rc == MS_E_INVAL)
                 return usage("--budget '%s' is out of range (1 B .. 1 EiB)", v);
             if (rc)
                 return usage("--budget '%s' is not a size like 16GiB", v);
             a->have_budget = true;
-        } else if (OPT("--slice")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_SLICE:
             if (ms_cli_parse_duration(v, &a->slice_ns))
                 return usage("--slice '%s' is not a duration like 200ms", v);
-        } else if (OPT("--duration")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_DURATION:
             if (ms_cli_parse_duration(v, &a->duration_ns))
                 return usage("--duration '%s' is not a duration like 30s", v);
-        } else if (OPT("--slices")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_SLICES:
             if (ms_cli_parse_u64(v, &a->nslices) || a->nslices == 0 || a->nslices > 100000000)
                 return usage("--slices '%s' is not a count from 1 to 100000000", v);
-        } else if (OPT("--horizon")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_HORIZON:
             if (ms_cli_parse_u64(v, &a->horizon) || a->horizon == 0 || a->horizon > 100000)
                 return usage("--horizon '%s' is not a count from 1 to 100000", v);
-        } else if (OPT("--seed")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_SEED:
             if (ms_cli_parse_u64(v, &a->seed))
                 return usage("--seed '%s' is not an unsigned integer", v);
-        } else if (OPT("--hash-clean")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_HASH_CLEAN:
             if (strcmp(v, "on") == 0)
                 a->hash_clean = true;
             else if (strcmp(v, "off") == 0)
                 a->hash_clean = false;
             else
                 return usage("--hash-clean takes on or off, not '%s'", v);
-        } else if (OPT("--policies")) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
+            break;
+        case OPT_POLICIES:
             rc = parse_policies(v, a->policies);
             if (rc)
                 return rc;
-        } else if (argv[i][0] == '-') {
-            return usage("unknown option '%s'", argv[i]);
-        } else {
-            return usage("unexpected argument '%s'", argv[i]);
+            break;
+        default: return MS_EXIT_USAGE;
         }
-#undef OPT
-#undef FLAG
     }
+    if (optind < argc)
+        return usage("unexpected argument '%s'", argv[optind]);
     if (a->workload && a->trace)
         return usage("--workload and --trace exclude each other", "");
+    if (a->json && a->svg && strcmp(a->json, "-") == 0 && strcmp(a->svg, "-") == 0)
+        return usage("--json and --svg cannot both go to stdout ('-')", "");
     if (a->trace && have_pressure && a->have_budget)
         return usage("with --trace, give --pressure or --budget, not both", "");
     if (!a->trace && !a->workload)
@@ -319,16 +340,20 @@ static char *read_file(const char *path, size_t *out_len, int *err)
     return buf;
 }
 
+/* Write the JSON or the SVG to path ("-": stdout). */
 static int write_out(const char *path, const struct ms_sweep *s, bool svg)
 {
-    FILE *f = fopen(path, "w");
+    bool std = strcmp(path, "-") == 0;
+    FILE *f = std ? stdout : fopen(path, "w");
     if (!f) {
         ms_cli_error("cannot write %s: %s", path, strerror(errno));
         return MS_EXIT_RUNTIME;
     }
+    errno = 0;
     int rc = svg ? ms_svg_write(s, true, f) : ms_sweep_json(s, f);
-    if (fclose(f) != 0 || rc) {
-        ms_cli_error("cannot write %s: %s", path, strerror(errno ? errno : EIO));
+    if ((std ? fflush(f) : fclose(f)) != 0 || rc) {
+        ms_cli_error("cannot write %s: %s", std ? "to stdout" : path,
+                     strerror(errno ? errno : EIO));
         return MS_EXIT_RUNTIME;
     }
     return 0;
@@ -432,10 +457,15 @@ static int sim_run(int argc, char **argv)
         snprintf(how, sizeof(how), "adaptive slices of %s to %s (a switch at most %llu %%)", sl, mx,
                  (unsigned long long)a.switch_frac);
     }
-    printf("msched sim: simulated GPU (profile %s), %s, %s measured after warm-up, "
-           "hash-clean %s\n\n",
-           cost->name, how, du, a.hash_clean ? "on" : "off");
-    fflush(stdout);
+    /* With --json - or --svg - stdout carries that file alone; the table goes to stderr. */
+    FILE *human = (a.json && strcmp(a.json, "-") == 0) || (a.svg && strcmp(a.svg, "-") == 0)
+                      ? stderr
+                      : stdout;
+    fprintf(human,
+            "msched sim: simulated GPU (profile %s), %s, %s measured after warm-up, "
+            "hash-clean %s\n\n",
+            cost->name, how, du, a.hash_clean ? "on" : "off");
+    fflush(human);
 
     struct ms_sweep *sw = malloc(sizeof(*sw));
     if (!sw) {
@@ -446,16 +476,21 @@ static int sim_run(int argc, char **argv)
     char why[512];
     rc = ms_sweep_run(&so, sw, why, sizeof(why));
     ms_cli_progress_end(&prog);
-    ms_sweep_print(sw, stdout);
+    ms_sweep_print(sw, human);
     int status = 0;
     if (rc) {
+        /* A failed point is reported; the others' results are still written. */
         ms_cli_error("%s", rc == MS_E_NOMEM ? "out of memory" : why);
         status = MS_EXIT_RUNTIME;
-    } else {
-        if (a.json && (status = write_out(a.json, sw, false)) == 0)
-            printf("\nwrote %s\n", a.json);
-        if (!status && a.svg && (status = write_out(a.svg, sw, true)) == 0)
-            printf("%swrote %s\n", a.json ? "" : "\n", a.svg);
+    }
+    if (sw->n > sw->nfailed) {
+        int w = 0;
+        if (a.json && (w = write_out(a.json, sw, false)) == 0 && strcmp(a.json, "-") != 0)
+            fprintf(human, "\nwrote %s\n", a.json);
+        if (!w && a.svg && (w = write_out(a.svg, sw, true)) == 0 && strcmp(a.svg, "-") != 0)
+            fprintf(human, "%swrote %s\n", a.json ? "" : "\n", a.svg);
+        if (w)
+            status = w;
     }
     free(sw);
     ms_wl_fini(&tw);

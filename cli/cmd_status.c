@@ -1,7 +1,8 @@
 /*
  * cmd_status.c - `msched status`: one screen about the daemon of a GPU: budget, resident memory,
  * switches, and a table of tasks; `--prometheus` prints the metrics in the Prometheus text
- * format instead (the daemon renders them: the same text a scraper would get).
+ * format instead (the daemon renders them: the same text a scraper would get), `--json` the
+ * same reply as one JSON object (cli/status_json.c; schema docs/status.schema.json).
  *
  * Design
  *   One request, one reply, over the daemon's socket (ipc/ipc.h: ms_ipc_request), then
@@ -12,12 +13,14 @@
  * 2 for a bad command line.
  */
 #include "cli/cli.h"
+#include "cli/status_json.h"
 
 #include "ipc/conf.h"
 #include "ipc/ipc.h"
 #include "ipc/status_text.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +31,8 @@ void ms_cmd_status_help(FILE *f);
 
 void ms_cmd_status_help(FILE *f)
 {
-    fprintf(f, "usage: msched status [--gpu N] [--socket PATH] [--prometheus] [--timeout DUR]\n"
+    fprintf(f, "usage: msched status [--gpu N] [--socket PATH] [--prometheus | --json]\n"
+               "                     [--timeout DUR]\n"
                "\n"
                "Shows the daemon of a GPU: memory budget, resident bytes, context switches, and\n"
                "one row per task (state, priority, resident and total bytes, bytes moved, slices,\n"
@@ -38,53 +42,8 @@ void ms_cmd_status_help(FILE *f)
                "  --socket PATH    the daemon's socket (default: $MSCHED_SOCKET, else the\n"
                "                   per-user runtime directory)\n"
                "  --prometheus     print the metrics in the Prometheus text format\n"
+               "  --json           print one JSON object (schema: docs/status.schema.json)\n"
                "  --timeout DUR    give up after DUR (default 3s)\n");
-}
-
-/*
- * The options every daemon command shares. Returns 1 when argv[*i] was one of them, 0 when
- * not, -1 after printing an error.
- */
-static int common_opt(int argc, char **argv, int *i, char *sock, size_t socklen, int *timeout_ms)
-{
-    const char *v;
-    int m;
-    if ((m = ms_cli_opt(argc, argv, i, "--gpu", &v)) != 0) {
-        uint64_t g;
-        if (m < 0)
-            return -1;
-        if (ms_cli_parse_u64(v, &g) != MS_OK || g > 255) {
-            ms_cli_error("--gpu: '%s' is not a GPU index", v);
-            return -1;
-        }
-        if (ms_ipc_socket_path((unsigned)g, sock, socklen) != MS_OK) {
-            ms_cli_error("socket path too long");
-            return -1;
-        }
-        return 1;
-    }
-    if ((m = ms_cli_opt(argc, argv, i, "--socket", &v)) != 0) {
-        if (m < 0)
-            return -1;
-        if (strlen(v) >= socklen || strlen(v) >= MS_IPC_PATH_MAX) {
-            ms_cli_error("--socket: path too long");
-            return -1;
-        }
-        snprintf(sock, socklen, "%s", v);
-        return 1;
-    }
-    if ((m = ms_cli_opt(argc, argv, i, "--timeout", &v)) != 0) {
-        uint64_t ns;
-        if (m < 0)
-            return -1;
-        if (ms_parse_duration(v, &ns) != MS_OK || ns < 1000000ull || ns > 3600000000000ull) {
-            ms_cli_error("--timeout: '%s' is not a duration between 1ms and 1h", v);
-            return -1;
-        }
-        *timeout_ms = (int)(ns / 1000000ull);
-        return 1;
-    }
-    return 0;
 }
 
 /* Ask the daemon; prints the error and returns an exit status on failure. */
@@ -108,30 +67,61 @@ static int ask(const char *sock, int timeout_ms, const struct ms_msg *req, struc
     return 0;
 }
 
+enum { OPT_GPU = 256, OPT_SOCKET, OPT_TIMEOUT, OPT_PROM, OPT_JSON };
+
+static const struct option longopts[] = {
+    {"gpu", required_argument, NULL, OPT_GPU},
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"prometheus", no_argument, NULL, OPT_PROM},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
 int ms_cmd_status(int argc, char **argv)
 {
     char sock[MS_IPC_PATH_MAX + 1];
     int timeout_ms = DEFAULT_TIMEOUT_MS;
-    bool prom = false;
+    bool prom = false, json = false;
     if (ms_ipc_socket_path(0, sock, sizeof(sock)) != MS_OK) {
         ms_cli_error("socket path too long");
         return MS_EXIT_USAGE;
     }
-    for (int i = 1; i < argc; i++) {
-        int m = common_opt(argc, argv, &i, sock, sizeof(sock), &timeout_ms);
-        if (m < 0)
-            return MS_EXIT_USAGE;
-        if (m > 0)
-            continue;
-        if (strcmp(argv[i], "--prometheus") == 0) {
-            prom = true;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            ms_cmd_status_help(stdout);
-            return 0;
-        } else {
-            ms_cli_error("status: unknown option '%s' (try 'msched help status')", argv[i]);
-            return MS_EXIT_USAGE;
+    ms_cli_getopt_reset();
+    int c;
+    while ((c = ms_cli_getopt(argc, argv, ":h", longopts, "status")) != -1) {
+        uint64_t ns;
+        switch (c) {
+        case OPT_GPU:
+            if (ms_cli_gpu_socket(optarg, sock, sizeof(sock)))
+                return MS_EXIT_USAGE;
+            break;
+        case OPT_SOCKET:
+            if (ms_cli_socket(optarg, sock, sizeof(sock)))
+                return MS_EXIT_USAGE;
+            break;
+        case OPT_TIMEOUT:
+            if (ms_parse_duration(optarg, &ns) != MS_OK || ns < 1000000ull ||
+                ns > 3600000000000ull) {
+                ms_cli_error("--timeout: '%s' is not a duration between 1ms and 1h", optarg);
+                return MS_EXIT_USAGE;
+            }
+            timeout_ms = (int)(ns / 1000000ull);
+            break;
+        case OPT_PROM: prom = true; break;
+        case OPT_JSON: json = true; break;
+        case 'h': ms_cmd_status_help(stdout); return 0;
+        default: return MS_EXIT_USAGE;
         }
+    }
+    if (optind < argc) {
+        ms_cli_error("status: unexpected argument '%s' (try 'msched help status')", argv[optind]);
+        return MS_EXIT_USAGE;
+    }
+    if (prom && json) {
+        ms_cli_error("status: --prometheus and --json exclude each other");
+        return MS_EXIT_USAGE;
     }
     struct ms_msg req, reply;
     ms_msg_init(&req, prom ? MS_MSG_METRICS_REQ : MS_MSG_STATUS_REQ);
@@ -153,6 +143,15 @@ int ms_cmd_status(int argc, char **argv)
         ms_cli_error("unexpected %s reply", ms_msg_type_name(reply.type));
         ms_msg_free(&reply);
         return MS_EXIT_RUNTIME;
+    }
+    if (json) {
+        int jrc = ms_status_json(&reply.status, NULL, stdout);
+        ms_msg_free(&reply);
+        if (jrc || fflush(stdout) != 0) {
+            ms_cli_error("cannot write the status: %s", strerror(errno ? errno : EIO));
+            return MS_EXIT_RUNTIME;
+        }
+        return 0;
     }
     size_t cap = 256 + (size_t)reply.status.ntasks * 512;
     char *text = malloc(cap);

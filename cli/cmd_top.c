@@ -6,23 +6,31 @@
  *   One connection is kept open and asked for STATUS once per interval; two consecutive samples
  *   give the rates. The screen is the text ipc/status_text.c renders (the same as `msched
  *   status`, plus rates), drawn with ncurses when the build defines MS_HAVE_NCURSES (and links
- *   -lncurses), else with ANSI escapes. `--once`, or a stdout that is not a terminal, prints
- *   one plain frame and exits, so `msched top | head` and scripts work. If the daemon goes
- *   away the screen says so and keeps trying to reconnect. q (or Ctrl-C) quits.
+ *   -lncurses), else with ANSI escapes. If the daemon goes away the screen says so and keeps
+ *   trying to reconnect. q (or Ctrl-C) quits.
+ *   A stdout that is not a terminal, --once or --json gives plain frames instead, so pipes,
+ *   files and scripts work: text separated by a blank line, or one JSON object per line
+ *   (cli/status_json.c). Their number is --count, else one when no --interval was given (a
+ *   plain `msched top | head` prints one frame and exits), else unlimited: a stream a
+ *   collector can read until it stops it. A plain stream ends when the daemon cannot be
+ *   reached; it does not wait for it to come back.
  *
- * Exit status: 0; 1 when --once finds no daemon; 2 for a bad command line.
+ * Exit status: 0; 1 when plain frames find no daemon (or lose it); 2 for a bad command line.
  */
 #include "cli/cli.h"
+#include "cli/status_json.h"
 
 #include "ipc/conf.h"
 #include "ipc/ipc.h"
 #include "ipc/status_text.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef MS_HAVE_NCURSES
@@ -44,16 +52,23 @@ static void on_sigint(int sig)
 
 void ms_cmd_top_help(FILE *f)
 {
-    fprintf(f, "usage: msched top [--gpu N] [--socket PATH] [--interval DUR] [--once]\n"
-               "                  [--count N]\n"
+    fprintf(f, "usage: msched top [--gpu N] [--socket PATH] [--interval DUR] [--count N]\n"
+               "                  [--once] [--json]\n"
                "\n"
                "A live view of the daemon: tasks, states, resident and total bytes, bytes moved\n"
                "per second, switch times and throughput. q or Ctrl-C quits.\n"
+               "When stdout is not a terminal (or with --once or --json), top prints plain\n"
+               "frames instead, one every interval: --count of them, or one when neither\n"
+               "--count nor --interval is given, or until interrupted when only --interval is.\n"
                "\n"
-               "  --interval DUR   refresh period (default 1s)\n"
-               "  --once           print one plain frame and exit (also when stdout is not a\n"
-               "                   terminal)\n"
-               "  --count N        exit after N frames\n");
+               "  --gpu N          which GPU's daemon (default 0)\n"
+               "  --socket PATH    the daemon's socket (default: $MSCHED_SOCKET, else the\n"
+               "                   per-user runtime directory)\n"
+               "  --interval DUR   refresh period, 100ms to 60s (default 1s)\n"
+               "  --count N        exit after N frames\n"
+               "  --once           print one plain frame and exit (--count 1)\n"
+               "  --json           frames as JSON, one object per line, with rates from the\n"
+               "                   second frame on (schema: docs/status.schema.json)\n");
 }
 
 struct viewer {
@@ -177,6 +192,60 @@ static void loop_ansi(struct viewer *v, int interval_ms, long count, char *text)
     }
 }
 
+/*
+ * Frames to a pipe or file: `count` of them (0: until interrupted), `interval_ms` apart, plain
+ * text separated by a blank line, or JSON lines. Returns the exit status: 1 when the daemon
+ * cannot be reached (or is lost) or stdout fails.
+ */
+static int loop_plain(struct viewer *v, int interval_ms, long count, bool json, char *text)
+{
+    for (long frame = 1; !interrupted && (count <= 0 || frame <= count); frame++) {
+        if (frame > 1) {
+            struct timespec ts = {interval_ms / 1000, (long)(interval_ms % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !interrupted)
+                ;
+            if (interrupted)
+                break;
+        }
+        if (sample(v, 3000) != MS_OK) {
+            ms_cli_error("%s", v->err);
+            return MS_EXIT_RUNTIME;
+        }
+        int rc = 0;
+        if (json) {
+            struct ms_json_frame fr = {
+                .frame = (uint64_t)frame,
+                .prev = v->have_prev ? &v->prev.status : NULL,
+                .interval_s = v->have_prev ? (double)(v->cur_t - v->prev_t) / 1e9 : 0.0,
+            };
+            rc = ms_status_json(&v->cur.status, &fr, stdout);
+        } else {
+            render(v, 0, text, TEXT_CAP);
+            if (frame > 1)
+                fputc('\n', stdout);
+            fputs(text, stdout);
+        }
+        if (rc || fflush(stdout) != 0 || ferror(stdout)) {
+            ms_cli_error("cannot write a frame: %s", strerror(errno ? errno : EIO));
+            return MS_EXIT_RUNTIME;
+        }
+    }
+    return 0;
+}
+
+enum { OPT_GPU = 256, OPT_SOCKET, OPT_INTERVAL, OPT_COUNT, OPT_ONCE, OPT_JSON };
+
+static const struct option longopts[] = {
+    {"gpu", required_argument, NULL, OPT_GPU},
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"interval", required_argument, NULL, OPT_INTERVAL},
+    {"count", required_argument, NULL, OPT_COUNT},
+    {"once", no_argument, NULL, OPT_ONCE},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
 int ms_cmd_top(int argc, char **argv)
 {
     struct viewer v;
@@ -184,80 +253,67 @@ int ms_cmd_top(int argc, char **argv)
     v.conn.fd = -1;
     int interval_ms = 1000;
     long count = 0;
-    bool once = false;
+    bool once = false, json = false, have_interval = false;
     if (ms_ipc_socket_path(0, v.sock, sizeof(v.sock)) != MS_OK) {
         ms_cli_error("socket path too long");
         return MS_EXIT_USAGE;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *val;
-        int m;
-        if ((m = ms_cli_opt(argc, argv, &i, "--gpu", &val)) != 0) {
-            uint64_t g;
-            if (m < 0)
+    ms_cli_getopt_reset();
+    int c;
+    while ((c = ms_cli_getopt(argc, argv, ":h", longopts, "top")) != -1) {
+        uint64_t n;
+        switch (c) {
+        case OPT_GPU:
+            if (ms_cli_gpu_socket(optarg, v.sock, sizeof(v.sock)))
                 return MS_EXIT_USAGE;
-            if (ms_cli_parse_u64(val, &g) != MS_OK || g > 255 ||
-                ms_ipc_socket_path((unsigned)g, v.sock, sizeof(v.sock)) != MS_OK) {
-                ms_cli_error("--gpu: '%s' is not a GPU index", val);
+            break;
+        case OPT_SOCKET:
+            if (ms_cli_socket(optarg, v.sock, sizeof(v.sock)))
                 return MS_EXIT_USAGE;
-            }
-        } else if ((m = ms_cli_opt(argc, argv, &i, "--socket", &val)) != 0) {
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            if (strlen(val) >= MS_IPC_PATH_MAX) {
-                ms_cli_error("--socket: path too long");
-                return MS_EXIT_USAGE;
-            }
-            snprintf(v.sock, sizeof(v.sock), "%s", val);
-        } else if ((m = ms_cli_opt(argc, argv, &i, "--interval", &val)) != 0) {
-            uint64_t ns;
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            if (ms_parse_duration(val, &ns) != MS_OK || ns < 100000000ull || ns > 60000000000ull) {
-                ms_cli_error("--interval: '%s' is not a duration between 100ms and 60s", val);
+            break;
+        case OPT_INTERVAL:
+            if (ms_parse_duration(optarg, &n) != MS_OK || n < 100000000ull || n > 60000000000ull) {
+                ms_cli_error("--interval: '%s' is not a duration between 100ms and 60s", optarg);
                 return MS_EXIT_USAGE;
             }
-            interval_ms = (int)(ns / 1000000ull);
-        } else if ((m = ms_cli_opt(argc, argv, &i, "--count", &val)) != 0) {
-            uint64_t n;
-            if (m < 0)
-                return MS_EXIT_USAGE;
-            if (ms_cli_parse_u64(val, &n) != MS_OK || n < 1 || n > 1000000) {
-                ms_cli_error("--count: '%s' is not a number of frames", val);
+            interval_ms = (int)(n / 1000000ull);
+            have_interval = true;
+            break;
+        case OPT_COUNT:
+            if (ms_cli_parse_u64(optarg, &n) != MS_OK || n < 1 || n > 1000000) {
+                ms_cli_error("--count: '%s' is not a number of frames", optarg);
                 return MS_EXIT_USAGE;
             }
             count = (long)n;
-        } else if (strcmp(argv[i], "--once") == 0) {
-            once = true;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            ms_cmd_top_help(stdout);
-            return 0;
-        } else {
-            ms_cli_error("top: unknown option '%s' (try 'msched help top')", argv[i]);
-            return MS_EXIT_USAGE;
+            break;
+        case OPT_ONCE: once = true; break;
+        case OPT_JSON: json = true; break;
+        case 'h': ms_cmd_top_help(stdout); return 0;
+        default: return MS_EXIT_USAGE;
         }
+    }
+    if (optind < argc) {
+        ms_cli_error("top: unexpected argument '%s' (try 'msched help top')", argv[optind]);
+        return MS_EXIT_USAGE;
     }
     char *text = malloc(TEXT_CAP);
     if (!text) {
         ms_cli_error("out of memory");
         return MS_EXIT_RUNTIME;
     }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     int rc = 0;
-    if (once || !isatty(1)) {
-        /* One plain frame, totals only. */
-        if (sample(&v, 3000) != MS_OK) {
-            ms_cli_error("%s", v.err);
-            rc = MS_EXIT_RUNTIME;
-        } else {
-            render(&v, 0, text, TEXT_CAP);
-            fputs(text, stdout);
-        }
+    if (once || json || !isatty(1)) {
+        if (once)
+            count = 1;
+        else if (count == 0 && !have_interval)
+            count = 1;
+        rc = loop_plain(&v, interval_ms, count, json, text);
     } else {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = on_sigint;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
 #ifdef MS_HAVE_NCURSES
         const char *term = getenv("TERM");
         if (term && *term && strcmp(term, "dumb") != 0)

@@ -8,9 +8,11 @@
 #include "cli/cli.h"
 
 #include "core/units.h"
+#include "ipc/ipc.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -142,6 +144,51 @@ int ms_cli_opt(int argc, char **argv, int *i, const char *name, const char **val
     }
     *val = argv[++*i];
     return 1;
+}
+
+void ms_cli_getopt_reset(void)
+{
+    optind = 0; /* glibc: start over, whatever an earlier parse left */
+    opterr = 0;
+}
+
+int ms_cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts,
+                  const char *cmd)
+{
+    int c = getopt_long(argc, argv, shortopts, longopts, NULL);
+    if (c != '?' && c != ':')
+        return c;
+    /* A long option is named as typed; a short one by its letter (it may sit in "-xy"). */
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    char shortname[3] = {'-', (char)optopt, '\0'};
+    if (!(arg[0] == '-' && arg[1] == '-') && optopt > 0 && optopt < 128)
+        arg = shortname;
+    if (c == ':')
+        ms_cli_error("%s: option %s needs a value", cmd, arg);
+    else
+        ms_cli_error("%s: unknown option '%s' (try 'msched help %s')", cmd, arg, cmd);
+    return MS_CLI_OPT_BAD;
+}
+
+int ms_cli_gpu_socket(const char *gpu, char *sock, size_t cap)
+{
+    uint64_t g;
+    if (ms_cli_parse_u64(gpu, &g) != MS_OK || g > 255 ||
+        ms_ipc_socket_path((unsigned)g, sock, cap) != MS_OK) {
+        ms_cli_error("--gpu: '%s' is not a GPU index", gpu);
+        return MS_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int ms_cli_socket(const char *path, char *sock, size_t cap)
+{
+    if (strlen(path) >= cap || strlen(path) >= MS_IPC_PATH_MAX) {
+        ms_cli_error("--socket: path too long");
+        return MS_EXIT_USAGE;
+    }
+    snprintf(sock, cap, "%s", path);
+    return 0;
 }
 
 static double wall_s(void)

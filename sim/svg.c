@@ -121,7 +121,10 @@ static void panel(FILE *f, const struct ms_sweep *s, const bool *show, int npol,
         }
         char xl[64];
         const struct ms_sweep_point *pt = &s->pts[i];
-        snprintf(xl, sizeof(xl), "%.0f%% (%zu tasks)", 100 * pt->actual_pressure, pt->ntasks);
+        if (pt->rc)
+            snprintf(xl, sizeof(xl), "%.0f%%: failed", 100 * pt->pressure);
+        else
+            snprintf(xl, sizeof(xl), "%.0f%% (%zu tasks)", 100 * pt->actual_pressure, pt->ntasks);
         text(f, bx + gw * (double)i + gw / 2, by + bh + 18, "middle", 12, xl);
     }
 }

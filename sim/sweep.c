@@ -2,8 +2,10 @@
  * sweep.c - run a workload at several pressures under several policies; print and export.
  *
  * Each point builds its workload afresh (built-ins scale with the pressure), runs ideal first,
- * then the asked policies in enum order, and frees the workload. Output functions only read the
- * finished sweep, so a partial sweep (after an error) prints what it has.
+ * then the asked policies in enum order, and frees the workload. A point that fails records
+ * why and the sweep goes on with the next: one pressure that cannot fit (a slice larger than
+ * the budget) must not cost the results of the others. Output functions only read the
+ * finished sweep and show a failed point with its reason.
  */
 #include "sim/sweep.h"
 
@@ -97,53 +99,65 @@ int ms_sweep_run(const struct ms_sweep_opts *o, struct ms_sweep *out, char *why,
     out->nslices = o->replay.nslices;
     out->hash_clean = o->replay.hash_clean;
     out->seed = o->seed;
-    if (o->trace) {
-        uint64_t foot = ms_wl_footprint(o->trace, UINT32_MAX);
-        size_t n = o->npressures ? o->npressures : 1;
-        for (size_t i = 0; i < n; i++) {
+    size_t first_fail = 0;
+    int first_rc = MS_OK;
+    size_t n = o->trace ? (o->npressures ? o->npressures : 1) : o->npressures;
+    uint64_t foot = o->trace ? ms_wl_footprint(o->trace, UINT32_MAX) : 0;
+    for (size_t i = 0; i < n; i++) {
+        struct ms_sweep_point *pt = &out->pts[out->n++];
+        memset(pt, 0, sizeof(*pt));
+        int rc;
+        if (o->trace) {
             uint64_t budget = o->budget;
-            struct ms_sweep_point *pt = &out->pts[out->n];
-            memset(pt, 0, sizeof(*pt));
             if (o->npressures) {
                 pt->pressure = o->pressures[i];
                 double b = (double)foot / o->pressures[i];
                 budget = b < (double)MS_GRAN ? MS_GRAN : (uint64_t)b / MS_GRAN * MS_GRAN;
             }
             if (budget == 0) {
-                snprintf(why, whylen, "no budget for the trace");
-                return MS_E_INVAL;
+                snprintf(pt->error, sizeof(pt->error), "no budget for the trace");
+                rc = MS_E_INVAL;
+            } else {
+                rc = run_point(o, o->trace, budget, pt, pt->error, sizeof(pt->error));
             }
-            out->n++;
-            int rc = run_point(o, o->trace, budget, pt, why, whylen);
-            if (rc) {
-                out->n--;
-                return rc;
-            }
+        } else {
+            struct ms_workload w;
+            ms_wl_init(&w);
+            struct ms_wl_spec spec = {
+                .name = o->workload,
+                .pressure = o->pressures[i],
+                .budget = o->budget,
+                .cost = o->cost,
+                .seed = o->seed,
+            };
+            pt->pressure = o->pressures[i];
+            pt->budget = o->budget;
+            rc = ms_wl_builtin(&spec, &w, pt->error, sizeof(pt->error));
+            if (!rc)
+                rc = run_point(o, &w, o->budget, pt, pt->error, sizeof(pt->error));
+            ms_wl_fini(&w);
         }
-        return MS_OK;
+        pt->rc = rc;
+        if (rc) {
+            if (!first_rc) {
+                first_rc = rc;
+                first_fail = i;
+            }
+            out->nfailed++;
+        } else {
+            pt->error[0] = '\0';
+        }
     }
-    for (size_t i = 0; i < o->npressures; i++) {
-        struct ms_workload w;
-        ms_wl_init(&w);
-        struct ms_wl_spec spec = {
-            .name = o->workload,
-            .pressure = o->pressures[i],
-            .budget = o->budget,
-            .cost = o->cost,
-            .seed = o->seed,
-        };
-        int rc = ms_wl_builtin(&spec, &w, why, whylen);
-        struct ms_sweep_point *pt = &out->pts[out->n];
-        memset(pt, 0, sizeof(*pt));
-        pt->pressure = o->pressures[i];
-        if (!rc)
-            rc = run_point(o, &w, o->budget, pt, why, whylen);
-        ms_wl_fini(&w);
-        if (rc)
-            return rc;
-        out->n++;
+    if (first_rc) {
+        const struct ms_sweep_point *pt = &out->pts[first_fail];
+        if (out->nfailed == 1)
+            snprintf(why, whylen, "point %zu of %zu (pressure %.0f%%) failed: %s", first_fail + 1,
+                     out->n, 100 * pt->pressure, pt->error);
+        else
+            snprintf(why, whylen, "%zu of %zu points failed, the first (pressure %.0f%%): %s",
+                     out->nfailed, out->n, 100 * pt->pressure, pt->error);
     }
-    return MS_OK;
+    return first_rc;
 }
 
 double ms_sweep_norm(const struct ms_sweep *s, size_t i, enum ms_sim_policy p)
@@ -161,6 +175,13 @@ void ms_sweep_print(const struct ms_sweep *s, FILE *f)
         const struct ms_sweep_point *pt = &s->pts[i];
         ms_fmt_bytes(a, sizeof(a), pt->footprint);
         ms_fmt_bytes(b, sizeof(b), pt->budget);
+        if (pt->rc && pt->footprint == 0) { /* failed before its workload existed */
+            fprintf(f, "%s at pressure %.0f%%, budget %s: FAILED: %s\n", s->workload,
+                    100 * pt->pressure, b, pt->error);
+            if (i + 1 < s->n)
+                fprintf(f, "\n");
+            continue;
+        }
         fprintf(f, "%s\n", pt->desc);
         if (pt->pressure > 0)
             fprintf(f, "pressure %.0f%% (asked %.0f%%): footprint %s, budget %s, %zu tasks\n",
@@ -189,6 +210,8 @@ void ms_sweep_print(const struct ms_sweep *s, FILE *f)
             }
             fputc('\n', f);
         }
+        if (pt->rc)
+            fprintf(f, "  FAILED: %s\n", pt->error);
         if (i + 1 < s->n)
             fprintf(f, "\n");
     }
@@ -231,6 +254,10 @@ int ms_sweep_json(const struct ms_sweep *s, FILE *f)
                 (unsigned long long)pt->budget, (unsigned long long)pt->footprint, pt->ntasks);
         fprintf(f, "      \"desc\": ");
         json_str(f, pt->desc);
+        if (pt->rc) {
+            fprintf(f, ",\n      \"error\": ");
+            json_str(f, pt->error);
+        }
         fprintf(f, ",\n      \"policies\": {");
         bool first = true;
         for (int p = 0; p < MS_SIM_NPOLICIES; p++) {

@@ -44,6 +44,8 @@ struct ms_sweep_point {
     char desc[160];
     bool ran[MS_SIM_NPOLICIES];
     struct ms_replay_result res[MS_SIM_NPOLICIES];
+    int rc;          /* 0, or why the point failed (the policies before it ran) */
+    char error[400]; /* the failure, when rc != 0 */
 };
 
 struct ms_sweep {
@@ -55,19 +57,25 @@ struct ms_sweep {
     bool hash_clean;
     uint64_t seed;
     struct ms_sweep_point pts[MS_SWEEP_MAX_POINTS];
-    size_t n;
+    size_t n;       /* points, failed ones included */
+    size_t nfailed; /* points with rc != 0 */
 };
 
-/* Errors: those of ms_wl_builtin and ms_replay_run, with a reason in why. Points finished
- * before an error stay in out. */
+/*
+ * Run every point. A point that fails (its workload cannot be built at that pressure, or a
+ * replay fails: a budget that cannot hold a slice) keeps its error in pts[i].rc and .error,
+ * and the other points still run. Returns 0 when every point ran; else the first failed
+ * point's error code, with why saying which points failed. MS_E_INVAL (nothing ran) for bad
+ * options.
+ */
 int ms_sweep_run(const struct ms_sweep_opts *o, struct ms_sweep *out, char *why, size_t whylen);
 
 /* Normalized throughput of policy p at point i (0..1; 0 when it did not run). */
 double ms_sweep_norm(const struct ms_sweep *s, size_t i, enum ms_sim_policy p);
 
-/* One table per point, human readable. */
+/* One table per point, human readable; a failed point says why. */
 void ms_sweep_print(const struct ms_sweep *s, FILE *f);
-/* The whole sweep as one JSON object. Returns 0 or MS_E_IO. */
+/* The whole sweep as one JSON object (a failed point has "error"). Returns 0 or MS_E_IO. */
 int ms_sweep_json(const struct ms_sweep *s, FILE *f);
 
 /* "12.3 GiB", "512.0 MiB", "0 B" into buf. */

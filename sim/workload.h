@@ -180,6 +180,8 @@ struct ms_wl_random_spec {
     uint32_t max_cmds;         /* per task, >= 1 */
     uint64_t uniform_bytes;    /* 0: mixed region sizes; else every region is this size */
     uint64_t max_region_bytes; /* mixed sizes: upper bound, >= MS_GRAN */
+    uint64_t total_bytes;      /* mixed sizes: > 0 scales them to this footprint in all (to
+                                * MS_GRAN per region; at most 64 tasks); 0: as drawn */
     uint64_t max_dur_ns;       /* command durations are 1 us .. max_dur_ns */
     uint32_t hidden_pct;       /* chance (percent) that a kernel also touches a hidden range */
     uint32_t ro_pct;           /* chance (percent) that a region is read-only */

@@ -343,6 +343,36 @@ int ms_wl_random(const struct ms_wl_random_spec *sp, struct ms_workload *w)
     snprintf(w->name, sizeof(w->name), "random");
     snprintf(w->desc, sizeof(w->desc), "random workload, seed %llu", (unsigned long long)sp->seed);
     uint64_t maxdur = sp->max_dur_ns > 1000 ? sp->max_dur_ns : 1000;
+    /* With total_bytes each task gets an equal share of it, split over its regions by weights
+     * drawn from a second stream first, so the sizes are known before any region exists; the
+     * main stream then draws everything else as without it. */
+    bool scaled = sp->total_bytes > 0 && sp->uniform_bytes == 0;
+    uint32_t *tot_nreg = NULL;
+    uint64_t(*tot_size)[64] = NULL;
+    if (scaled) {
+        if (sp->ntasks > 64)
+            return MS_E_INVAL;
+        tot_nreg = ms_calloc(sp->ntasks, sizeof(*tot_nreg));
+        tot_size = ms_calloc(sp->ntasks, sizeof(*tot_size));
+        if (!tot_nreg || !tot_size) {
+            ms_free(tot_nreg);
+            ms_free(tot_size);
+            return MS_E_NOMEM;
+        }
+        uint64_t s2 = sp->seed ^ 0x5851f42d4c957f2dull;
+        double share = (double)sp->total_bytes / (double)sp->ntasks;
+        for (uint32_t ti = 0; ti < sp->ntasks; ti++) {
+            uint64_t sum = 0;
+            tot_nreg[ti] = (uint32_t)MS_MIN(rnd(&s2, 1, sp->max_regions), 64);
+            for (uint32_t r = 0; r < tot_nreg[ti]; r++)
+                sum += tot_size[ti][r] = rnd(&s2, 1, 1000);
+            for (uint32_t r = 0; r < tot_nreg[ti]; r++) {
+                double b = share * (double)tot_size[ti][r] / (double)sum;
+                uint64_t g = (uint64_t)llround(b / (double)MS_GRAN);
+                tot_size[ti][r] = (g ? g : 1) * MS_GRAN;
+            }
+        }
+    }
     for (uint32_t ti = 0; ti < sp->ntasks && !rc; ti++) {
         char nm[16];
         snprintf(nm, sizeof(nm), "rand%u", (unsigned)ti);
@@ -352,8 +382,11 @@ int ms_wl_random(const struct ms_wl_random_spec *sp, struct ms_workload *w)
         uint64_t bases[64], sizes[64];
         if (nreg > 64)
             nreg = 64;
+        if (scaled)
+            nreg = tot_nreg[ti];
         for (uint32_t r = 0; r < nreg && !rc; r++) {
             sizes[r] = sp->uniform_bytes ? sp->uniform_bytes
+                       : scaled          ? tot_size[ti][r]
                                          : MS_GRAN * rnd(&s, 1, sp->max_region_bytes / MS_GRAN);
             bool ro = rnd(&s, 0, 99) < sp->ro_pct;
             rc = ms_wl_add_region(w, t, sizes[r], ro, "r", &bases[r]);
@@ -391,6 +424,8 @@ int ms_wl_random(const struct ms_wl_random_spec *sp, struct ms_workload *w)
             }
         }
     }
+    ms_free(tot_nreg);
+    ms_free(tot_size);
     return rc;
 }
 
@@ -468,6 +503,7 @@ int ms_wl_builtin(const struct ms_wl_spec *sp, struct ms_workload *w, char *why,
             .max_regions = 12,
             .max_cmds = 40,
             .max_region_bytes = MS_ROUND_UP((uint64_t)(total / 4 / 6), MS_GRAN),
+            .total_bytes = (uint64_t)total, /* the pressure asked for */
             .max_dur_ns = 20 * 1000 * 1000,
             .hidden_pct = 2,
             .ro_pct = 30,
