@@ -363,7 +363,7 @@ class Runner:
             t0, t1 = min(h["t"] for h in hs), max(h["end"] for h in hs)
             for h, fp in zip(hs, fps):
                 self.record(h, "trio", 0, footprint_mib=fp, budget_mib=None, group=group,
-                            group_index=gi, group_budget_mib=budget,
+                            group_index=gi, group_id=f"{self.stamp}-{gi}", group_budget_mib=budget,
                             group_wall_s=round(t1 - t0, 3), group_native_sum_s=round(sum(walls), 3),
                             time_limit_s=round(lim))
             self.stop_daemon()
