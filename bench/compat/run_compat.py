@@ -216,7 +216,7 @@ class Runner:
                     self.kill(h)
                     h["end"] = time.time()
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
         for h in hs:
             h["fo"].close()
             h["fe"].close()
