@@ -216,7 +216,7 @@ while read -r name trio _env cmd; do
     *) fail "$name: a command neither python3 nor {bin}: $cmd" ;;
     esac
     case $cmd in
-    python3\ *) grep -q "finish(" "$ROOT/$f" || fail "$name: $f never calls finish()" ;;
+    python3\ *) grep -q 'finish(\|print(f"RESULT ' "$ROOT/$f" || fail "$name: $f prints no RESULT line" ;;
     esac
 done <"$P"
 for f in "$ROOT"/bench/compat/*.py "$ROOT"/bench/overhead/*.py "$ROOT"/bench/workloads/llama_onebuf.py; do
