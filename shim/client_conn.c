@@ -16,7 +16,8 @@ uint64_t ms__cl_now_ns(void)
     return ms_ipc_now_ns();
 }
 
-/* Close the open interval of waiting on demands (STOP, the daemon ms__cl_gone, the last waiter out). */
+/* Close the open interval of waiting on demands (STOP, the daemon ms__cl_gone, the last waiter
+ * out). */
 void ms__cl_dwait_close(uint64_t now)
 {
     if (C.dw_t0) {

@@ -97,7 +97,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
     struct ms_rtable *rt = C.eng->rt;
     bool counted = false;
     bool dwaiting = false; /* counted in C.dwait */
-    int capt = -1;         /* ms__cl_capturing(stream), asked once and only when the command would wait */
+    int capt = -1; /* ms__cl_capturing(stream), asked once and only when the command would wait */
     uint64_t t0 = 0;
     int rc = CUDA_SUCCESS;
     *alone = false;

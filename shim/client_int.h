@@ -33,7 +33,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #define BATCH_BYTES (64 * MS_MIB)      /* one EVICTED / POPULATED per this much, */
 #define BATCH_RUNS 8u                  /* or per this many runs */
 #define WAIT_NS 200000000ull           /* a waiting thread re-checks at least this often */
@@ -112,8 +111,9 @@ extern MS_HIDDEN struct ms_client_state ms__client;
 
 extern MS_HIDDEN uint64_t ms__cl_inflight; /* atomic */
 extern MS_HIDDEN int ms__cl_stopping;      /* atomic */
-extern MS_HIDDEN int ms__cl_active;        /* atomic: a command was admitted or finished since the last look */
-extern MS_HIDDEN uint32_t ms__cl_insync;   /* atomic: threads inside a synchronizing call */
+extern MS_HIDDEN int
+    ms__cl_active; /* atomic: a command was admitted or finished since the last look */
+extern MS_HIDDEN uint32_t ms__cl_insync; /* atomic: threads inside a synchronizing call */
 extern MS_HIDDEN _Thread_local bool ms__cl_admitted;
 
 MS_HIDDEN uint64_t ms__cl_now_ns(void);
@@ -140,8 +140,9 @@ MS_HIDDEN void ms__cl_drain(const char *why);
 MS_HIDDEN void ms__cl_on_run(const struct ms_msg *m);
 MS_HIDDEN void ms__cl_on_stop(const struct ms_msg *m);
 MS_HIDDEN uint64_t ms__cl_resident_bytes_of(const struct ms_chunk_set *s);
-MS_HIDDEN void ms__cl_order_timed(const char *what, uint64_t work_ns, uint64_t step_ns, uint64_t bytes,
-                        const struct ms_exec_stats *step, const struct timespec *at);
+MS_HIDDEN void ms__cl_order_timed(const char *what, uint64_t work_ns, uint64_t step_ns,
+                                  uint64_t bytes, const struct ms_exec_stats *step,
+                                  const struct timespec *at);
 MS_HIDDEN void ms__cl_on_evict(const struct ms_msg *m);
 MS_HIDDEN bool ms__cl_pop_pending(void);
 MS_HIDDEN void ms__cl_pop_batches(void);

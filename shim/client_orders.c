@@ -29,8 +29,8 @@ void ms__cl_drain(const char *why)
     if (t2 - t0 >= SLOW_DRAIN_NS)
         ms__shim_log("slow %s: %.1f ms waiting for %d ms__cl_admitted command(s) to return "
                      "(%u thread(s) in a synchronizing call), %.1f ms for the GPU to finish",
-                     why, (double)(t1 - t0) / 1e6, n0, __atomic_load_n(&ms__cl_insync, __ATOMIC_RELAXED),
-                     (double)(t2 - t1) / 1e6);
+                     why, (double)(t1 - t0) / 1e6, n0,
+                     __atomic_load_n(&ms__cl_insync, __ATOMIC_RELAXED), (double)(t2 - t1) / 1e6);
 }
 
 void ms__cl_on_run(const struct ms_msg *m)
@@ -218,7 +218,7 @@ void ms__cl_pop_batches(void)
         C.pop_active = false;
         C.dem_pending = false;
         ms__cl_order_timed("population", C.pop_work, C.pop_step, C.pop_taken, &C.pop_longest,
-                    &C.pop_started);
+                           &C.pop_started);
         ms__cl_broadcast();
     }
 }
@@ -371,7 +371,8 @@ int ms__cl_check_quiet(void)
     uint64_t now = ms__cl_now_ns();
     bool busy = __atomic_exchange_n(&ms__cl_active, 0, __ATOMIC_RELAXED) ||
                 __atomic_load_n(&ms__cl_inflight, __ATOMIC_SEQ_CST) > 0 ||
-                __atomic_load_n(&ms__cl_insync, __ATOMIC_RELAXED) > 0 || C.waiters > 0 || C.pop_active;
+                __atomic_load_n(&ms__cl_insync, __ATOMIC_RELAXED) > 0 || C.waiters > 0 ||
+                C.pop_active;
     if (busy) {
         C.quiet_t0 = now;
     } else if (now - C.quiet_t0 >= C.idle_ns) {

@@ -61,8 +61,8 @@ struct ms_engine_state {
     enum mode mode;
     enum backing backing;
     uint64_t budget, prefetch; /* in force: MSCHED_BUDGET alone, the daemon's, or the free memory */
-    bool strict_want;      /* MSCHED_STRICT=1 */
-    bool strict;           /* ... and on: alone, VMM (decided at start) */
+    bool strict_want;          /* MSCHED_STRICT=1 */
+    bool strict;               /* ... and on: alone, VMM (decided at start) */
     CUcontext ctx;
     struct ms_rtable rt;
     struct ms_cuda_api api;
@@ -84,7 +84,6 @@ struct ms_engine_state {
 /* The engine (engine_mem.c). */
 extern MS_HIDDEN struct ms_engine_state ms__engine;
 #define E ms__engine
-
 
 #define say ms__shim_say
 #define now_ns ms__shim_now_ns

@@ -37,7 +37,7 @@ void ms__eng_set_flag(bool *f, bool v)
 /* A new region at [va, va + bytes) with host backing `host` (lock held): table, pointer-table
  * slot, statistics, the daemon told. */
 int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, void *host,
-                      uint32_t *out)
+                       uint32_t *out)
 {
     uint32_t id = 0;
     int e = ms_region_add(&E.rt, 0, va, bytes, kind, 0, &id);
@@ -218,7 +218,7 @@ int ms__eng_plan_step(enum ms_step_op op, ms_chunk_id id)
 }
 
 int ms__eng_exec_sets(const struct ms_chunk_set *evict, const struct ms_chunk_set *pop,
-                     struct ms_exec_stats *st)
+                      struct ms_exec_stats *st)
 {
     uint64_t t0 = now_ns();
     E.plan.n = 0;
@@ -268,8 +268,8 @@ int ms__eng_exec_sets(const struct ms_chunk_set *evict, const struct ms_chunk_se
 }
 
 int ms__eng_predict(const struct ms_chunk_set *need, uint64_t next_cap,
-                   struct ms_chunk_set *out_next, uint64_t recent_cap,
-                   struct ms_chunk_set *out_recent)
+                    struct ms_chunk_set *out_next, uint64_t recent_cap,
+                    struct ms_chunk_set *out_recent)
 {
     return ms_history_predict(&E.hist, &E.rt, need, next_cap, out_next, recent_cap, out_recent);
 }

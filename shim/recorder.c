@@ -105,7 +105,8 @@ void ms__rec_trace_flush(void)
 
 struct pend *ms__rec_pq_find(uint64_t seq)
 {
-    if (!ms__rec_pq.n || seq < ms__rec_pq.v[ms__rec_pq.head].seq || seq - ms__rec_pq.v[ms__rec_pq.head].seq >= ms__rec_pq.n)
+    if (!ms__rec_pq.n || seq < ms__rec_pq.v[ms__rec_pq.head].seq ||
+        seq - ms__rec_pq.v[ms__rec_pq.head].seq >= ms__rec_pq.n)
         return NULL;
     return &ms__rec_pq.v[ms__rec_pq.head + (seq - ms__rec_pq.v[ms__rec_pq.head].seq)];
 }
@@ -162,7 +163,8 @@ void ms__rec_pool_put(CUevent e)
 {
     if (!e)
         return;
-    if (ms_grow((void **)&ms__rec_pq.pool, &ms__rec_pq.cappool, ms__rec_pq.npool + 1, sizeof(*ms__rec_pq.pool)) == MS_OK)
+    if (ms_grow((void **)&ms__rec_pq.pool, &ms__rec_pq.cappool, ms__rec_pq.npool + 1,
+                sizeof(*ms__rec_pq.pool)) == MS_OK)
         ms__rec_pq.pool[ms__rec_pq.npool++] = e;
     /* else the event leaks: a handful at most, only when memory is short */
 }

@@ -8,13 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                             \
-        }                                                                                        \
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static size_t g_allocated; // bytes the program asked the device for (its footprint)
@@ -50,7 +50,10 @@ struct Digest {
             word(c[i]);
         word(bytes);
     }
-    void add_u64(uint64_t v) { word(v); }
+    void add_u64(uint64_t v)
+    {
+        word(v);
+    }
 };
 
 // Device buffer -> host -> digest, in 64 MiB pieces.
