@@ -3,32 +3,42 @@
  *
  * Every heap allocation in core/ passes through here so that tests can inject a failure at the
  * Nth allocation and count live blocks. The wrappers add no header: ms_free() cannot know sizes,
- * it only counts blocks. Not thread-safe by design (see ms.h).
+ * it only counts blocks. The counters are relaxed atomics, so the shim's threads may allocate
+ * through here too (the core itself takes no lock and starts no thread; see ms.h).
  */
 #include "ms.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 static uint64_t fail_countdown; /* 0: never fail; k: the kth allocation from now fails */
 static uint64_t live_blocks;
 
 static int should_fail(void)
 {
-    if (fail_countdown == 0)
-        return 0;
-    if (--fail_countdown == 0)
-        return 1;
+    uint64_t c = __atomic_load_n(&fail_countdown, __ATOMIC_RELAXED);
+    while (c != 0) {
+        if (__atomic_compare_exchange_n(&fail_countdown, &c, c - 1, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            return c == 1;
+    }
     return 0;
+}
+
+static void live_add(int64_t d)
+{
+    __atomic_add_fetch(&live_blocks, (uint64_t)d, __ATOMIC_RELAXED);
 }
 
 void ms_alloc_fail_after(uint64_t n)
 {
-    fail_countdown = n;
+    __atomic_store_n(&fail_countdown, n, __ATOMIC_RELAXED);
 }
 
 uint64_t ms_alloc_live(void)
 {
-    return live_blocks;
+    return __atomic_load_n(&live_blocks, __ATOMIC_RELAXED);
 }
 
 void *ms_malloc(size_t n)
@@ -37,7 +47,7 @@ void *ms_malloc(size_t n)
         return NULL;
     void *p = malloc(n ? n : 1);
     if (p)
-        live_blocks++;
+        live_add(1);
     return p;
 }
 
@@ -47,7 +57,7 @@ void *ms_calloc(size_t count, size_t n)
         return NULL;
     void *p = calloc(count ? count : 1, n ? n : 1);
     if (p)
-        live_blocks++;
+        live_add(1);
     return p;
 }
 
@@ -61,15 +71,24 @@ void *ms_realloc(void *p, size_t n)
         return NULL;
     void *q = realloc(p, n);
     if (q && !p)
-        live_blocks++;
+        live_add(1);
     return q;
+}
+
+char *ms_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = ms_malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
 }
 
 void ms_free(void *p)
 {
     if (!p)
         return;
-    live_blocks--;
+    live_add(-1);
     free(p);
 }
 

@@ -8,8 +8,9 @@
  *
  *   All heap memory in core/ goes through ms_malloc/ms_calloc/ms_realloc/ms_free so tests can make
  *   the Nth allocation fail (ms_alloc_fail_after) and check that nothing leaked
- *   (ms_alloc_live). The counters are process-global and not thread-safe: core/ is used by one
- *   thread at a time per process (the shim serializes entry with its own lock).
+ *   (ms_alloc_live). The counters are process-global relaxed atomics, so the shim's threads
+ *   allocate through the same wrappers (and the same fault injection reaches them); the core's
+ *   data structures themselves are used by one thread at a time (the shim's locks serialize).
  *
  * Invariants
  *   - ms_free(NULL) is a no-op; ms_realloc(p, 0) frees p and returns NULL.
@@ -62,6 +63,8 @@ void *ms_malloc(size_t n);
 void *ms_calloc(size_t count, size_t n);
 void *ms_realloc(void *p, size_t n);
 void ms_free(void *p);
+/* A copy of s from ms_malloc (NULL when out of memory). */
+char *ms_strdup(const char *s);
 /* Grow *arr (element size elem) so it holds at least need elements; *cap is updated. */
 int ms_grow(void **arr, size_t *cap, size_t need, size_t elem);
 

@@ -58,7 +58,7 @@ static int vr_push(struct vec_range *a, uint64_t addr, uint64_t bytes)
 {
     if (a->n == a->cap) {
         size_t cap = a->cap ? 2 * a->cap : 256;
-        struct ms_range *v = realloc(a->v, cap * sizeof *v);
+        struct ms_range *v = ms_realloc(a->v, cap * sizeof *v);
         if (!v)
             return MS_E_NOMEM;
         a->v = v;
@@ -159,7 +159,7 @@ static void rec_push(uint64_t ts, uint64_t addr, uint64_t bytes)
     struct vec_rec *r = &A.recs;
     if (r->n == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 1024;
-        struct rec *v = realloc(r->v, cap * sizeof *v);
+        struct rec *v = ms_realloc(r->v, cap * sizeof *v);
         if (!v) {
             A.rec_nomem = true;
             return;

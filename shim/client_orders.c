@@ -236,11 +236,11 @@ void ms__cl_pop_progress(void)
 void ms__cl_on_populate(struct ms_msg *m)
 {
     C.st.pop_orders++;
-    free(C.pop_runs);
+    ms_free(C.pop_runs);
     C.pop_runs = NULL;
     C.pop_active = false;
     if (m->order.nruns) {
-        C.pop_runs = malloc(m->order.nruns * sizeof(*C.pop_runs));
+        C.pop_runs = ms_malloc(m->order.nruns * sizeof(*C.pop_runs));
         if (!C.pop_runs) {
             ms__cl_conn_break("out of memory");
             return;

@@ -359,7 +359,7 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
     ms_lock(&E.lock);
     uint32_t id;
     int e = ms__eng_region_new(va, bytes, MS_RK_VMM, host, &id);
-    int rc = e == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    int rc = ms__eng_cuerr(e);
     if (e == MS_OK && has_data && ms_region_mark_host(&E.rt, id) != MS_OK) {
         ms__eng_region_drop(id);
         rc = CUDA_ERROR_UNKNOWN;

@@ -42,8 +42,10 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
             (unsigned long long)(E.budget / MS_MIB));
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (e)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (e) {
+        say("cannot plan a migration: %s", ms_strerror(e));
+        return ms__eng_cuerr(e);
+    }
     struct ms_exec_stats st;
     memset(&st, 0, sizeof(st));
     e = ms__eng_exec_plan(E.budget, &st);
@@ -54,7 +56,7 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     E.st.migrate_ns += now_ns() - t0;
     if (e != MS_OK) {
         say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
-        return e == MS_E_NOSPACE ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+        return ms__eng_cuerr(e);
     }
     if (!ms__eng_all_ready(need)) {
         say("migration left memory a command needs non-resident: refused");
@@ -85,7 +87,7 @@ static int strict_evict(const struct ms_chunk_set *need)
         return CUDA_SUCCESS;
     MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
     E.st.strict_evictions += E.scratch.n;
-    return ms__eng_exec_sets(&E.scratch, NULL, NULL) == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+    return ms__eng_cuerr(ms__eng_exec_sets(&E.scratch, NULL, NULL));
 }
 
 /*
@@ -137,7 +139,7 @@ int ms_engine_gate_unbounded(struct ms_shim_stream s)
     ms_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
     int e = ms__eng_need_everything();
-    int rc = e == MS_OK ? ms__eng_gate(&E.need, true, s) : CUDA_ERROR_OUT_OF_MEMORY;
+    int rc = e == MS_OK ? ms__eng_gate(&E.need, true, s) : ms__eng_cuerr(e);
     ms_unlock(&E.lock);
     return rc;
 }
@@ -168,7 +170,7 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
         if (e == MS_OK)
             e = ms__eng_add_refs(&E.need);
     }
-    int rc = e == MS_OK ? ms__eng_gate(&E.need, unbounded, l->stream) : CUDA_ERROR_OUT_OF_MEMORY;
+    int rc = e == MS_OK ? ms__eng_gate(&E.need, unbounded, l->stream) : ms__eng_cuerr(e);
     if (rc == CUDA_SUCCESS && ms_acc_on())
         ms_acc_begin(&E.rt, &E.need, l->name, unbounded);
     ms_unlock(&E.lock);
@@ -188,7 +190,7 @@ int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbyt
     int64_t in = ms_predict_range(&E.rt, 0, (struct ms_range){a, abytes}, &E.need);
     if (in >= 0)
         in = ms_predict_range(&E.rt, 0, (struct ms_range){b, bbytes}, &E.need);
-    int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : ms__eng_gate(&E.need, false, s);
+    int rc = in < 0 ? ms__eng_cuerr((int)in) : ms__eng_gate(&E.need, false, s);
     ms_unlock(&E.lock);
     return rc;
 }
@@ -204,7 +206,7 @@ int ms_engine_gate_rangev(const uint64_t *addr, const uint64_t *bytes, size_t n,
     for (size_t i = 0; i < n && in >= 0; i++)
         if (bytes[i])
             in = ms_predict_range(&E.rt, 0, (struct ms_range){addr[i], bytes[i]}, &E.need);
-    int rc = in < 0 ? CUDA_ERROR_OUT_OF_MEMORY : ms__eng_gate(&E.need, false, s);
+    int rc = in < 0 ? ms__eng_cuerr((int)in) : ms__eng_gate(&E.need, false, s);
     ms_unlock(&E.lock);
     return rc;
 }

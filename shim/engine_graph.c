@@ -32,7 +32,7 @@ static void graph_add_region(struct graph_reach *g, uint32_t id)
             return;
     if (g->n == g->cap) {
         uint32_t cap = g->cap ? g->cap * 2 : 8;
-        void *p = realloc(g->reg, cap * sizeof(*g->reg));
+        void *p = ms_realloc(g->reg, cap * sizeof(*g->reg));
         if (!p) {
             g->unbounded = true; /* cannot remember: fall back to everything */
             return;
@@ -53,7 +53,7 @@ void ms_engine_graph_begin(const void *exec)
     struct graph_reach *g = graph_find(exec);
     if (!g && E.ngraphs == E.capgraphs) {
         size_t cap = E.capgraphs ? E.capgraphs * 2 : 16;
-        void *p = realloc(E.graphs, cap * sizeof(*E.graphs));
+        void *p = ms_realloc(E.graphs, cap * sizeof(*E.graphs));
         if (p) {
             E.graphs = p;
             E.capgraphs = cap;
@@ -126,7 +126,7 @@ void ms_engine_graph_forget(const void *exec)
     ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
     if (g) {
-        free(g->reg);
+        ms_free(g->reg);
         *g = E.graphs[--E.ngraphs];
     }
     ms_unlock(&E.lock);
@@ -157,7 +157,7 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
         if (e == MS_OK)
             e = ms__eng_add_refs(&E.need);
     }
-    int rc = e == MS_OK ? ms__eng_gate(&E.need, unbounded, s) : CUDA_ERROR_OUT_OF_MEMORY;
+    int rc = e == MS_OK ? ms__eng_gate(&E.need, unbounded, s) : ms__eng_cuerr(e);
     ms_unlock(&E.lock);
     return rc;
 }

@@ -108,6 +108,13 @@ MS_HIDDEN int ms__eng_predict(const struct ms_chunk_set *need, uint64_t next_cap
                               struct ms_chunk_set *out_next, uint64_t recent_cap,
                               struct ms_chunk_set *out_recent);
 
+/* The CUresult that says what an engine error (MS_E_*) means to the application: a budget or
+ * host memory that cannot hold what is asked is CUDA_ERROR_OUT_OF_MEMORY, a bad argument
+ * CUDA_ERROR_INVALID_VALUE, a region or object that is not there CUDA_ERROR_NOT_FOUND, the
+ * GPU seam's failure or anything else CUDA_ERROR_UNKNOWN (after a line on stderr from the
+ * caller). MS_OK is CUDA_SUCCESS. */
+MS_HIDDEN int ms__eng_cuerr(int e);
+
 /* engine_gate.c: need is filled (normalized); gate it (lock held; see engine_gate.c). */
 MS_HIDDEN int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s);
 

@@ -45,7 +45,7 @@ int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, vo
         size_t n = E.nrefs ? E.nrefs * 2 : 64;
         while (n <= id)
             n *= 2;
-        struct refs *p = realloc(E.refs, n * sizeof(*p));
+        struct refs *p = ms_realloc(E.refs, n * sizeof(*p));
         if (!p) {
             ms_region_remove(&E.rt, id);
             return MS_E_NOMEM;
@@ -313,4 +313,17 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes)
         }
     }
     ms_unlock(&E.lock);
+}
+
+int ms__eng_cuerr(int e)
+{
+    switch (e) {
+    case MS_OK: return CUDA_SUCCESS;
+    case MS_E_NOMEM:
+    case MS_E_NOSPACE: return CUDA_ERROR_OUT_OF_MEMORY;
+    case MS_E_INVAL:
+    case MS_E_OVERLAP: return CUDA_ERROR_INVALID_VALUE;
+    case MS_E_NOTFOUND: return CUDA_ERROR_NOT_FOUND;
+    default: return CUDA_ERROR_UNKNOWN;
+    }
 }

@@ -103,7 +103,7 @@ static void alloc_insert(uint64_t base, uint64_t bytes, enum ms_region_kind kind
     } else {
         if (nallocs == capallocs) {
             size_t ncap = capallocs ? capallocs * 2 : 64;
-            struct alloc *p = realloc(allocs, ncap * sizeof *p);
+            struct alloc *p = ms_realloc(allocs, ncap * sizeof *p);
             if (!p) {
                 MS_LOG_ONCE("out of memory tracking allocations");
                 return;
@@ -314,7 +314,7 @@ int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long lon
     }
     ms_unlock(&ms__events_lock);
     /* Both sides of every pair at once (host addresses fall outside every region). */
-    uint64_t *a = malloc(2 * n * sizeof(*a)), *b = malloc(2 * n * sizeof(*b));
+    uint64_t *a = ms_malloc(2 * n * sizeof(*a)), *b = ms_malloc(2 * n * sizeof(*b));
     int rc = 0;
     if (a && b) {
         for (size_t i = 0; i < n; i++) {
@@ -326,8 +326,8 @@ int ms_shim_on_copy_batch(const unsigned long long *dst, const unsigned long lon
     } else {
         rc = ms_engine_gate_unbounded(s); /* cannot list them: everything resident */
     }
-    free(a);
-    free(b);
+    ms_free(a);
+    ms_free(b);
     return rc;
 }
 

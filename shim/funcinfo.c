@@ -62,7 +62,7 @@ static bool insert(struct ms_funcinfo *fi)
 {
     if ((live.n + 1) * 2 > live.cap) {
         size_t ncap = live.cap ? live.cap * 2 : 256;
-        struct ms_funcinfo **s = calloc(ncap, sizeof *s);
+        struct ms_funcinfo **s = ms_calloc(ncap, sizeof *s);
         if (!s)
             return false;
         for (size_t i = 0; i < live.cap; i++) {
@@ -73,7 +73,7 @@ static bool insert(struct ms_funcinfo *fi)
                 j = (j + 1) & (ncap - 1);
             s[j] = live.slots[i];
         }
-        free(live.slots);
+        ms_free(live.slots);
         live.slots = s;
         live.cap = ncap;
     }
@@ -124,7 +124,7 @@ static void query_layout(const void *f, struct ms_funcinfo *fi)
             }
             if (n == cap) {
                 cap = cap ? cap * 2 : 8;
-                struct ms_param_layout *g = realloc(l, cap * sizeof *l);
+                struct ms_param_layout *g = ms_realloc(l, cap * sizeof *l);
                 if (!g) {
                     rc = CUDA_ERROR_OUT_OF_MEMORY;
                     break;
@@ -141,7 +141,7 @@ static void query_layout(const void *f, struct ms_funcinfo *fi)
             fi->layout = n ? l : NULL;
             fi->params_bytes = n ? l[n - 1].offset + l[n - 1].size : 0;
             if (!n)
-                free(l);
+                ms_free(l);
             return;
         }
         if (n > 0 || rc == CUDA_ERROR_INVALID_VALUE) {
@@ -151,7 +151,7 @@ static void query_layout(const void *f, struct ms_funcinfo *fi)
             break;
         }
     }
-    free(l);
+    ms_free(l);
 }
 
 static const char *query_name(const void *f)
@@ -161,7 +161,7 @@ static const char *query_name(const void *f)
         name = NULL;
     if (!name && MS_REAL(cuKernelGetName)(&name, (CUkernel)f) != CUDA_SUCCESS)
         name = NULL;
-    char *copy = name ? strdup(name) : NULL;
+    char *copy = name ? ms_strdup(name) : NULL;
     return copy ? copy : "";
 }
 
@@ -173,7 +173,7 @@ const struct ms_funcinfo *ms__shim_funcinfo(const void *f)
     if (e)
         return e;
 
-    struct ms_funcinfo *fi = calloc(1, sizeof *fi);
+    struct ms_funcinfo *fi = ms_calloc(1, sizeof *fi);
     if (!fi) {
         MS_LOG_ONCE("out of memory caching kernel facts");
         return &unknown_fi;
@@ -194,10 +194,10 @@ const struct ms_funcinfo *ms__shim_funcinfo(const void *f)
     /* Lost a race, or no memory to insert: ours is not shared with anyone. Keep it alive
      * (leaked) when it is what we return. */
     if (e) {
-        free(fi->layout);
+        ms_free(fi->layout);
         if (fi->name[0])
-            free((char *)fi->name);
-        free(fi);
+            ms_free((char *)fi->name);
+        ms_free(fi);
         return e;
     }
     MS_LOG_ONCE("out of memory caching kernel facts");
@@ -206,7 +206,7 @@ const struct ms_funcinfo *ms__shim_funcinfo(const void *f)
 
 void ms__shim_funcinfo_flush(void)
 {
-    struct table *t = malloc(sizeof *t);
+    struct table *t = ms_malloc(sizeof *t);
     ms_lock(&ms__events_lock);
     if (live.n) {
         if (t) { /* keeps the retired entries reachable (they are never freed) */
@@ -218,5 +218,5 @@ void ms__shim_funcinfo_flush(void)
         memset(&live, 0, sizeof live);
     }
     ms_unlock(&ms__events_lock);
-    free(t);
+    ms_free(t);
 }

@@ -35,9 +35,9 @@ static void walk(CUgraph g, const void *exec, int depth)
         ms_engine_graph_unbounded(exec);
         return;
     }
-    CUgraphNode *nodes = n ? calloc(n, sizeof(*nodes)) : NULL;
+    CUgraphNode *nodes = n ? ms_calloc(n, sizeof(*nodes)) : NULL;
     if (n && (!nodes || MS_REAL(cuGraphGetNodes)(g, nodes, &n) != CUDA_SUCCESS)) {
-        free(nodes);
+        ms_free(nodes);
         ms_engine_graph_unbounded(exec);
         return;
     }
@@ -66,7 +66,7 @@ static void walk(CUgraph g, const void *exec, int depth)
                                   (struct ms_shim_stream){NULL, false}, p.kernelParams, NULL, local,
                                   sizeof local, &heap);
             ms_engine_graph_add_launch(exec, &l);
-            free(heap);
+            ms_free(heap);
             break;
         }
         case CU_GRAPH_NODE_TYPE_MEMCPY: {
@@ -110,7 +110,7 @@ static void walk(CUgraph g, const void *exec, int depth)
         default: ms_engine_graph_unbounded(exec); break;
         }
     }
-    free(nodes);
+    ms_free(nodes);
 }
 
 static void instantiated(CUresult rc, const CUgraphExec *exec, CUgraph g)

@@ -74,7 +74,7 @@ void ms__shim_launch_build(struct ms_shim_launch *out, int kind, CUfunction f,
             l.layout = NULL;
         } else if (fi->known) {
             size_t n = fi->params_bytes;
-            uint8_t *buf = n <= cap ? local : (*heap = malloc(n));
+            uint8_t *buf = n <= cap ? local : (*heap = ms_malloc(n));
             if (buf) {
                 memset(buf, 0, n);
                 for (uint32_t i = 0; i < fi->nparams; i++)
@@ -124,7 +124,7 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
     ms__shim_launch_build(&l, kind, f, d->grid, d->block, d->smem, s, kernelParams, extra, local,
                           sizeof local, &heap);
     int gate = ms_shim_on_launch(&l);
-    free(heap);
+    ms_free(heap);
     return gate;
 }
 

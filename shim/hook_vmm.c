@@ -93,7 +93,7 @@ static void vh_maybe_free(struct vhandle *vh)
         }
     ms__host_unpin(vh->host); /* a release cannot be undone: nothing to report it to */
     vh->magic = 0;
-    free(vh);
+    ms_free(vh);
 }
 
 /* Why a cuMemCreate cannot be virtualized, or NULL when it can. */
@@ -135,13 +135,13 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                          why);
         return MS_REAL(cuMemCreate)(handle, size, prop, flags);
     }
-    struct vhandle *vh = calloc(1, sizeof(*vh));
+    struct vhandle *vh = ms_calloc(1, sizeof(*vh));
     if (!vh)
         return CUDA_ERROR_OUT_OF_MEMORY;
     /* One piece: a mapping may start anywhere in the handle, so its chunks need not fall on
      * piece boundaries of the store. */
     if (ms__host_pin(size, size, &vh->host) != CUDA_SUCCESS) {
-        free(vh);
+        ms_free(vh);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     vh->magic = VH_MAGIC;
@@ -152,7 +152,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     bool ok = true;
     if (nhandles == caphandles) {
         size_t cap = caphandles ? caphandles * 2 : 64;
-        void *p = realloc(handles, cap * sizeof(*handles));
+        void *p = ms_realloc(handles, cap * sizeof(*handles));
         if (p) {
             handles = p;
             caphandles = cap;
@@ -165,7 +165,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     ms_unlock(&vmm_lock);
     if (!ok) {
         ms__host_unpin(vh->host);
-        free(vh);
+        ms_free(vh);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)vh;

@@ -139,7 +139,7 @@ static CUresult pin_pieces(size_t bytes, size_t piece, void **out, uint64_t *wai
     ms_lock(&lock);
     if (nlist == caplist) {
         size_t cap = caplist ? caplist * 2 : 64;
-        struct pieced *p = realloc(list, cap * sizeof(*list));
+        struct pieced *p = ms_realloc(list, cap * sizeof(*list));
         if (!p) {
             ms_unlock(&lock);
             drop_pieces(base, bytes, bytes, piece);

@@ -50,7 +50,7 @@ uint32_t ms__rec_stream_id(struct ms_shim_stream s)
     }
     if (ms__rec_nsids + 1 > ms__rec_capsids / 2) {
         size_t ncap = ms__rec_capsids ? ms__rec_capsids * 2 : 64;
-        struct stream_id *n = calloc(ncap, sizeof *n);
+        struct stream_id *n = ms_calloc(ncap, sizeof *n);
         if (!n) {
             MS_LOG_ONCE("out of memory numbering streams; using id 0");
             return 0;
@@ -63,7 +63,7 @@ uint32_t ms__rec_stream_id(struct ms_shim_stream s)
                 j = (j + 1) & (ncap - 1);
             n[j] = ms__rec_sids[i];
         }
-        free(ms__rec_sids);
+        ms_free(ms__rec_sids);
         ms__rec_sids = n;
         ms__rec_capsids = ncap;
     }
@@ -120,7 +120,7 @@ struct pend *ms__rec_pq_push(const struct ms_trace_rec *rec)
     }
     if (ms__rec_pq.head + ms__rec_pq.n == ms__rec_pq.cap) {
         size_t cap = ms__rec_pq.cap ? ms__rec_pq.cap * 2 : 256;
-        struct pend *v = realloc(ms__rec_pq.v, cap * sizeof(*v));
+        struct pend *v = ms_realloc(ms__rec_pq.v, cap * sizeof(*v));
         if (!v)
             return NULL;
         ms__rec_pq.v = v;
@@ -129,15 +129,15 @@ struct pend *ms__rec_pq_push(const struct ms_trace_rec *rec)
     struct pend *p = &ms__rec_pq.v[ms__rec_pq.head + ms__rec_pq.n];
     memset(p, 0, sizeof(*p));
     p->rec = *rec;
-    p->rec.name = rec->name ? strdup(rec->name) : NULL;
+    p->rec.name = rec->name ? ms_strdup(rec->name) : NULL;
     p->rec.params = NULL;
     p->rec.layout = NULL;
-    uint8_t *params = rec->params_len ? malloc(rec->params_len) : NULL;
-    struct ms_param_layout *lay = rec->nlayout ? malloc(rec->nlayout * sizeof(*lay)) : NULL;
+    uint8_t *params = rec->params_len ? ms_malloc(rec->params_len) : NULL;
+    struct ms_param_layout *lay = rec->nlayout ? ms_malloc(rec->nlayout * sizeof(*lay)) : NULL;
     if ((rec->name && !p->rec.name) || (rec->params_len && !params) || (rec->nlayout && !lay)) {
-        free((void *)p->rec.name);
-        free(params);
-        free(lay);
+        ms_free((void *)p->rec.name);
+        ms_free(params);
+        ms_free(lay);
         return NULL;
     }
     if (params)
@@ -154,9 +154,9 @@ struct pend *ms__rec_pq_push(const struct ms_trace_rec *rec)
 
 void ms__rec_pend_free(struct pend *p)
 {
-    free((void *)p->rec.name);
-    free((void *)p->rec.params);
-    free((void *)p->rec.layout);
+    ms_free((void *)p->rec.name);
+    ms_free((void *)p->rec.params);
+    ms_free((void *)p->rec.layout);
 }
 
 void ms__rec_pool_put(CUevent e)
@@ -192,7 +192,7 @@ void ms__rec_trace_drain(bool wait)
     size_t n = 0;
     while (n < ms__rec_pq.n && ms__rec_pq.v[ms__rec_pq.head + n].ended)
         n++;
-    struct pend *batch = n ? malloc(n * sizeof(*batch)) : NULL;
+    struct pend *batch = n ? ms_malloc(n * sizeof(*batch)) : NULL;
     if (batch)
         memcpy(batch, ms__rec_pq.v + ms__rec_pq.head, n * sizeof(*batch));
     else
@@ -226,7 +226,7 @@ void ms__rec_trace_drain(bool wait)
     if (wait)
         ms__rec_trace_flush();
     ms_unlock(&ms__events_lock);
-    free(batch);
+    ms_free(batch);
 }
 
 void ms__rec_trace_put_now(const struct ms_trace_rec *rec)
@@ -283,8 +283,8 @@ bool ms__rec_trace_ready(void)
         ms__shim_log("trace path %s is too long; not tracing", ms__rec_tr.path);
         return false;
     }
-    ms__rec_tr.buf = malloc(TRACE_BUF_BYTES);
-    ms__rec_tr.line = malloc(TRACE_LINE_BYTES);
+    ms__rec_tr.buf = ms_malloc(TRACE_BUF_BYTES);
+    ms__rec_tr.line = ms_malloc(TRACE_LINE_BYTES);
     if (!ms__rec_tr.buf || !ms__rec_tr.line) {
         ms__shim_log("out of memory for the trace buffers; not tracing");
         return false;

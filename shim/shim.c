@@ -186,3 +186,11 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
         *pfn = ms__shim_procaddr_wrap(symbol, cudaVersion, flags, *pfn);
     return rc;
 }
+
+/* For tests (tests/shim/alloc_fail.c): make the nth heap allocation from now fail, in the shim
+ * and the core alike (core/ms.h; 0 stops). Exported; harmless in production (nobody calls it). */
+__attribute__((visibility("default"))) void ms_shim_test_alloc_fail_after(uint64_t n);
+void ms_shim_test_alloc_fail_after(uint64_t n)
+{
+    ms_alloc_fail_after(n);
+}

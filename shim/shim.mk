@@ -89,7 +89,8 @@ $(FAKE_LIB): $(call shim_pic,$(FAKE_SRC)) gpu/fakecuda/exports.map
 SHIM_TEST_COMMON := tests/shim/cuda_test.c tests/shim/workload.c tests/shim/api_load.c
 SHIM_TEST_HDRS := tests/shim/api.h tests/shim/workload.h gpu/fakecuda/fakecuda.h
 SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check \
-              $(SHIM_TDIR)/engine_stress $(SHIM_TDIR)/libcupti_fake.so
+              $(SHIM_TDIR)/engine_stress $(SHIM_TDIR)/alloc_fail $(SHIM_TDIR)/lock_order \
+              $(SHIM_TDIR)/libcupti_fake.so
 
 # A CUPTI stand-in over the fake driver, for the accuracy probe's tests.
 $(SHIM_TDIR)/libcupti_fake.so: tests/shim/fake_cupti.c gpu/fakecuda/fakecuda.h
@@ -101,6 +102,17 @@ $(SHIM_TDIR)/engine_stress: tests/shim/engine_stress.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
 	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
+
+$(SHIM_TDIR)/alloc_fail: tests/shim/alloc_fail.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
+
+$(SHIM_TDIR)/lock_order: tests/shim/lock_order.c shim/locks.c shim/log.c shim/locks.h shim/log.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) -DMS_LOCK_CHECK $(LDFLAGS) -o $@ tests/shim/lock_order.c shim/locks.c \
+	    shim/log.c -lpthread
 
 $(SHIM_TDIR)/api_link_legacy.o: tests/shim/api_link.c tests/shim/api.h
 	@mkdir -p $(dir $@)

@@ -330,6 +330,27 @@ fi
 # device memory) directly on the fake driver, then through libmsched with a 40 MiB budget for a
 # footprint of up to 96 MiB (a launch may need 8 buffers: its own, their pointer tables' targets): no mismatch either way, no fault (the fake's PROT_NONE oracle),
 # and the engine must really have evicted.
+# The lock-order check (shim/locks.h): the table's order passes, a reversed or recursive
+# acquisition is reported and aborts.
+ok=1
+for m in ok cond; do
+    "$T/lock_order" $m >/dev/null 2>&1 || ok=0
+done
+for m in reverse twice; do
+    out=$("$T/lock_order" $m 2>&1)
+    rc=$?
+    { [ $rc -ne 0 ] && grep -q "lock order violated" <<<"$out"; } || ok=0
+done
+if [ $ok -eq 1 ]; then pass locks/order-check; else fail locks/order-check "see lock_order"; fi
+# Allocation failures injected into the shim (tests/shim/alloc_fail.c): calls fail with CUDA
+# errors, nothing crashes, no data is lost, and the injection reaches the engine.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=8MiB MSCHED_DAEMON=off \
+    timeout 120 "$T/alloc_fail" 2>&1)
+if [ $? -eq 0 ] && grep -q "ALLOC_FAIL .*mismatches=0" <<<"$out"; then
+    pass "engine/alloc-fail ($(grep -o 'failed_calls=[0-9]*' <<<"$out"))"
+else
+    fail engine/alloc-fail "$(tail -n 3 <<<"$out" | tr '\n' ' ')"
+fi
 seed=${MS_SEED:-7}
 out=$(env LD_LIBRARY_PATH="$FAKEDIR" "$T/engine_stress" 600 "$seed" 2>&1)
 if [ $? -eq 0 ] && grep -q "mismatches=0" <<<"$out"; then
