@@ -40,9 +40,10 @@
  *   command fails with CUDA_ERROR_OUT_OF_MEMORY. One line on stderr says which.
  *   Without a daemon and without a budget the engine is off and makes no driver call.
  *
- * Locking: one engine mutex, held across a fault's migration (faults are serialized) and across
- * the execution of the daemon's orders; the fast path holds it for the prediction only. Never
- * taken inside the events lock. A daemon-mode gate waits on a condition of that mutex.
+ * Locking: the engine lock (shim/locks.h, level 2), held across a fault's migration (faults are
+ * serialized) and across the execution of the daemon's orders; the fast path holds it for the
+ * prediction only. A daemon-mode gate waits on a condition of that lock. The files of the
+ * engine and their layering: shim/engine_int.h.
  *
  * Errors: functions return a CUresult value as int (0 = CUDA_SUCCESS); an engine that could not
  * start (no hash kernel, seam failure) logs once and stays inactive: calls pass through.
