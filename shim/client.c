@@ -188,16 +188,17 @@ int ms_client_connect(unsigned gpu, uint64_t limit, struct ms_client_welcome *ou
     C.task = reply.welcome.task;
     C.last_rx = ms__cl_now_ns();
     C.probe_at = 0;
-    C.budget = reply.welcome.budget;
+    uint64_t budget = reply.welcome.budget;
     C.slice_ns = reply.welcome.slice_ns;
-    C.cap = limit && limit < C.budget ? limit : C.budget;
+    C.cap_is_limit = limit && limit < budget;
+    C.cap = C.cap_is_limit ? limit : budget;
     ms_msg_free(&reply);
     C.up = true;
     out->task = C.task;
-    out->budget = C.budget;
+    out->budget = budget;
     out->slice_ns = C.slice_ns;
     ms__shim_log("daemon: task %u, budget %llu MiB", C.task,
-                 (unsigned long long)(C.budget / MS_MIB));
+                 (unsigned long long)(budget / MS_MIB));
     return MS_OK;
 }
 

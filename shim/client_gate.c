@@ -131,7 +131,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
                          "(%s): refused",
                          unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
                          (unsigned long long)(bytes / MS_MIB), (unsigned long long)(C.cap / MS_MIB),
-                         C.cap < C.budget ? "MSCHED_BUDGET" : "the daemon's budget");
+                         C.cap_is_limit ? "MSCHED_BUDGET" : "the daemon's budget");
             rc = CUDA_ERROR_OUT_OF_MEMORY;
             break;
         }

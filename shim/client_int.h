@@ -64,8 +64,10 @@ struct ms_client_state {
     bool thread_on;
     void *ctx;
     uint32_t task;
-    uint64_t budget, slice_ns;
-    uint64_t cap; /* what this task may hold: the budget, or its limit when lower */
+    uint64_t slice_ns;
+    uint64_t cap;      /* what this task may hold: the daemon's budget (the engine keeps it as
+                        * its budget in force), or its limit when lower */
+    bool cap_is_limit; /* ... the limit (MSCHED_BUDGET) */
     pthread_cond_t cond;
     /* scheduling */
     bool running, hold;
