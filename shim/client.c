@@ -197,8 +197,7 @@ int ms_client_connect(unsigned gpu, uint64_t limit, struct ms_client_welcome *ou
     out->task = C.task;
     out->budget = budget;
     out->slice_ns = C.slice_ns;
-    ms__shim_log("daemon: task %u, budget %llu MiB", C.task,
-                 (unsigned long long)(budget / MS_MIB));
+    ms__shim_log("daemon: task %u, budget %llu MiB", C.task, (unsigned long long)(budget / MS_MIB));
     return MS_OK;
 }
 

@@ -10,6 +10,14 @@
  */
 #include "shim/engine_int.h"
 
+#include <time.h>
+
+/* fault(): the budget is full of chunks other threads' commands pin for a moment: retry. */
+#define RETRY_AFTER_UNPIN (-1)
+
+/* The chunks this thread's admitted command pinned (alone), until its hook returns. */
+static _Thread_local struct ms_chunk_set held;
+
 #include "shim/accuracy.h"
 #include "shim/client.h"
 #include "shim/config.h"
@@ -35,6 +43,8 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
             .rt = &E.rt, .budget = E.budget, .ws = E.ws, .nws = E.nws, .policy = MS_EVICT_OPT};
         e = ms_plan_build(&in, &E.plan);
     }
+    if (e == MS_E_NOSPACE && E.pinned > held.n)
+        return RETRY_AFTER_UNPIN; /* other threads' commands hold chunks for a moment */
     if (e == MS_E_NOSPACE) {
         say("%s needs %llu MiB resident, more than the budget of %llu MiB: refused",
             unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
@@ -95,6 +105,48 @@ static int strict_evict(const struct ms_chunk_set *need)
  * `need` may be E.need only until the client copies it). With the daemon every command waits
  * for RUN, even one that touches no region (time slicing); alone only memory matters.
  */
+/* Pin `need` for this thread's command (lock held). */
+static int pin_held(const struct ms_chunk_set *need)
+{
+    for (size_t i = 0; i < need->n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        if (!c)
+            continue;
+        if (ms_chunk_set_add(&held, need->ids[i]) != MS_OK)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c->pins++;
+        E.pinned++;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Drop this thread's pins (lock held). */
+static void unpin_held(void)
+{
+    for (size_t i = 0; i < held.n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, held.ids[i]);
+        if (c && c->pins)
+            c->pins--;
+        if (E.pinned)
+            E.pinned--;
+    }
+    ms_chunk_set_clear(&held);
+    pthread_cond_broadcast(&E.unpinned);
+}
+
+/* Wait (lock held, released meanwhile) until some pin goes, or 50 ms. */
+static void wait_unpinned(void)
+{
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at);
+    at.tv_nsec += 50000000L;
+    if (at.tv_nsec >= 1000000000L) {
+        at.tv_sec++;
+        at.tv_nsec -= 1000000000L;
+    }
+    ms_lock_timedwait(&E.unpinned, &E.lock, &at);
+}
+
 int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s)
 {
     int rc = CUDA_SUCCESS;
@@ -125,10 +177,31 @@ int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_strea
         return rc;
     if (!need->n)
         return CUDA_SUCCESS;
-    if (!ms__eng_all_ready(need))
-        rc = fault(need, unbounded);
-    if (rc == CUDA_SUCCESS)
+    /* Waiting for another thread's pins releases the lock, and `need` may be the shared
+     * scratch: wait with a copy of it. */
+    struct ms_chunk_set own;
+    ms_chunk_set_init(&own);
+    for (int tries = 0;; tries++) {
+        rc = ms__eng_all_ready(need) ? CUDA_SUCCESS : fault(need, unbounded);
+        if (rc != RETRY_AFTER_UNPIN)
+            break;
+        if (need != &own) {
+            for (size_t i = 0; i < need->n && rc == RETRY_AFTER_UNPIN; i++)
+                if (ms_chunk_set_add(&own, need->ids[i]))
+                    rc = CUDA_ERROR_OUT_OF_MEMORY;
+            if (rc != RETRY_AFTER_UNPIN)
+                break;
+            need = &own;
+        }
+        wait_unpinned();
+    }
+    if (rc == CUDA_SUCCESS) {
         ms__eng_admitted(need);
+        rc = pin_held(need);
+        if (rc != CUDA_SUCCESS)
+            unpin_held();
+    }
+    ms_chunk_set_fini(&own);
     return rc;
 }
 
@@ -220,4 +293,9 @@ void ms_engine_gate_end(void)
 {
     ms_acc_end();
     ms_client_gate_end();
+    if (held.n) {
+        ms_lock(&E.lock);
+        unpin_held();
+        ms_unlock(&E.lock);
+    }
 }

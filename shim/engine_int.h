@@ -79,6 +79,11 @@ struct ms_engine_state {
     size_t ngraphs, capgraphs;
     struct ms_engine_stats st;
     int acc_state; /* 0 not asked, 1 to start (outside the lock), 2 started or refused */
+    /* Running alone: chunks an admitted command uses stay pinned (ms_chunk.pins) until its
+     * hook's forwarded call returned (ms_engine_gate_end), so that no other thread's fault
+     * evicts them in between; `pinned` counts those pins, `unpinned` is signalled as they go. */
+    uint64_t pinned;
+    pthread_cond_t unpinned;
 };
 
 /* The engine (engine_mem.c). */

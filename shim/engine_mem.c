@@ -20,7 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-struct ms_engine_state ms__engine = {.lock = MS_LOCK_INIT(MS_LK_ENGINE, "engine")};
+struct ms_engine_state ms__engine = {.lock = MS_LOCK_INIT(MS_LK_ENGINE, "engine"),
+                                     .unpinned = PTHREAD_COND_INITIALIZER};
 const char *const ms__eng_backing_name[] = {"vmm", "unified", "demand"};
 
 /* active and broken are read without the lock (the hooks' fast paths): atomic accesses. */

@@ -90,6 +90,7 @@ SHIM_TEST_COMMON := tests/shim/cuda_test.c tests/shim/workload.c tests/shim/api_
 SHIM_TEST_HDRS := tests/shim/api.h tests/shim/workload.h gpu/fakecuda/fakecuda.h
 SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check \
               $(SHIM_TDIR)/engine_stress $(SHIM_TDIR)/alloc_fail $(SHIM_TDIR)/lock_order \
+              $(SHIM_TDIR)/thread_race \
               $(SHIM_TDIR)/libcupti_fake.so
 
 # A CUPTI stand-in over the fake driver, for the accuracy probe's tests.
@@ -102,6 +103,11 @@ $(SHIM_TDIR)/engine_stress: tests/shim/engine_stress.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
 	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
+
+$(SHIM_TDIR)/thread_race: tests/shim/thread_race.c gpu/fakecuda/fakecuda.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl -lpthread
 
 $(SHIM_TDIR)/alloc_fail: tests/shim/alloc_fail.c
 	@mkdir -p $(dir $@)
