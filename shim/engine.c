@@ -181,6 +181,7 @@ static bool start(void)
     }
     E.ops = ms_gpu_cuda_ops(E.gpu);
     E.ctx = ctx;
+    E.dev = dev;
     E.mode = MODE_ALONE;
     if (daemon) {
         E.mode = MODE_DAEMON;

@@ -121,6 +121,16 @@ bool ms_engine_vmm_ready(void);
 int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data);
 int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled);
 bool ms_engine_vmm_owns(uint64_t va);
+/*
+ * Pointer queries (hook_ptr.c): the facts of the engine region holding p, for answering as the
+ * driver would for a cuMemAlloc pointer, whether or not its chunks are mapped or resident:
+ * device memory of the engine's context, the region's base and size, a buffer id of its own,
+ * not managed, not IPC-capable (its memory moves). false: not an engine region (VMM engine
+ * only; managed-memory engines leave the answers to the driver). Takes the engine lock.
+ */
+struct ms_ptrattr_mem;
+bool ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out);
+
 /* va lies in any region the engine virtualizes (its memory moves: not shareable by IPC). */
 bool ms_engine_owns(uint64_t va);
 

@@ -17,6 +17,8 @@
 #include "shim/locks.h"
 #include "shim/shim_int.h"
 
+#include "cuabi/ptrattr.h"
+
 #include "core/exec.h"
 #include "core/history.h"
 #include "core/plan.h"
@@ -32,9 +34,12 @@
 #define MAX_REFS 64u           /* regions one pointer table may reference */
 #define SCAN_LIMIT (64 * 1024) /* largest host-to-device copy scanned for pointers */
 
+/* Per region slot: the regions its pointer table references, and the buffer id pointer
+ * queries report for it (unique over the process's life, as the driver's are). */
 struct refs {
     uint32_t n;
     uint32_t region[MAX_REFS];
+    unsigned long long buffer;
 };
 
 /* What an instantiated graph reaches: regions (id and base, so a freed and reused slot is
@@ -64,6 +69,8 @@ struct ms_engine_state {
     bool strict_want;          /* MSCHED_STRICT=1 */
     bool strict;               /* ... and on: alone, VMM (decided at start) */
     CUcontext ctx;
+    CUdevice dev;
+    unsigned long long next_buffer; /* buffer ids handed out */
     struct ms_rtable rt;
     struct ms_cuda_api api;
     struct ms_gpu_cuda *gpu;

@@ -59,6 +59,7 @@ int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, vo
         return e;
     ms_region_get(&E.rt, id)->host = host;
     E.refs[id].n = 0;
+    E.refs[id].buffer = ++E.next_buffer;
     E.st.regions++;
     E.st.footprint += MS_ROUND_UP(bytes, MS_GRAN);
     if (E.mode == MODE_DAEMON)
@@ -327,4 +328,25 @@ int ms__eng_cuerr(int e)
     case MS_E_NOTFOUND: return CUDA_ERROR_NOT_FOUND;
     default: return CUDA_ERROR_UNKNOWN;
     }
+}
+
+bool ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out)
+{
+    if (!ms__eng_is_active() || E.backing != BACK_VMM)
+        return false;
+    ms_lock(&E.lock);
+    uint32_t id;
+    bool yes = ms_rtable_lookup(&E.rt, 0, p, &id, NULL) == MS_OK && id < E.nrefs;
+    if (yes) {
+        const struct ms_region *r = ms_region_get(&E.rt, id);
+        *out = (struct ms_ptrattr_mem){.base = r->base,
+                                       .size = r->size,
+                                       .buffer = E.refs[id].buffer,
+                                       .ctx = r->kind == MS_RK_VMM ? NULL : E.ctx,
+                                       .device = (int)E.dev,
+                                       .managed = false,
+                                       .ipc_capable = false};
+    }
+    ms_unlock(&E.lock);
+    return yes;
 }

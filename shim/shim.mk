@@ -38,8 +38,8 @@ SHIM_SOFLAGS = $(LDFLAGS) -shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,no
 SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 
 SHIM_SRC := shim/log.c shim/locks.c shim/config.c shim/driver.c shim/shim.c shim/events.c shim/recorder.c shim/funcinfo.c cuabi/procaddr.c shim/hook_init.c \
-            shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/hook_vmm.c \
-            cuabi/gen/syms.c shim/gen/tramp.c shim/engine.c shim/engine_mem.c shim/engine_gate.c shim/engine_graph.c shim/hostmem.c shim/accuracy.c \
+            shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/hook_vmm.c shim/hook_ptr.c \
+            cuabi/ptrattr.c cuabi/gen/syms.c shim/gen/tramp.c shim/engine.c shim/engine_mem.c shim/engine_gate.c shim/engine_graph.c shim/hostmem.c shim/accuracy.c \
             shim/client.c shim/client_conn.c shim/client_gate.c shim/client_orders.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c core/region.c \
             core/predict.c core/history.c core/accuracy.c core/plan.c core/exec.c core/timeline.c core/proto.c \
             core/units.c ipc/shimopt.c \
@@ -53,8 +53,8 @@ $(BUILD)/gen/hash_ptx.c: gpu/cuda/hash.cu scripts/embed.py
 	$(Q)if [ -x "$(NVCC)" ] && $(NVCC) -ptx -arch=compute_80 $< -o $@.ptx 2>/dev/null; then \
 	    python3 scripts/embed.py ms_hash_ptx $@.ptx >$@; \
 	else python3 scripts/embed.py ms_hash_ptx - >$@; fi
-FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c gpu/fakecuda/fakecuda_um.c gpu/fakecuda/fakecuda_graph.c \
-            cuabi/procaddr.c cuabi/gen/syms.c
+FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c gpu/fakecuda/fakecuda_um.c gpu/fakecuda/fakecuda_graph.c gpu/fakecuda/fakecuda_ptr.c \
+            cuabi/procaddr.c cuabi/ptrattr.c cuabi/gen/syms.c
 
 shim_pic = $(patsubst %.c,$(SHIM_PIC)/%.o,$(1))
 
@@ -90,7 +90,7 @@ SHIM_TEST_COMMON := tests/shim/cuda_test.c tests/shim/workload.c tests/shim/api_
 SHIM_TEST_HDRS := tests/shim/api.h tests/shim/workload.h gpu/fakecuda/fakecuda.h
 SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check \
               $(SHIM_TDIR)/engine_stress $(SHIM_TDIR)/alloc_fail $(SHIM_TDIR)/lock_order \
-              $(SHIM_TDIR)/thread_race \
+              $(SHIM_TDIR)/thread_race $(SHIM_TDIR)/ptr_query \
               $(SHIM_TDIR)/libcupti_fake.so
 
 # A CUPTI stand-in over the fake driver, for the accuracy probe's tests.
@@ -108,6 +108,11 @@ $(SHIM_TDIR)/thread_race: tests/shim/thread_race.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
 	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl -lpthread
+
+$(SHIM_TDIR)/ptr_query: tests/shim/ptr_query.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
 
 $(SHIM_TDIR)/alloc_fail: tests/shim/alloc_fail.c
 	@mkdir -p $(dir $@)

@@ -49,6 +49,15 @@ uint64_t ms__fk_total_bytes(void);
  */
 CUresult ms__fk_check_range(uint64_t p, uint64_t n, bool unified, bool write);
 
+/* Pointer queries (fakecuda_ptr.c): the allocation or VMM mapping holding p (ms__fk_lock held);
+ * CUDA_ERROR_INVALID_VALUE where nothing is mapped, as on the real driver. */
+enum { MS__FK_PTR_DEVICE, MS__FK_PTR_MANAGED, MS__FK_PTR_ASYNC, MS__FK_PTR_VMM };
+struct ms__fk_ptr {
+    uint64_t base, size;
+    int kind;
+};
+CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out);
+
 /* Unified memory (fakecuda_um.c): track a managed block (made inaccessible until touched),
  * forget it (before it is unmapped), mark the calling thread as running a kernel, and copy the
  * counters into a stats record. */

@@ -153,6 +153,32 @@ CUresult ms__fk_check_range(uint64_t p, uint64_t n, bool unified, bool write)
     return CUDA_SUCCESS;
 }
 
+/*
+ * What a pointer query sees at p (ms__fk_lock held): the allocation or the VMM mapping holding
+ * it, as the real driver answers: a reserved range with nothing mapped at p is not memory
+ * (CUDA_ERROR_INVALID_VALUE), nor is an address outside everything.
+ */
+CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out)
+{
+    long b = block_at(p);
+    if (b >= 0) {
+        out->base = blocks[b].base;
+        out->size = blocks[b].size;
+        out->kind = blocks[b].kind == BK_MANAGED ? MS__FK_PTR_MANAGED
+                    : blocks[b].kind == BK_ASYNC ? MS__FK_PTR_ASYNC
+                                                 : MS__FK_PTR_DEVICE;
+        return CUDA_SUCCESS;
+    }
+    struct resv *r = resv_at(p);
+    struct mapping *m = r ? mapping_at(r, p) : NULL;
+    if (!m)
+        return CUDA_ERROR_INVALID_VALUE;
+    out->base = m->va;
+    out->size = m->size;
+    out->kind = MS__FK_PTR_VMM;
+    return CUDA_SUCCESS;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Allocations                                                                                  */
 

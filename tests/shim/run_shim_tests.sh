@@ -342,6 +342,19 @@ for m in reverse twice; do
     { [ $rc -ne 0 ] && grep -q "lock order violated" <<<"$out"; } || ok=0
 done
 if [ $ok -eq 1 ]; then pass locks/order-check; else fail locks/order-check "see lock_order"; fi
+# Pointer queries a library makes before launching (cuFFT's plan creation failed on the H200):
+# an engine allocation, unmapped, written, or evicted, answers like cuMemAlloc memory. The fake
+# answers "not memory" for a reserved range with nothing mapped, as the real driver does.
+out=$(env LD_LIBRARY_PATH="$FAKEDIR" timeout 60 "$T/ptr_query" 2>&1)
+out2=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=64MiB \
+    MSCHED_DAEMON=off MSCHED_VERBOSE=1 timeout 60 "$T/ptr_query" 2>&1)
+evicted=$(grep -o "out [0-9]* MiB" <<<"$out2" | grep -o "[0-9]*")
+if grep -q "PTR_QUERY .*failed=0" <<<"$out" && grep -q "PTR_QUERY .*failed=0" <<<"$out2" &&
+    [ "${evicted:-0}" -gt 0 ]; then
+    pass "engine/pointer-queries ($evicted MiB evicted)"
+else
+    fail engine/pointer-queries "$(grep -m3 FAIL <<<"$out$out2" | tr '\n' ' ')"
+fi
 # Threads racing kernels, copies, frees and allocations under a budget of a quarter of their
 # footprint, the engine alone: a command's chunks stay pinned from admission until the driver
 # has it, so no other thread's fault evicts them (before: SIGSEGV at 32 threads, mismatching

@@ -69,8 +69,8 @@ static void *worker(void *arg)
         uint64_t n = WORDS;
         uint32_t seed = id * 100003u + (uint32_t)r;
         void *args[] = {&a, &n, &seed};
-        if (p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) ||
-            p_d2d(b, a, SZ) || p_d2h(host, b, SZ)) {
+        if (p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) || p_d2d(b, a, SZ) ||
+            p_d2h(host, b, SZ)) {
             __atomic_add_fetch(&errors, 1, __ATOMIC_RELAXED);
             continue;
         }

@@ -1,0 +1,61 @@
+/*
+ * hook_ptr.c - hooks for pointer queries: cuPointerGetAttribute(s), cuMemGetAddressRange_v2.
+ *
+ * Design
+ *   A library asks about a device pointer before it uses it (cuFFT at plan creation, Triton
+ *   before a launch, cuBLAS for its workspace). An engine region is a reservation whose chunks
+ *   are mapped only while resident, so the driver would answer "not memory"
+ *   (CUDA_ERROR_INVALID_VALUE) for a chunk not mapped yet; on the H200 that made cuFFT fail with
+ *   CUFFT_INTERNAL_ERROR. So for an address inside an engine region the answer is the one for a
+ *   cuMemAlloc pointer of the same size, whatever its chunks' state (shim/engine.h,
+ *   ms_engine_ptr_info; the values: cuabi/ptrattr.h). Any other address, and any attribute not
+ *   answered there, goes to the real driver unchanged.
+ */
+#include "shim/shim_int.h"
+
+#include "cuabi/ptrattr.h"
+#include "shim/engine.h"
+
+#include <string.h>
+
+CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    struct ms_ptrattr_mem m;
+    if (data && ms_engine_ptr_info((uint64_t)ptr, &m)) {
+        int rc = ms_ptrattr_get(attribute, (uint64_t)ptr, &m, data);
+        if (rc != MS_PTRATTR_UNKNOWN)
+            return (CUresult)rc;
+    }
+    return MS_REAL(cuPointerGetAttribute)(data, attribute, ptr);
+}
+
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+                                        void **data, CUdeviceptr ptr)
+{
+    struct ms_ptrattr_mem m;
+    if (!attributes || !data || !ms_engine_ptr_info((uint64_t)ptr, &m))
+        return MS_REAL(cuPointerGetAttributes)(numAttributes, attributes, data, ptr);
+    /* As the driver does for this call: what cannot be answered reads as zero. */
+    for (unsigned int i = 0; i < numAttributes; i++) {
+        if (!data[i])
+            continue;
+        int rc = ms_ptrattr_get(attributes[i], (uint64_t)ptr, &m, data[i]);
+        if (rc == MS_PTRATTR_UNKNOWN)
+            rc = MS_REAL(cuPointerGetAttribute)(data[i], attributes[i], ptr);
+        if (rc != CUDA_SUCCESS)
+            memset(data[i], 0, ms_ptrattr_size(attributes[i]));
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    struct ms_ptrattr_mem m;
+    if (!ms_engine_ptr_info((uint64_t)dptr, &m))
+        return MS_REAL(cuMemGetAddressRange_v2)(pbase, psize, dptr);
+    if (pbase)
+        *pbase = (CUdeviceptr)m.base;
+    if (psize)
+        *psize = (size_t)m.size;
+    return CUDA_SUCCESS;
+}
