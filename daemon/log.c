@@ -27,7 +27,9 @@ int ms_log_open(const char *path)
         log_path[0] = '\0';
         return MS_OK;
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    /* O_NOFOLLOW: a link planted where the log goes (by whoever could write there) must not
+     * make the daemon append to a file of their choosing. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return MS_E_IO;
     ms_log_close();

@@ -286,7 +286,7 @@ int main(int argc, char **argv)
     if (d.conf.log_file[0] && ms_log_open(d.conf.log_file) != MS_OK) {
         char msg[400];
         snprintf(msg, sizeof(msg), "1cannot open log file %s: %s", d.conf.log_file,
-                 strerror(errno));
+                 errno == ELOOP ? "it is a symbolic link (refused)" : strerror(errno));
         if (ready >= 0)
             tell_parent(ready, msg);
         else
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     if (!foreground && d.conf.log_file[0]) {
-        int fd = open(d.conf.log_file, O_WRONLY | O_APPEND | O_CLOEXEC);
+        int fd = open(d.conf.log_file, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
         if (fd >= 0) {
             dup2(fd, 2); /* stray stderr output lands in the log too */
             close(fd);

@@ -12,9 +12,11 @@
 #include "core/cost.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LIMIT (1ull << 60) /* whole numbers (parse_uint) */
 #define NS_US 1000ull
@@ -456,9 +458,13 @@ int ms_conf_parse(struct ms_conf *c, const char *text, size_t len, char *why, si
 
 int ms_conf_load(struct ms_conf *c, const char *path, char *why, size_t whylen)
 {
-    FILE *f = fopen(path, "rb");
+    /* Never through a link: a daemon run as root reads only the file it was named. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
-        WHY("%s: %s", path, strerror(errno));
+        WHY("%s: %s", path, errno == ELOOP ? "is a symbolic link (refused)" : strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return MS_E_IO;
     }
     char *text = malloc(MS_CONF_FILE_MAX + 1);
