@@ -61,6 +61,10 @@ static const struct ms_conf_opt opts[] = {
      "verify the scheduler's invariants after every pass of the event loop (tests)"},
     {"idle_exit", MS_CT_DURATION, OFF(idle_exit_ns), 0, 86400 * NS_S, true,
      "exit after this long with no client connected (0: never)"},
+    {"hello_timeout", MS_CT_DURATION, OFF(hello_timeout_ns), 10 * NS_MS, 3600 * NS_S, true,
+     "a connection that is not a task and sends nothing for this long is closed"},
+    {"max_conns_per_uid", MS_CT_UINT, OFF(max_conns_per_uid), 1, 65536, true,
+     "connections one user may hold at once (tasks and control clients)"},
 };
 
 void ms_conf_default(struct ms_conf *c)
@@ -83,6 +87,8 @@ void ms_conf_default(struct ms_conf *c)
     c->max_tasks = sc.max_tasks;
     c->session_out_max = 4 * MS_MIB;
     c->log_level = MS_LOG_WARN;
+    c->hello_timeout_ns = 10 * NS_S;
+    c->max_conns_per_uid = 128;
 }
 
 const struct ms_conf_opt *ms_conf_opts(size_t *out_n)
