@@ -13,6 +13,12 @@
  *   that (the CLI) it may ask for STATUS, METRICS and CONFIG. Sessions are in one doubly linked
  *   list; tasks are few (max_tasks), so finding a task's session is a walk of the list.
  *
+ *   Authorization: every request is judged by the connection's SO_PEERCRED, taken at
+ *   accept. A client acts only through its own session, so only on its own task; an admin
+ *   (the daemon's uid, root, or a member of admin_group, by SO_PEERGROUPS) may also change
+ *   the configuration and ask for priorities and weights above max_user_priority and
+ *   max_user_weight.
+ *
  *   Bounds (docs/daemon.md, "Threat model"): a session that is not a task is closed when it
  *   has been silent for hello_timeout (before its first message) or CONTROL_IDLE_NS (after);
  *   a uid holds at most max_conns_per_uid sessions and all uids together max_tasks + 64; at
@@ -60,6 +66,7 @@ struct ms_session {
     pid_t pid;     /* of the peer, from SO_PEERCRED */
     uid_t uid;
     gid_t gid;
+    bool admin; /* the daemon's uid, root, or a member of admin_group */
     bool closing;
     bool spoke;        /* has sent a whole message */
     bool more;         /* input left unhandled this pass (fairness cap): handle it next pass */
@@ -106,6 +113,7 @@ struct ms_daemon {
     uint64_t start_ns;
     /* when the last session went away (0: a session exists, or idle_exit is off) */
     uint64_t idle_since;
+    long socket_gid, admin_gid; /* resolved socket_group and admin_group; -1: none */
     /* accept paused for lack of descriptors until accept_resume (0: accepting) */
     uint64_t accept_resume, accept_backoff_ns;
     bool stop;

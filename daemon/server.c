@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -344,8 +345,26 @@ static void apply_option(struct ms_daemon *d, const char *key)
     d->sched.cfg.idle_hold_ns = sc.idle_hold_ns;
 }
 
+/* Who may do what an admin may, for error texts. */
+static void admins(const struct ms_daemon *d, char *buf, size_t len)
+{
+    if (d->conf.admin_group[0])
+        snprintf(buf, len, "uid %u, root or group %s", (unsigned)geteuid(), d->conf.admin_group);
+    else
+        snprintf(buf, len, "uid %u or root", (unsigned)geteuid());
+}
+
 static void do_config_set(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
 {
+    if (!s->admin) {
+        char who[96], text[200];
+        admins(d, who, sizeof(who));
+        snprintf(text, sizeof(text), "changing the configuration needs an admin (%s)", who);
+        ms_log_warn("uid %u (pid %d) may not set %s", (unsigned)s->uid, (int)s->pid,
+                    req->config.kv.key);
+        reply_error(d, s, req->seq, MS_E_STATE, text);
+        return;
+    }
     struct ms_conf c = d->conf;
     char why[256];
     const char *key = req->config.kv.key;
@@ -378,14 +397,44 @@ static size_t live_tasks(const struct ms_daemon *d)
     return n;
 }
 
+/* A non-admin's HELLO within the user limits; else why into text. */
+static bool hello_allowed(const struct ms_daemon *d, const struct ms_session *s,
+                          const struct ms_msg_hello *h, char *text, size_t len)
+{
+    if (s->admin)
+        return true;
+    char who[96];
+    admins(d, who, sizeof(who));
+    if (h->prio > (int32_t)d->conf.max_user_priority) {
+        snprintf(text, len,
+                 "priority %d is above max_user_priority %u; only an admin (%s) may ask for it",
+                 h->prio, d->conf.max_user_priority, who);
+        return false;
+    }
+    if (h->weight > d->conf.max_user_weight) {
+        snprintf(text, len,
+                 "weight %u is above max_user_weight %u; only an admin (%s) may ask for it",
+                 h->weight, d->conf.max_user_weight, who);
+        return false;
+    }
+    return true;
+}
+
 static void do_hello(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *m)
 {
     uint32_t task;
+    char text[300];
+    if (!hello_allowed(d, s, &m->hello, text, sizeof(text))) {
+        ms_log_warn("session %llu (pid %d, uid %u): %s", (unsigned long long)s->id, (int)s->pid,
+                    (unsigned)s->uid, text);
+        reply_error(d, s, m->seq, MS_E_STATE, text);
+        session_finish(d, s);
+        return;
+    }
     int rc = live_tasks(d) >= d->conf.max_tasks
                  ? MS_E_NOSPACE
                  : ms_sched_hello(&d->sched, now_ns(), &m->hello, (uint32_t)s->pid, &task);
     if (rc) {
-        char text[128];
         if (rc == MS_E_NOSPACE)
             snprintf(text, sizeof(text), "too many tasks (max_tasks = %u)", d->conf.max_tasks);
         else
@@ -586,6 +635,29 @@ static bool make_room(struct ms_daemon *d, uid_t uid)
     return true;
 }
 
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+
+/* The daemon's uid, root, or (by the peer's groups at connect time) admin_group. */
+static bool is_admin(const struct ms_daemon *d, int fd, const struct ucred *cred)
+{
+    if (cred->uid == 0 || cred->uid == geteuid())
+        return true;
+    if (d->admin_gid < 0)
+        return false;
+    if ((long)cred->gid == d->admin_gid)
+        return true;
+    gid_t groups[256];
+    socklen_t len = sizeof(groups);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+        return false; /* too many groups or no support: not an admin by group */
+    for (size_t i = 0; i < len / sizeof(gid_t); i++)
+        if ((long)groups[i] == d->admin_gid)
+            return true;
+    return false;
+}
+
 static void on_listen(struct ms_daemon *d)
 {
     /* At most ACCEPTS_PER_PASS at a time: the sessions accepted get to speak (their input is
@@ -638,6 +710,7 @@ static void on_listen(struct ms_daemon *d)
         s->pid = cred.pid;
         s->uid = cred.uid;
         s->gid = cred.gid;
+        s->admin = is_admin(d, fd, &cred);
         s->last_in = now_ns();
         ms_conn_init(&s->conn, fd, d->conf.session_out_max);
         if (ep_set(d, EPOLL_CTL_ADD, fd, &s->ev, EPOLLIN) != 0) {
@@ -818,12 +891,36 @@ static int take_lock(struct ms_daemon *d, char *why, size_t whylen)
     return MS_OK;
 }
 
+/* A group name or number into *out (-1 for ""). */
+static int resolve_group(const char *name, long *out, char *why, size_t whylen)
+{
+    *out = -1;
+    if (!name[0])
+        return MS_OK;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(name, &end, 10);
+    if (*end == '\0' && errno == 0 && v < (gid_t)-1) {
+        *out = (long)v;
+        return MS_OK;
+    }
+    struct group gr, *res = NULL;
+    char buf[4096];
+    if (getgrnam_r(name, &gr, buf, sizeof(buf), &res) != 0 || !res) {
+        snprintf(why, whylen, "no group '%s'", name);
+        return MS_E_INVAL;
+    }
+    *out = (long)res->gr_gid;
+    return MS_OK;
+}
+
 int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
 {
     struct ms_conf conf = d->conf;
     memset(d, 0, sizeof(*d));
     d->conf = conf;
     d->epfd = d->listen_fd = d->signal_fd = d->lock_fd = -1;
+    d->socket_gid = d->admin_gid = -1;
     d->listen_ev.kind = MS_EV_LISTEN;
     d->signal_ev.kind = MS_EV_SIGNAL;
     int rc = ms_conf_check(&d->conf, why, whylen);
@@ -839,8 +936,13 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
         snprintf(why, whylen, "socket path too long (at most %d bytes)", MS_IPC_PATH_MAX - 1);
         return rc;
     }
+    rc = resolve_group(d->conf.socket_group, &d->socket_gid, why, whylen);
+    if (!rc)
+        rc = resolve_group(d->conf.admin_group, &d->admin_gid, why, whylen);
+    if (rc)
+        return rc;
     char inner[200];
-    rc = ms_ipc_prepare_dir(d->sock_path, inner, sizeof(inner));
+    rc = ms_ipc_prepare_dir_group(d->sock_path, d->socket_gid, inner, sizeof(inner));
     if (rc) {
         snprintf(why, whylen, "%s", inner);
         return rc;
@@ -859,7 +961,7 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
         snprintf(why, whylen, "bad scheduler configuration");
         return rc;
     }
-    rc = ms_ipc_listen(d->sock_path, &d->listen_fd);
+    rc = ms_ipc_listen_group(d->sock_path, d->socket_gid, &d->listen_fd);
     if (rc) {
         snprintf(why, whylen, "cannot listen on %s: %s", d->sock_path, strerror(errno));
         return rc;

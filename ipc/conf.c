@@ -65,6 +65,16 @@ static const struct ms_conf_opt opts[] = {
      "a connection that is not a task and sends nothing for this long is closed"},
     {"max_conns_per_uid", MS_CT_UINT, OFF(max_conns_per_uid), 1, 65536, true,
      "connections one user may hold at once (tasks and control clients)"},
+    {"socket_group", MS_CT_STRING, OFF(socket_group), 0, 0, false,
+     "serve this group's members too: socket 0660 and directory 0750 owned by the group "
+     "(\"\": only the daemon's user)"},
+    {"admin_group", MS_CT_STRING, OFF(admin_group), 0, 0, false,
+     "members may change the configuration and exceed the user limits, like the daemon's "
+     "user and root"},
+    {"max_user_priority", MS_CT_UINT, OFF(max_user_priority), 0, 10, true,
+     "highest priority a client that is not an admin may ask for (rt is 10)"},
+    {"max_user_weight", MS_CT_UINT, OFF(max_user_weight), 1, 1000, true,
+     "highest weight a client that is not an admin may ask for"},
 };
 
 void ms_conf_default(struct ms_conf *c)
@@ -89,6 +99,8 @@ void ms_conf_default(struct ms_conf *c)
     c->log_level = MS_LOG_WARN;
     c->hello_timeout_ns = 10 * NS_S;
     c->max_conns_per_uid = 128;
+    c->max_user_priority = 5;
+    c->max_user_weight = 10;
 }
 
 const struct ms_conf_opt *ms_conf_opts(size_t *out_n)

@@ -60,6 +60,10 @@ struct ms_conf {
     uint64_t idle_exit_ns;      /* exit after this long without a session (0: never) */
     uint64_t hello_timeout_ns;  /* a connection without a task, silent this long, is closed */
     uint32_t max_conns_per_uid; /* connections one uid may hold at once */
+    char socket_group[64];      /* "" = private socket; else a group name or number */
+    char admin_group[64];       /* members may change the configuration ("" = none) */
+    uint32_t max_user_priority; /* highest priority a non-admin client may ask for */
+    uint32_t max_user_weight;   /* highest weight a non-admin client may ask for */
 };
 
 enum ms_conf_type {

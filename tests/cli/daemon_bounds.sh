@@ -79,7 +79,7 @@ if [ "$(id -u)" -eq 0 ]; then
     chmod 711 "$T"
     chmod 644 "$T/clients.py"
     new_user flooder
-    FLOOD=(as_user "$flooder")
+    FLOOD=(as_user_bg "$flooder")
 fi
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3

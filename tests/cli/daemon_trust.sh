@@ -63,7 +63,7 @@ pass "a socket directory others may write is refused, sticky bit or not"
 # ---- squatter ---------------------------------------------------------------------------------
 # squat NAME PATH: the other user's listener on PATH, its output in $T/NAME.sq
 squat() {
-    as_user "$evil" "$FAKED" "$2" --squat --timeout 120 >"$T/$1.sq" 2>&1 &
+    as_user_bg "$evil" "$FAKED" "$2" --squat --timeout 120 >"$T/$1.sq" 2>&1 &
     PIDS+=("$!")
     for _ in $(seq 1 100); do
         [ -S "$2" ] && return 0

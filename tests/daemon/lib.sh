@@ -213,3 +213,11 @@ as_user() {
     shift
     setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"
 }
+
+# as_user_bg NAME CMD... &: the same for a background job: it replaces the job's subshell, so
+# $! is CMD's own pid (for PIDS, kill and `msched status`). Never call it in the foreground.
+as_user_bg() {
+    local u=$1
+    shift
+    exec setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"
+}
