@@ -617,6 +617,7 @@ static bool make_room(struct ms_daemon *d, uid_t uid)
                         (unsigned)uid, mine, d->conf.max_conns_per_uid);
             return false;
         }
+        d->st.conns_refused++;
         ms_log_info("uid %u holds %zu connections (max_conns_per_uid %u): closing its oldest "
                     "quiet one",
                     (unsigned)uid, mine, d->conf.max_conns_per_uid);
@@ -628,6 +629,7 @@ static bool make_room(struct ms_daemon *d, uid_t uid)
             ms_log_warn("too many connections (%zu); refusing one", d->nsessions);
             return false;
         }
+        d->st.conns_refused++;
         ms_log_info("too many connections (%zu); closing the oldest quiet one (uid %u)",
                     d->nsessions, (unsigned)v->uid);
         session_close(d, v, false);

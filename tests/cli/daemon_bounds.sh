@@ -14,9 +14,10 @@
 . "$(dirname "$0")/../daemon/lib.sh"
 build_fake
 
-# clients.py SOCKET MODE N SECONDS READY: N connections (MODE idle: silent; hello: each sends
-# HELLO) held for SECONDS; idle ones the daemon closes are reconnected at once; "hello" also
-# keeps trying to open 50 more. Touches READY when the first N are open; prints a summary.
+# clients.py SOCKET MODE N SECONDS READY: N connections (MODE idle or hold: silent; hello: each
+# sends HELLO) held for SECONDS; "idle" ones the daemon closes are reconnected at once; "hello"
+# also keeps trying to open 50 more. Writes READY when the first N are open; prints a summary
+# (closed: how many of those held at the end the daemon had closed).
 cat >"$T/clients.py" <<'PY'
 import os, select, socket, struct, sys, time
 path, mode, n, secs, ready = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
@@ -43,6 +44,9 @@ open(ready, "w").write(str(len(socks)))
 reconnects, extra = 0, []
 end = time.time() + secs
 while time.time() < end:
+    if mode == "hold":
+        time.sleep(0.05)
+        continue
     if mode == "hello":
         if len(extra) < 50:
             c = conn(block=False)
@@ -68,18 +72,27 @@ while time.time() < end:
         if c:
             socks.append(c)
             reconnects += 1
-print(f"opened={open(ready).read()} reconnects={reconnects} extra={len(extra)}")
+closed = 0
+for s in socks:
+    s.setblocking(False)
+    try:
+        closed += s.recv(1) == b""
+    except BlockingIOError:
+        pass
+    except OSError:
+        closed += 1
+print(f"opened={open(ready).read()} reconnects={reconnects} extra={len(extra)} closed={closed}")
 PY
 
 # ---- idle flood -----------------------------------------------------------------------------
 # As another user when root can create one (the issue's case: someone else's flood); else as
 # this user, whose own recent connections are spared by the recycling.
-FLOOD=()
+FLOOD=() FLOOD_FG=()
 if [ "$(id -u)" -eq 0 ]; then
     chmod 711 "$T"
     chmod 644 "$T/clients.py"
     new_user flooder
-    FLOOD=(as_user_bg "$flooder")
+    FLOOD=(as_user_bg "$flooder") FLOOD_FG=(as_user "$flooder")
 fi
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
@@ -104,6 +117,11 @@ wait "$PY_PID"
 cat "$T/idle.out"
 grep -q "reconnects=[1-9]" "$T/idle.out" || fail "the daemon never closed an idle connection: $(cat "$T/idle.out")"
 timeout 10 "$MSCHED" status >/dev/null 2>&1 || fail "msched status failed after the flood"
+"${FLOOD_FG[@]}" "$PY" "$T/clients.py" "$MSCHED_SOCKET" hold 50 2.5 "$T/fl/ready2" >"$T/hold.out" 2>&1
+grep -q "opened=50 .* closed=50" "$T/hold.out" ||
+    fail "50 silent connections were not all closed by hello_timeout: $(cat "$T/hold.out")"
+[ "$(metric msched_idle_connections_closed_total)" -ge 50 ] || fail "idle closes not counted"
+[ "$(metric msched_connections_refused_total)" -gt 0 ] || fail "no recycled connection counted"
 kill "$DAEMON"
 wait "$DAEMON"
 grown=$(($(stat -c %s "$T/daemon.log") - log0))
