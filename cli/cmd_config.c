@@ -115,6 +115,8 @@ int ms_cmd_config(int argc, char **argv)
         ms_cli_error("no daemon is running on %s", sock);
         return MS_EXIT_RUNTIME;
     }
+    if (rc == MS_E_STATE) /* an untrusted socket: ms_ipc_connect said why in one line */
+        return MS_EXIT_RUNTIME;
     if (rc) {
         ms_cli_error("%s: %s%s%s", sock, ms_strerror(rc), errno ? ": " : "",
                      errno ? strerror(errno) : "");

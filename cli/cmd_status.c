@@ -54,6 +54,8 @@ static int ask(const char *sock, int timeout_ms, const struct ms_msg *req, struc
         ms_cli_error("no daemon is running on %s (start one with 'mschedd')", sock);
         return MS_EXIT_RUNTIME;
     }
+    if (rc == MS_E_STATE) /* an untrusted socket: ms_ipc_connect said why in one line */
+        return MS_EXIT_RUNTIME;
     if (rc) {
         ms_cli_error("%s: %s%s%s", sock, ms_strerror(rc), errno ? ": " : "",
                      errno ? strerror(errno) : "");

@@ -13,6 +13,21 @@
  *   that (the CLI) it may ask for STATUS, METRICS and CONFIG. Sessions are in one doubly linked
  *   list; tasks are few (max_tasks), so finding a task's session is a walk of the list.
  *
+ *   Authorization: every request is judged by the connection's SO_PEERCRED, taken at
+ *   accept. A client acts only through its own session, so only on its own task; an admin
+ *   (the daemon's uid, root, or a member of admin_group, by SO_PEERGROUPS) may also change
+ *   the configuration and ask for priorities and weights above max_user_priority and
+ *   max_user_weight.
+ *
+ *   Bounds (docs/daemon.md, "Threat model"): a session that is not a task is closed when it
+ *   has been silent for hello_timeout (before its first message) or CONTROL_IDLE_NS (after);
+ *   a uid holds at most max_conns_per_uid sessions and all uids together max_tasks + 64; at
+ *   either limit, or when accept runs out of descriptors, the oldest quiet session that is
+ *   not a task makes room, and when there is none the new connection is refused (out of
+ *   descriptors: accepting pauses, 50 ms doubling to 1 s, instead of spinning). One session's
+ *   messages are handled at most MSGS_PER_PASS per loop pass, so a flood cannot starve the
+ *   others; a client that does not read its replies is dropped once session_out_max wait.
+ *
  * Glossary
  *   closing  a session that will be closed once its queued output is written (after an ERROR
  *            or a DROP), or after a short grace period if the peer does not read.
@@ -50,8 +65,14 @@ struct ms_session {
     int pidfd;     /* -1: none */
     pid_t pid;     /* of the peer, from SO_PEERCRED */
     uid_t uid;
+    gid_t gid;
+    bool admin; /* the daemon's uid, root, or a member of admin_group */
     bool closing;
+    bool spoke;        /* has sent a whole message */
+    bool more;         /* input left unhandled this pass (fairness cap): handle it next pass */
+    bool turn;         /* more, at the start of this pass's second round */
     bool want_out;     /* EPOLLOUT registered */
+    uint64_t last_in;  /* when it connected or last sent a whole message */
     uint64_t close_by; /* closing: give up flushing at this time */
     struct ms_session *prev, *next;
 };
@@ -68,6 +89,8 @@ struct ms_daemon_stats {
     uint64_t sessions_total;
     uint64_t protocol_errors; /* malformed frames and protocol violations */
     uint64_t slow_dropped;    /* clients dropped for not reading */
+    uint64_t conns_refused;   /* connections refused or recycled (limits, descriptors) */
+    uint64_t idle_closed;     /* connections closed by hello_timeout */
     uint64_t msgs_in, msgs_out;
     uint64_t bytes_in, bytes_out;
     uint64_t switch_stop_ns; /* the scheduler's stop_ns_total (sched.h), copied when read */
@@ -90,6 +113,9 @@ struct ms_daemon {
     uint64_t start_ns;
     /* when the last session went away (0: a session exists, or idle_exit is off) */
     uint64_t idle_since;
+    long socket_gid, admin_gid; /* resolved socket_group and admin_group; -1: none */
+    /* accept paused for lack of descriptors until accept_resume (0: accepting) */
+    uint64_t accept_resume, accept_backoff_ns;
     bool stop;
     int exit_code;
     struct ms_daemon_stats st;

@@ -7,6 +7,12 @@
  *   with one write(2) so lines from a daemon and its shell tests do not interleave mid-line.
  *   ms_log_reopen() re-opens the file after a rotation (SIGHUP).
  *
+ *   Rate limit: each call site (its format string) writes at most 20 lines per 10 s window at
+ *   levels error to info; the rest are counted and summed up in one "N similar lines
+ *   suppressed" line when the window ends (ms_log_tick, called from the event loop, says it
+ *   for a site that fell silent; ms_log_close for every site). Debug lines are not limited,
+ *   nor ms_log_unlimited's.
+ *
  * Not thread-safe: the daemon has one thread.
  */
 #ifndef MS_DAEMON_LOG_H
@@ -23,6 +29,11 @@ void ms_log_close(void);
 void ms_log_set_level(enum ms_log_level level);
 bool ms_log_enabled(enum ms_log_level level);
 void ms_log(enum ms_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Not rate-limited: for lines bounded by the daemon's own pace (a switch), never a client's. */
+void ms_log_unlimited(enum ms_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Write the summaries of windows that have ended. */
+void ms_log_tick(void);
 
 #define ms_log_error(...) ms_log(MS_LOG_ERROR, __VA_ARGS__)
 #define ms_log_warn(...) ms_log(MS_LOG_WARN, __VA_ARGS__)

@@ -263,21 +263,30 @@ int main(int argc, char **argv)
     struct ms_daemon d;
     memset(&d, 0, sizeof(d));
     d.conf = conf;
-    if (!foreground && !conf.log_file[0]) {
-        char sock[MS_IPC_PATH_MAX + 8];
-        if (conf.socket[0])
-            snprintf(sock, sizeof(sock), "%s", conf.socket);
-        else if (ms_ipc_socket_path(conf.gpu, sock, sizeof(sock)) != MS_OK)
-            sock[0] = '\0';
-        if (sock[0])
-            snprintf(d.conf.log_file, sizeof(d.conf.log_file), "%s.log", sock);
+    /* The socket's directory comes first: the default log lives in it, and on a fresh machine
+     * (a new XDG_RUNTIME_DIR, no /tmp/msched-UID) nothing else has created it. */
+    char sock[MS_IPC_PATH_MAX + 8];
+    if (conf.socket[0])
+        rc = snprintf(sock, sizeof(sock), "%s", conf.socket) >= MS_IPC_PATH_MAX ? MS_E_NOSPACE
+                                                                                : MS_OK;
+    else
+        rc = ms_ipc_socket_path(conf.gpu, sock, sizeof(sock));
+    if (rc) {
+        fprintf(stderr, "mschedd: socket path too long (at most %d bytes)\n", MS_IPC_PATH_MAX - 1);
+        return EXIT_USAGE;
     }
+    if (ms_ipc_prepare_dir(sock, why, sizeof(why)) != MS_OK) {
+        fprintf(stderr, "mschedd: %s\n", why);
+        return EXIT_RUNTIME;
+    }
+    if (!foreground && !conf.log_file[0])
+        snprintf(d.conf.log_file, sizeof(d.conf.log_file), "%s.log", sock);
     int ready = foreground ? -1 : daemonize();
     ms_log_set_level((enum ms_log_level)d.conf.log_level);
     if (d.conf.log_file[0] && ms_log_open(d.conf.log_file) != MS_OK) {
         char msg[400];
         snprintf(msg, sizeof(msg), "1cannot open log file %s: %s", d.conf.log_file,
-                 strerror(errno));
+                 errno == ELOOP ? "it is a symbolic link (refused)" : strerror(errno));
         if (ready >= 0)
             tell_parent(ready, msg);
         else
@@ -285,7 +294,7 @@ int main(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     if (!foreground && d.conf.log_file[0]) {
-        int fd = open(d.conf.log_file, O_WRONLY | O_APPEND | O_CLOEXEC);
+        int fd = open(d.conf.log_file, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
         if (fd >= 0) {
             dup2(fd, 2); /* stray stderr output lands in the log too */
             close(fd);

@@ -125,6 +125,15 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
            "Clients dropped because they did not read their messages.");
     put(&o, "msched_slow_clients_dropped_total{gpu=\"%u\"} %llu\n", g,
         (unsigned long long)ds->slow_dropped);
+    family(
+        &o, "msched_connections_refused_total", "counter",
+        "Connections refused or recycled at a limit (max_conns_per_uid, the total, descriptors).");
+    put(&o, "msched_connections_refused_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->conns_refused);
+    family(&o, "msched_idle_connections_closed_total", "counter",
+           "Connections that were not tasks, closed for saying nothing (hello_timeout).");
+    put(&o, "msched_idle_connections_closed_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->idle_closed);
 
     static const struct {
         const char *name, *type, *help;

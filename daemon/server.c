@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,7 +40,13 @@
 #include <unistd.h>
 
 #define CLOSE_GRACE_NS 1000000000ull
-#define MAX_EXTRA_SESSIONS 64 /* control sessions beyond max_tasks */
+#define MAX_EXTRA_SESSIONS 64                 /* control sessions beyond max_tasks */
+#define CONTROL_IDLE_NS (120 * 1000000000ull) /* a control client silent this long is closed */
+#define MSGS_PER_PASS 64                      /* one session's messages per loop pass */
+#define ACCEPTS_PER_PASS 32                   /* connections accepted per loop pass */
+#define RECYCLE_AGE_NS (200 * 1000000ull)     /* quiet this long before it may be recycled */
+#define ACCEPT_BACKOFF_MIN_NS (50 * 1000000ull)
+#define ACCEPT_BACKOFF_MAX_NS (1000 * 1000000ull)
 
 static struct ms_session *graveyard;
 
@@ -192,6 +199,17 @@ static int session_send(struct ms_daemon *d, struct ms_session *s, struct ms_msg
     return rc;
 }
 
+/* Queue a reply; a client that does not read its replies is dropped like any slow client. */
+static void reply(struct ms_daemon *d, struct ms_session *s, struct ms_msg *m)
+{
+    if (session_send(d, s, m) != MS_E_NOSPACE)
+        return;
+    char who[96];
+    d->st.slow_dropped++;
+    ms_log_warn("%s does not read its replies; dropping it", peer(s, who, sizeof(who)));
+    session_close(d, s, true);
+}
+
 static void reply_error(struct ms_daemon *d, struct ms_session *s, uint32_t seq, int code,
                         const char *text)
 {
@@ -200,7 +218,7 @@ static void reply_error(struct ms_daemon *d, struct ms_session *s, uint32_t seq,
     m.seq = seq;
     m.error.code = code < 0 ? code : MS_E_INVAL;
     snprintf(m.error.text, sizeof(m.error.text), "%s", text);
-    session_send(d, s, &m);
+    reply(d, s, &m);
 }
 
 /* The peer broke the protocol: ERROR, then close (a task through the scheduler). */
@@ -230,8 +248,7 @@ static void do_status(struct ms_daemon *d, struct ms_session *s, const struct ms
     r.status.daemon_pid = (uint32_t)getpid();
     r.status.gpu = d->conf.gpu;
     r.seq = req->seq;
-    if (session_send(d, s, &r) == MS_E_NOSPACE)
-        session_close(d, s, true);
+    reply(d, s, &r);
     ms_msg_free(&r);
 }
 
@@ -265,8 +282,7 @@ static void do_metrics(struct ms_daemon *d, struct ms_session *s, const struct m
     r.metrics.len = (uint32_t)text.len;
     ms_buf_fini(&text);
     r.seq = req->seq;
-    if (session_send(d, s, &r) == MS_E_NOSPACE)
-        session_close(d, s, true);
+    reply(d, s, &r);
     ms_msg_free(&r);
 }
 
@@ -298,7 +314,7 @@ static void do_config_get(struct ms_daemon *d, struct ms_session *s, const struc
         reply_error(d, s, req->seq, MS_E_NOTFOUND, text);
         return;
     }
-    session_send(d, s, &r);
+    reply(d, s, &r);
     ms_msg_free(&r);
 }
 
@@ -329,8 +345,26 @@ static void apply_option(struct ms_daemon *d, const char *key)
     d->sched.cfg.idle_hold_ns = sc.idle_hold_ns;
 }
 
+/* Who may do what an admin may, for error texts. */
+static void admins(const struct ms_daemon *d, char *buf, size_t len)
+{
+    if (d->conf.admin_group[0])
+        snprintf(buf, len, "uid %u, root or group %s", (unsigned)geteuid(), d->conf.admin_group);
+    else
+        snprintf(buf, len, "uid %u or root", (unsigned)geteuid());
+}
+
 static void do_config_set(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
 {
+    if (!s->admin) {
+        char who[96], text[200];
+        admins(d, who, sizeof(who));
+        snprintf(text, sizeof(text), "changing the configuration needs an admin (%s)", who);
+        ms_log_warn("uid %u (pid %d) may not set %s", (unsigned)s->uid, (int)s->pid,
+                    req->config.kv.key);
+        reply_error(d, s, req->seq, MS_E_STATE, text);
+        return;
+    }
     struct ms_conf c = d->conf;
     char why[256];
     const char *key = req->config.kv.key;
@@ -353,12 +387,54 @@ static void do_config_set(struct ms_daemon *d, struct ms_session *s, const struc
 
 /* ---- messages ------------------------------------------------------------------------------- */
 
+/* Tasks with a session. Dropped tasks (ghosts) do not count: their process may live on for
+ * long after its session closed, and must not keep new programs out. */
+static size_t live_tasks(const struct ms_daemon *d)
+{
+    size_t n = 0;
+    for (const struct ms_session *s = d->sessions; s; s = s->next)
+        n += s->task != MS_TASK_NONE;
+    return n;
+}
+
+/* A non-admin's HELLO within the user limits; else why into text. */
+static bool hello_allowed(const struct ms_daemon *d, const struct ms_session *s,
+                          const struct ms_msg_hello *h, char *text, size_t len)
+{
+    if (s->admin)
+        return true;
+    char who[96];
+    admins(d, who, sizeof(who));
+    if (h->prio > (int32_t)d->conf.max_user_priority) {
+        snprintf(text, len,
+                 "priority %d is above max_user_priority %u; only an admin (%s) may ask for it",
+                 h->prio, d->conf.max_user_priority, who);
+        return false;
+    }
+    if (h->weight > d->conf.max_user_weight) {
+        snprintf(text, len,
+                 "weight %u is above max_user_weight %u; only an admin (%s) may ask for it",
+                 h->weight, d->conf.max_user_weight, who);
+        return false;
+    }
+    return true;
+}
+
 static void do_hello(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *m)
 {
     uint32_t task;
-    int rc = ms_sched_hello(&d->sched, now_ns(), &m->hello, (uint32_t)s->pid, &task);
+    char text[300];
+    if (!hello_allowed(d, s, &m->hello, text, sizeof(text))) {
+        ms_log_warn("session %llu (pid %d, uid %u): %s", (unsigned long long)s->id, (int)s->pid,
+                    (unsigned)s->uid, text);
+        reply_error(d, s, m->seq, MS_E_STATE, text);
+        session_finish(d, s);
+        return;
+    }
+    int rc = live_tasks(d) >= d->conf.max_tasks
+                 ? MS_E_NOSPACE
+                 : ms_sched_hello(&d->sched, now_ns(), &m->hello, (uint32_t)s->pid, &task);
     if (rc) {
-        char text[128];
         if (rc == MS_E_NOSPACE)
             snprintf(text, sizeof(text), "too many tasks (max_tasks = %u)", d->conf.max_tasks);
         else
@@ -425,6 +501,7 @@ static void handle(struct ms_daemon *d, struct ms_session *s, const struct ms_ms
 
 static void on_session_in(struct ms_daemon *d, struct ms_session *s)
 {
+    s->more = false;
     int rc = ms_conn_fill(&s->conn);
     if (rc < 0) {
         session_close(d, s, true);
@@ -436,11 +513,19 @@ static void on_session_in(struct ms_daemon *d, struct ms_session *s)
             session_close(d, s, s->task != MS_TASK_NONE);
         return;
     }
-    for (;;) {
+    for (int handled = 0;; handled++) {
+        if (handled == MSGS_PER_PASS) {
+            s->more = true; /* the rest next pass: the other clients go first */
+            return;
+        }
         struct ms_msg m;
         rc = ms_conn_next(&s->conn, &m);
         if (rc == 0)
             break;
+        if (rc == 1) {
+            s->spoke = true;
+            s->last_in = now_ns();
+        }
         if (rc < 0) {
             protocol_error(d, s, rc,
                            rc == MS_E_VERSION ? "speaks another protocol version (this daemon: 1)"
@@ -473,17 +558,144 @@ static void on_session_out(struct ms_daemon *d, struct ms_session *s)
     update_out(d, s);
 }
 
+/* The oldest quiet session that is not a task, of uid (or of anyone when uid < 0): the one
+ * that makes room when a limit is reached. A session quiet for less than RECYCLE_AGE_NS is
+ * spared (NULL: refuse the newcomer instead), so a client that just connected gets to say
+ * what it wants however fast a flood of others arrives. */
+static struct ms_session *oldest_idle(struct ms_daemon *d, long uid)
+{
+    struct ms_session *best = NULL;
+    uint64_t now = now_ns();
+    for (struct ms_session *s = d->sessions; s; s = s->next)
+        if (s->task == MS_TASK_NONE && !s->closing && (uid < 0 || (long)s->uid == uid) &&
+            now - s->last_in >= RECYCLE_AGE_NS && (!best || s->last_in < best->last_in))
+            best = s;
+    return best;
+}
+
+static size_t sessions_of(const struct ms_daemon *d, uid_t uid)
+{
+    size_t n = 0;
+    for (const struct ms_session *s = d->sessions; s; s = s->next)
+        n += s->uid == uid;
+    return n;
+}
+
+/* Out of descriptors with nothing to recycle: stop watching the socket for a while. */
+static void pause_accept(struct ms_daemon *d, int err)
+{
+    uint64_t b = d->accept_backoff_ns;
+    b = b ? MS_MIN(2 * b, ACCEPT_BACKOFF_MAX_NS) : ACCEPT_BACKOFF_MIN_NS;
+    d->accept_backoff_ns = b;
+    d->accept_resume = now_ns() + b;
+    ep_del(d, d->listen_fd);
+    d->st.conns_refused++;
+    ms_log_warn("cannot accept connections: %s; pausing for %llu ms (%zu sessions)", strerror(err),
+                (unsigned long long)(b / 1000000ull), d->nsessions);
+}
+
+static void resume_accept(struct ms_daemon *d)
+{
+    if (!d->accept_resume || now_ns() < d->accept_resume)
+        return;
+    d->accept_resume = 0;
+    if (ep_set(d, EPOLL_CTL_ADD, d->listen_fd, &d->listen_ev, EPOLLIN) != 0) {
+        ms_log_error("cannot watch the listening socket again: %s", strerror(errno));
+        d->exit_code = 1;
+        d->stop = true;
+    }
+}
+
+/* Make room for one more session of uid. Returns false when the connection must be refused. */
+static bool make_room(struct ms_daemon *d, uid_t uid)
+{
+    size_t mine = sessions_of(d, uid);
+    if (mine >= d->conf.max_conns_per_uid) {
+        struct ms_session *v = oldest_idle(d, (long)uid);
+        if (!v) {
+            ms_log_warn("uid %u holds %zu connections (max_conns_per_uid %u): refusing one",
+                        (unsigned)uid, mine, d->conf.max_conns_per_uid);
+            return false;
+        }
+        d->st.conns_refused++;
+        ms_log_info("uid %u holds %zu connections (max_conns_per_uid %u): closing its oldest "
+                    "quiet one",
+                    (unsigned)uid, mine, d->conf.max_conns_per_uid);
+        session_close(d, v, false);
+    }
+    if (d->nsessions >= (size_t)d->conf.max_tasks + MAX_EXTRA_SESSIONS) {
+        struct ms_session *v = oldest_idle(d, -1);
+        if (!v) {
+            ms_log_warn("too many connections (%zu); refusing one", d->nsessions);
+            return false;
+        }
+        d->st.conns_refused++;
+        ms_log_info("too many connections (%zu); closing the oldest quiet one (uid %u)",
+                    d->nsessions, (unsigned)v->uid);
+        session_close(d, v, false);
+    }
+    return true;
+}
+
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+
+/* The daemon's uid, root, or (by the peer's groups at connect time) admin_group. */
+static bool is_admin(const struct ms_daemon *d, int fd, const struct ucred *cred)
+{
+    if (cred->uid == 0 || cred->uid == geteuid())
+        return true;
+    if (d->admin_gid < 0)
+        return false;
+    if ((long)cred->gid == d->admin_gid)
+        return true;
+    gid_t groups[256];
+    socklen_t len = sizeof(groups);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+        return false; /* too many groups or no support: not an admin by group */
+    for (size_t i = 0; i < len / sizeof(gid_t); i++)
+        if ((long)groups[i] == d->admin_gid)
+            return true;
+    return false;
+}
+
 static void on_listen(struct ms_daemon *d)
 {
-    for (;;) {
+    /* At most ACCEPTS_PER_PASS at a time: the sessions accepted get to speak (their input is
+     * handled next pass) before a flood of newer ones could make them the oldest to recycle. */
+    for (int n = 0; n < ACCEPTS_PER_PASS && !d->accept_resume; n++) {
         int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                ms_log_warn("accept: %s", strerror(errno));
+            int e = errno;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+                /* A quiet control connection gives its descriptor up for this one. */
+                struct ms_session *v = oldest_idle(d, -1);
+                if (v) {
+                    d->st.conns_refused++;
+                    ms_log_info("out of descriptors (%s): closing the oldest quiet connection",
+                                strerror(e));
+                    session_close(d, v, false);
+                    n--; /* this one is still to accept */
+                    continue;
+                }
+                pause_accept(d, e);
+                return;
+            }
+            if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR)
+                ms_log_warn("accept: %s", strerror(e));
             return;
         }
-        if (d->nsessions >= (size_t)d->conf.max_tasks + MAX_EXTRA_SESSIONS) {
-            ms_log_warn("too many connections (%zu); refusing one", d->nsessions);
+        d->accept_backoff_ns = 0;
+        struct ucred cred;
+        socklen_t cl = sizeof(cred);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+            ms_log_warn("a connection without credentials: %s; refusing it", strerror(errno));
+            close(fd);
+            continue;
+        }
+        if (!make_room(d, cred.uid)) {
+            d->st.conns_refused++;
             close(fd);
             continue;
         }
@@ -497,12 +709,11 @@ static void on_listen(struct ms_daemon *d)
         s->id = ++d->next_session_id;
         s->task = MS_TASK_NONE;
         s->pidfd = -1;
-        struct ucred cred;
-        socklen_t cl = sizeof(cred);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
-            s->pid = cred.pid;
-            s->uid = cred.uid;
-        }
+        s->pid = cred.pid;
+        s->uid = cred.uid;
+        s->gid = cred.gid;
+        s->admin = is_admin(d, fd, &cred);
+        s->last_in = now_ns();
         ms_conn_init(&s->conn, fd, d->conf.session_out_max);
         if (ep_set(d, EPOLL_CTL_ADD, fd, &s->ev, EPOLLIN) != 0) {
             ms_conn_fini(&s->conn);
@@ -554,6 +765,12 @@ static void task_dropped(struct ms_daemon *d, struct ms_session *s, uint32_t tas
 {
     if (ms_sched_task_state(&d->sched, task) != MS_TS_DROPPED)
         return; /* BYE: nothing is left */
+    if (ms_sched_task_resident(&d->sched, task) == 0) {
+        /* Nothing charged: a ghost would only take a slot (a process that says HELLO and
+         * closes, again and again, must not fill the task table). */
+        ms_sched_task_gone(&d->sched, now_ns(), task);
+        return;
+    }
     for (struct ms_ghost *g = d->ghosts; g; g = g->next)
         if (g->task == task)
             return; /* already a ghost (its session closed while the process runs) */
@@ -603,12 +820,14 @@ static void note_switch(struct ms_daemon *d)
     /* The bytes and the model's time for them tell a link-bound switch from a stall; the
      * longest eviction against the population says whether a victim or the incoming task
      * held it up. */
-    ms_log_info("slow switch %llu: task %u ran after %.1f ms (%s); moved %.2f GiB out, %.2f GiB "
-                "in, %llu plan(s), predicted %.1f ms%s; population %.1f ms",
-                (unsigned long long)w->seq, w->to, (double)w->ns / 1e6, stop,
-                (double)w->out / (double)MS_GIB, (double)w->in / (double)MS_GIB,
-                (unsigned long long)w->plans, (double)w->predicted_ns / 1e6, evict,
-                (double)w->pop_ns / 1e6);
+    ms_log_unlimited(
+        MS_LOG_INFO,
+        "slow switch %llu: task %u ran after %.1f ms (%s); moved %.2f GiB out, %.2f GiB "
+        "in, %llu plan(s), predicted %.1f ms%s; population %.1f ms",
+        (unsigned long long)w->seq, w->to, (double)w->ns / 1e6, stop,
+        (double)w->out / (double)MS_GIB, (double)w->in / (double)MS_GIB,
+        (unsigned long long)w->plans, (double)w->predicted_ns / 1e6, evict,
+        (double)w->pop_ns / 1e6);
 }
 
 static void run_actions(struct ms_daemon *d)
@@ -674,12 +893,36 @@ static int take_lock(struct ms_daemon *d, char *why, size_t whylen)
     return MS_OK;
 }
 
+/* A group name or number into *out (-1 for ""). */
+static int resolve_group(const char *name, long *out, char *why, size_t whylen)
+{
+    *out = -1;
+    if (!name[0])
+        return MS_OK;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(name, &end, 10);
+    if (*end == '\0' && errno == 0 && v < (gid_t)-1) {
+        *out = (long)v;
+        return MS_OK;
+    }
+    struct group gr, *res = NULL;
+    char buf[4096];
+    if (getgrnam_r(name, &gr, buf, sizeof(buf), &res) != 0 || !res) {
+        snprintf(why, whylen, "no group '%s'", name);
+        return MS_E_INVAL;
+    }
+    *out = (long)res->gr_gid;
+    return MS_OK;
+}
+
 int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
 {
     struct ms_conf conf = d->conf;
     memset(d, 0, sizeof(*d));
     d->conf = conf;
     d->epfd = d->listen_fd = d->signal_fd = d->lock_fd = -1;
+    d->socket_gid = d->admin_gid = -1;
     d->listen_ev.kind = MS_EV_LISTEN;
     d->signal_ev.kind = MS_EV_SIGNAL;
     int rc = ms_conf_check(&d->conf, why, whylen);
@@ -695,8 +938,13 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
         snprintf(why, whylen, "socket path too long (at most %d bytes)", MS_IPC_PATH_MAX - 1);
         return rc;
     }
+    rc = resolve_group(d->conf.socket_group, &d->socket_gid, why, whylen);
+    if (!rc)
+        rc = resolve_group(d->conf.admin_group, &d->admin_gid, why, whylen);
+    if (rc)
+        return rc;
     char inner[200];
-    rc = ms_ipc_prepare_dir(d->sock_path, inner, sizeof(inner));
+    rc = ms_ipc_prepare_dir_group(d->sock_path, d->socket_gid, inner, sizeof(inner));
     if (rc) {
         snprintf(why, whylen, "%s", inner);
         return rc;
@@ -707,12 +955,15 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
     d->start_ns = now_ns();
     struct ms_sched_config sc;
     ms_conf_to_sched(&d->conf, &sc);
+    /* max_tasks bounds the live tasks (do_hello); the scheduler's table also holds the ghosts
+     * whose memory stays charged, as many again. */
+    sc.max_tasks = MS_MIN(2 * sc.max_tasks, 65536u);
     rc = ms_sched_init(&d->sched, &sc, d->start_ns);
     if (rc) {
         snprintf(why, whylen, "bad scheduler configuration");
         return rc;
     }
-    rc = ms_ipc_listen(d->sock_path, &d->listen_fd);
+    rc = ms_ipc_listen_group(d->sock_path, d->socket_gid, &d->listen_fd);
     if (rc) {
         snprintf(why, whylen, "cannot listen on %s: %s", d->sock_path, strerror(errno));
         return rc;
@@ -766,15 +1017,30 @@ static void check_invariants(struct ms_daemon *d)
     }
 }
 
+/* How long a session that is not a task may stay silent. */
+static uint64_t idle_limit(const struct ms_daemon *d, const struct ms_session *s)
+{
+    return s->spoke ? MS_MAX(CONTROL_IDLE_NS, d->conf.hello_timeout_ns) : d->conf.hello_timeout_ns;
+}
+
 int ms_daemon_run(struct ms_daemon *d)
 {
     struct epoll_event evs[64];
     while (!d->stop) {
         uint64_t now = now_ns();
         uint64_t dl = ms_sched_deadline(&d->sched);
-        for (struct ms_session *s = d->sessions; s; s = s->next)
+        bool more = false;
+        for (struct ms_session *s = d->sessions; s; s = s->next) {
             if (s->closing && s->close_by)
                 dl = MS_MIN(dl, s->close_by);
+            else if (s->task == MS_TASK_NONE && !s->closing)
+                dl = MS_MIN(dl, s->last_in + idle_limit(d, s));
+            more |= s->more;
+        }
+        if (d->accept_resume)
+            dl = MS_MIN(dl, d->accept_resume);
+        if (more)
+            dl = now;
         int timeout = 1000;
         if (dl <= now)
             timeout = 0;
@@ -816,15 +1082,40 @@ int ms_daemon_run(struct ms_daemon *d)
             }
             run_actions(d);
         }
+        /* Input a flood left over (MSGS_PER_PASS), after everyone else had their turn. */
+        for (struct ms_session *s = d->sessions; s; s = s->next)
+            s->turn = s->more;
+        for (;;) {
+            /* From the head each time: handling one may close others (actions). */
+            struct ms_session *s = d->sessions;
+            while (s && !s->turn)
+                s = s->next;
+            if (!s)
+                break;
+            s->turn = false;
+            on_session_in(d, s);
+            run_actions(d);
+        }
         now = now_ns();
         if (now >= ms_sched_deadline(&d->sched))
             ms_sched_tick(&d->sched, now);
         run_actions(d);
         for (struct ms_session *s = d->sessions, *nx; s; s = nx) {
             nx = s->next;
-            if (s->closing && s->close_by && now >= s->close_by)
+            if (s->closing && s->close_by && now >= s->close_by) {
                 session_close(d, s, false);
+            } else if (s->task == MS_TASK_NONE && !s->closing &&
+                       now - s->last_in >= idle_limit(d, s)) {
+                char who[96];
+                d->st.idle_closed++;
+                ms_log_info("%s %s; closing it", peer(s, who, sizeof(who)),
+                            s->spoke ? "has been quiet for too long"
+                                     : "said nothing within hello_timeout");
+                session_close(d, s, false);
+            }
         }
+        resume_accept(d);
+        ms_log_tick();
         free_graveyard();
         if (d->conf.check)
             check_invariants(d);

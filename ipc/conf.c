@@ -12,9 +12,11 @@
 #include "core/cost.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LIMIT (1ull << 60) /* whole numbers (parse_uint) */
 #define NS_US 1000ull
@@ -59,6 +61,20 @@ static const struct ms_conf_opt opts[] = {
      "verify the scheduler's invariants after every pass of the event loop (tests)"},
     {"idle_exit", MS_CT_DURATION, OFF(idle_exit_ns), 0, 86400 * NS_S, true,
      "exit after this long with no client connected (0: never)"},
+    {"hello_timeout", MS_CT_DURATION, OFF(hello_timeout_ns), 10 * NS_MS, 3600 * NS_S, true,
+     "a connection that is not a task and sends nothing for this long is closed"},
+    {"max_conns_per_uid", MS_CT_UINT, OFF(max_conns_per_uid), 1, 65536, true,
+     "connections one user may hold at once (tasks and control clients)"},
+    {"socket_group", MS_CT_STRING, OFF(socket_group), 0, 0, false,
+     "serve this group's members too: socket 0660 and directory 0750 owned by the group "
+     "(\"\": only the daemon's user)"},
+    {"admin_group", MS_CT_STRING, OFF(admin_group), 0, 0, false,
+     "members may change the configuration and exceed the user limits, like the daemon's "
+     "user and root"},
+    {"max_user_priority", MS_CT_UINT, OFF(max_user_priority), 0, 10, true,
+     "highest priority a client that is not an admin may ask for (rt is 10)"},
+    {"max_user_weight", MS_CT_UINT, OFF(max_user_weight), 1, 1000, true,
+     "highest weight a client that is not an admin may ask for"},
 };
 
 void ms_conf_default(struct ms_conf *c)
@@ -81,6 +97,10 @@ void ms_conf_default(struct ms_conf *c)
     c->max_tasks = sc.max_tasks;
     c->session_out_max = 4 * MS_MIB;
     c->log_level = MS_LOG_WARN;
+    c->hello_timeout_ns = 10 * NS_S;
+    c->max_conns_per_uid = 128;
+    c->max_user_priority = 5;
+    c->max_user_weight = 10;
 }
 
 const struct ms_conf_opt *ms_conf_opts(size_t *out_n)
@@ -456,9 +476,13 @@ int ms_conf_parse(struct ms_conf *c, const char *text, size_t len, char *why, si
 
 int ms_conf_load(struct ms_conf *c, const char *path, char *why, size_t whylen)
 {
-    FILE *f = fopen(path, "rb");
+    /* Never through a link: a daemon run as root reads only the file it was named. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
-        WHY("%s: %s", path, strerror(errno));
+        WHY("%s: %s", path, errno == ELOOP ? "is a symbolic link (refused)" : strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return MS_E_IO;
     }
     char *text = malloc(MS_CONF_FILE_MAX + 1);

@@ -53,11 +53,17 @@ struct ms_conf {
     bool early_run;               /* RUN with the POPULATE */
     uint64_t idle_hold_ns;        /* longest hold for an idle task (sched.h) */
     uint32_t max_tasks;
-    uint64_t session_out_max; /* bytes queued to one client before it is dropped */
-    uint32_t log_level;       /* enum ms_log_level */
-    char log_file[256];       /* "" = stderr */
-    bool check;               /* verify the scheduler's invariants after every event */
-    uint64_t idle_exit_ns;    /* exit after this long without a session (0: never) */
+    uint64_t session_out_max;   /* bytes queued to one client before it is dropped */
+    uint32_t log_level;         /* enum ms_log_level */
+    char log_file[256];         /* "" = stderr */
+    bool check;                 /* verify the scheduler's invariants after every event */
+    uint64_t idle_exit_ns;      /* exit after this long without a session (0: never) */
+    uint64_t hello_timeout_ns;  /* a connection without a task, silent this long, is closed */
+    uint32_t max_conns_per_uid; /* connections one uid may hold at once */
+    char socket_group[64];      /* "" = private socket; else a group name or number */
+    char admin_group[64];       /* members may change the configuration ("" = none) */
+    uint32_t max_user_priority; /* highest priority a non-admin client may ask for */
+    uint32_t max_user_weight;   /* highest weight a non-admin client may ask for */
 };
 
 enum ms_conf_type {

@@ -6,7 +6,15 @@
  * Design
  *   One Unix stream socket per GPU. Its path is $MSCHED_SOCKET when set, else
  *   $XDG_RUNTIME_DIR/msched/gpu<N>.sock, else /tmp/msched-<uid>/gpu<N>.sock. The directory is
- *   created 0700 by the daemon, which refuses one it does not own or that others can write.
+ *   created 0700 (0750 for a socket group) by the daemon, which refuses one it does not own or
+ *   that others can write, sticky or not.
+ *
+ *   Trust (docs/daemon.md, "Threat model"). A client connects only to a daemon it trusts: the
+ *   socket's directory and file must belong to the user, root or the service user named by
+ *   $MSCHED_SERVICE_USER, the directory must be writable by nobody else (unless sticky, like
+ *   /tmp, where the file's owner decides), and the process listening (SO_PEERCRED) must run
+ *   as one of those users. Anything else is refused before a byte is sent, so a squatter never
+ *   learns a client's pid, name or allocations and cannot hang it.
  *
  *   A connection (struct ms_conn) owns a nonblocking fd and two buffers. Sending encodes the
  *   frame onto the output buffer and writes as much as the socket takes; the rest waits for
@@ -22,7 +30,8 @@
  *   not even decode).
  *
  *   Everything here is async-signal-unsafe but thread-compatible: one thread per connection at a
- *   time. No global state; safe to compile with -fPIC into the shim.
+ *   time. No global state but one flag (ms_ipc_connect says a refusal once per process); safe
+ *   to compile with -fPIC into the shim.
  *
  * Errors: MS_E_IO (a system call failed; errno is kept), MS_E_NOTFOUND (no daemon listening),
  * MS_E_NOSPACE (output bound exceeded, or a path too long for a socket), MS_E_PARSE and
@@ -46,23 +55,39 @@
 int ms_ipc_socket_path(unsigned gpu, char *buf, size_t len);
 
 /*
- * Create the socket's parent directory (mode 0700) if missing, one level only, and check that
- * it is a directory owned by us that nobody else may write. Errors: MS_E_IO (errno set),
- * MS_E_STATE (exists with the wrong owner or mode: why says which).
+ * Create the socket's parent directory if missing (one level only: mode 0700, or 0750 and
+ * group gid when gid >= 0) and check, through a descriptor opened with O_NOFOLLOW, that it is
+ * a directory owned by this process's effective uid that nobody else may write (a sticky bit
+ * does not make a shared directory acceptable). With gid >= 0 an existing directory is given
+ * to the group, mode 0750. Errors: MS_E_IO (errno set), MS_E_STATE (not a directory, another
+ * owner, writable by others: why says which), MS_E_NOSPACE.
  */
-int ms_ipc_prepare_dir(const char *sock_path, char *why, size_t whylen);
+int ms_ipc_prepare_dir(const char *sock_path, char *why, size_t whylen); /* gid -1 */
+int ms_ipc_prepare_dir_group(const char *sock_path, long gid, char *why, size_t whylen);
 
 /*
- * Listen on sock_path (nonblocking, close-on-exec, mode 0600). A stale socket at the path is
- * removed first (the caller must hold the daemon lock); any other kind of file is left alone
- * and refused (MS_E_IO, errno EEXIST). Errors: MS_E_IO, MS_E_NOSPACE.
+ * Listen on sock_path (nonblocking, close-on-exec, mode 0600, or 0660 and group gid when gid >=
+ * 0). A stale socket at the path is removed first (the caller must hold the daemon lock); any
+ * other kind of file is left alone and refused (MS_E_IO, errno EEXIST). Errors: MS_E_IO,
+ * MS_E_NOSPACE.
  */
-int ms_ipc_listen(const char *sock_path, int *out_fd);
+int ms_ipc_listen(const char *sock_path, int *out_fd); /* gid -1 */
+int ms_ipc_listen_group(const char *sock_path, long gid, int *out_fd);
 
 /*
- * Connect to sock_path within timeout_ms (< 0: no limit). The fd is nonblocking and
- * close-on-exec. Errors: MS_E_NOTFOUND (no such socket or nobody listening), MS_E_IO
- * (including the timeout; errno ETIMEDOUT), MS_E_NOSPACE.
+ * Connect to a trusted daemon (above) on sock_path within timeout_ms (< 0: no limit). The fd
+ * is nonblocking and close-on-exec. Errors: MS_E_NOTFOUND (no such socket or directory, or
+ * nobody listening), MS_E_STATE (untrusted: its directory, its file or its listener belongs
+ * to someone else; why has one line naming the path and the owner), MS_E_IO (including the
+ * timeout; errno ETIMEDOUT), MS_E_NOSPACE.
+ */
+int ms_ipc_connect_why(const char *sock_path, int timeout_ms, int *out_fd, char *why,
+                       size_t whylen);
+
+/*
+ * The same, for callers with nowhere to show why (the shim logs only when verbose): an
+ * untrusted socket is a security refusal the user must see, so its line goes to stderr
+ * ("msched: refusing the daemon socket ..."), once per process, and errno is EACCES.
  */
 int ms_ipc_connect(const char *sock_path, int timeout_ms, int *out_fd);
 

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,47 +47,82 @@ int ms_ipc_socket_path(unsigned gpu, char *buf, size_t len)
     return MS_OK;
 }
 
-int ms_ipc_prepare_dir(const char *sock_path, char *why, size_t whylen)
+#define WHY(...)                                                                                   \
+    do {                                                                                           \
+        if (why && whylen)                                                                         \
+            snprintf(why, whylen, __VA_ARGS__);                                                    \
+    } while (0)
+
+/* The directory part of path into dir ("." for a bare name). */
+static int dir_of(const char *path, char *dir, size_t len)
 {
-    char dir[MS_IPC_PATH_MAX + 1];
-    if (snprintf(dir, sizeof(dir), "%s", sock_path) >= (int)sizeof(dir))
+    if (snprintf(dir, len, "%s", path) >= (int)len)
         return MS_E_NOSPACE;
     char *slash = strrchr(dir, '/');
     if (!slash)
-        return MS_OK; /* a relative name in the current directory */
-    if (slash == dir)
-        return MS_OK; /* directly under / */
-    *slash = '\0';
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        if (why && whylen)
-            snprintf(why, whylen, "cannot create %s: %s", dir, strerror(errno));
+        snprintf(dir, len, ".");
+    else if (slash == dir)
+        dir[1] = '\0'; /* directly under / */
+    else
+        *slash = '\0';
+    return MS_OK;
+}
+
+int ms_ipc_prepare_dir(const char *sock_path, char *why, size_t whylen)
+{
+    return ms_ipc_prepare_dir_group(sock_path, -1, why, whylen);
+}
+
+int ms_ipc_prepare_dir_group(const char *sock_path, long gid, char *why, size_t whylen)
+{
+    char dir[MS_IPC_PATH_MAX + 1];
+    if (dir_of(sock_path, dir, sizeof(dir)) != MS_OK)
+        return MS_E_NOSPACE;
+    mode_t want = gid >= 0 ? 0750 : 0700;
+    bool created = mkdir(dir, want) == 0;
+    if (!created && errno != EEXIST) {
+        WHY("cannot create %s: %s", dir, strerror(errno));
+        return MS_E_IO;
+    }
+    /* Everything below goes through one descriptor, so a directory swapped for a link (or
+     * anything else) between the checks and the changes is never what gets changed. */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOTDIR || errno == ELOOP) {
+            WHY("%s is not a directory", dir);
+            return MS_E_STATE;
+        }
+        WHY("cannot open %s: %s", dir, strerror(errno));
         return MS_E_IO;
     }
     struct stat st;
-    if (lstat(dir, &st) != 0) {
-        if (why && whylen)
-            snprintf(why, whylen, "cannot inspect %s: %s", dir, strerror(errno));
-        return MS_E_IO;
+    int rc = MS_OK;
+    if (fstat(fd, &st) != 0) {
+        WHY("cannot inspect %s: %s", dir, strerror(errno));
+        rc = MS_E_IO;
+    } else if (st.st_uid != geteuid()) {
+        /* Someone else made it: whatever they left in it (a link where the log goes, a
+         * listener of their own) is theirs to control. The sticky bit does not change that. */
+        WHY("%s belongs to uid %u, not to this daemon's uid %u; remove it or use another "
+            "--socket",
+            dir, (unsigned)st.st_uid, (unsigned)geteuid());
+        rc = MS_E_STATE;
+    } else if (st.st_mode & 022) {
+        WHY("%s is writable by others (mode %o); the socket needs a directory only its "
+            "daemon may write",
+            dir, (unsigned)(st.st_mode & 07777));
+        rc = MS_E_STATE;
+    } else if (gid >= 0 && ((long)st.st_gid != gid || (st.st_mode & 07777) != want)) {
+        if (fchown(fd, (uid_t)-1, (gid_t)gid) != 0 || fchmod(fd, want) != 0) {
+            WHY("cannot give %s to group %ld: %s", dir, gid, strerror(errno));
+            rc = MS_E_IO;
+        }
+    } else if (created && (st.st_mode & 07777) != want && fchmod(fd, want) != 0) {
+        WHY("cannot set the mode of %s: %s", dir, strerror(errno));
+        rc = MS_E_IO;
     }
-    if (!S_ISDIR(st.st_mode)) {
-        if (why && whylen)
-            snprintf(why, whylen, "%s is not a directory", dir);
-        return MS_E_STATE;
-    }
-    /* Only a directory we created for ourselves needs to be private; an explicit
-     * MSCHED_SOCKET in a shared directory (with the sticky bit, like /tmp) is the user's call. */
-    if (st.st_uid != getuid() && !(st.st_mode & S_ISVTX)) {
-        if (why && whylen)
-            snprintf(why, whylen, "%s belongs to uid %u, not to us", dir, (unsigned)st.st_uid);
-        return MS_E_STATE;
-    }
-    if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)) {
-        if (why && whylen)
-            snprintf(why, whylen, "%s is writable by others (mode %o)", dir,
-                     (unsigned)(st.st_mode & 07777));
-        return MS_E_STATE;
-    }
-    return MS_OK;
+    close(fd);
+    return rc;
 }
 
 static int make_addr(const char *path, struct sockaddr_un *sa)
@@ -100,6 +137,11 @@ static int make_addr(const char *path, struct sockaddr_un *sa)
 }
 
 int ms_ipc_listen(const char *sock_path, int *out_fd)
+{
+    return ms_ipc_listen_group(sock_path, -1, out_fd);
+}
+
+int ms_ipc_listen_group(const char *sock_path, long gid, int *out_fd)
 {
     struct sockaddr_un sa;
     int rc = make_addr(sock_path, &sa);
@@ -121,7 +163,12 @@ int ms_ipc_listen(const char *sock_path, int *out_fd)
     mode_t old = umask(0177);
     int b = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
     umask(old);
-    if (b != 0 || listen(fd, 64) != 0) {
+    /* Born 0600; opened to the group only once it belongs to the group (the directory is the
+     * daemon's own, so nobody can swap the file meanwhile). */
+    if (b == 0 && gid >= 0 &&
+        (chown(sock_path, (uid_t)-1, (gid_t)gid) != 0 || chmod(sock_path, 0660) != 0))
+        b = -1;
+    if (b != 0 || listen(fd, 128) != 0) {
         int e = errno;
         close(fd);
         errno = e;
@@ -131,10 +178,122 @@ int ms_ipc_listen(const char *sock_path, int *out_fd)
     return MS_OK;
 }
 
+/* ---- whom a client trusts ------------------------------------------------------------------- */
+
+/* The uid MSCHED_SERVICE_USER names (a number or a user name), or -1. */
+static long service_uid(void)
+{
+    const char *u = getenv("MSCHED_SERVICE_USER");
+    if (!u || !*u)
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(u, &end, 10);
+    if (*end == '\0' && errno == 0 && v < UINT32_MAX)
+        return (long)v;
+    struct passwd pw, *res = NULL;
+    char buf[1024];
+    if (getpwnam_r(u, &pw, buf, sizeof(buf), &res) == 0 && res)
+        return (long)res->pw_uid;
+    return -1;
+}
+
+static bool trusted(uid_t uid)
+{
+    if (uid == 0 || uid == geteuid())
+        return true;
+    long svc = service_uid();
+    return svc >= 0 && (uid_t)svc == uid;
+}
+
+static void say_untrusted(const char *why)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&said))
+        return;
+    char line[600];
+    int n = snprintf(line, sizeof(line), "msched: %s\n", why);
+    if (n > 0) {
+        ssize_t w = write(2, line, MS_MIN((size_t)n, sizeof(line) - 1));
+        (void)w;
+    }
+}
+
+/*
+ * Before connecting: the socket's directory must belong to someone trusted and be writable by
+ * nobody else (or be sticky, like /tmp, when the socket file itself is trusted). Returns
+ * MS_E_NOTFOUND when there is nothing to connect to, MS_E_STATE (why says) when it is untrusted.
+ */
+static int check_path(const char *sock_path, char *why, size_t whylen)
+{
+    char dir[MS_IPC_PATH_MAX + 1];
+    if (dir_of(sock_path, dir, sizeof(dir)) != MS_OK)
+        return MS_E_NOSPACE;
+    struct stat ds, ss;
+    if (stat(dir, &ds) != 0 || lstat(sock_path, &ss) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return MS_E_NOTFOUND;
+        return MS_E_IO;
+    }
+    if (!trusted(ds.st_uid)) {
+        WHY("refusing the daemon socket %s: its directory belongs to uid %u (not this user, root "
+            "or MSCHED_SERVICE_USER)",
+            sock_path, (unsigned)ds.st_uid);
+        return MS_E_STATE;
+    }
+    if ((ds.st_mode & 022) && !(ds.st_mode & S_ISVTX)) {
+        WHY("refusing the daemon socket %s: anyone may write its directory (mode %o)", sock_path,
+            (unsigned)(ds.st_mode & 07777));
+        return MS_E_STATE;
+    }
+    if (!trusted(ss.st_uid)) {
+        WHY("refusing the daemon socket %s: it belongs to uid %u (not this user, root or "
+            "MSCHED_SERVICE_USER)",
+            sock_path, (unsigned)ss.st_uid);
+        return MS_E_STATE;
+    }
+    return MS_OK;
+}
+
+/* After connecting: the process that listens must be trusted too. */
+static int check_peer(int fd, const char *sock_path, char *why, size_t whylen)
+{
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+        WHY("refusing the daemon socket %s: cannot learn who listens on it: %s", sock_path,
+            strerror(errno));
+        return MS_E_STATE;
+    }
+    if (!trusted(cred.uid)) {
+        WHY("refusing the daemon socket %s: its listener (pid %d) runs as uid %u (not this "
+            "user, root or MSCHED_SERVICE_USER)",
+            sock_path, (int)cred.pid, (unsigned)cred.uid);
+        return MS_E_STATE;
+    }
+    return MS_OK;
+}
+
 int ms_ipc_connect(const char *sock_path, int timeout_ms, int *out_fd)
+{
+    char why[400] = "";
+    int rc = ms_ipc_connect_why(sock_path, timeout_ms, out_fd, why, sizeof(why));
+    if (rc == MS_E_STATE) {
+        say_untrusted(why);
+        errno = EACCES;
+    }
+    return rc;
+}
+
+int ms_ipc_connect_why(const char *sock_path, int timeout_ms, int *out_fd, char *why, size_t whylen)
 {
     struct sockaddr_un sa;
     int rc = make_addr(sock_path, &sa);
+    if (rc)
+        return rc;
+    rc = check_path(sock_path, why, whylen);
+    if (rc == MS_E_NOTFOUND)
+        errno = ENOENT;
     if (rc)
         return rc;
     uint64_t deadline =
@@ -144,6 +303,11 @@ int ms_ipc_connect(const char *sock_path, int timeout_ms, int *out_fd)
         if (fd < 0)
             return MS_E_IO;
         if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            rc = check_peer(fd, sock_path, why, whylen);
+            if (rc) {
+                close(fd);
+                return rc;
+            }
             *out_fd = fd;
             return MS_OK;
         }
@@ -159,6 +323,11 @@ int ms_ipc_connect(const char *sock_path, int timeout_ms, int *out_fd)
             int soerr = 0;
             socklen_t sl = sizeof(soerr);
             if (pr == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && !soerr) {
+                rc = check_peer(fd, sock_path, why, whylen);
+                if (rc) {
+                    close(fd);
+                    return rc;
+                }
                 *out_fd = fd;
                 return MS_OK;
             }

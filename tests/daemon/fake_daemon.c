@@ -25,6 +25,15 @@
  *   and the fake exits 0. A watchdog (--timeout, default 30 s) ends a stuck run with exit
  *   status 2 after printing the same line, so a test never hangs on it.
  *
+ *   With --squat it plays a hostile listener instead (tests/cli/daemon_trust.sh): it serves
+ *   any number of connections one after the other, answers HELLO with WELCOME and every other
+ *   request with ERROR (which a client waiting for its RUN takes as a live daemon), never
+ *   sends RUN, and prints one line per connection and per HELLO (with the pid and name the
+ *   client gave away):
+ *       fake_daemon: connection
+ *       fake_daemon: HELLO from pid P name N
+ *   until its watchdog (--timeout) ends it with status 0.
+ *
  * Exit status: 0 served until the client left; 1 usage, socket or protocol failure; 2 watchdog.
  */
 #include "core/proto.h"
@@ -118,11 +127,61 @@ static bool send_run(struct ms_conn *c, uint32_t epoch)
     return true;
 }
 
+/* --squat: one connection after the other until the deadline (above). */
+static int squat(int lfd, uint64_t deadline)
+{
+    while (ms_ipc_now_ns() < deadline) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                perror("fake_daemon: accept");
+                return 1;
+            }
+            usleep(10000);
+            continue;
+        }
+        printf("fake_daemon: connection\n");
+        fflush(stdout);
+        struct ms_conn c;
+        ms_conn_init(&c, fd, 0);
+        while (ms_ipc_now_ns() < deadline && !c.eof) {
+            if (ms_conn_flush(&c) < 0 || ms_conn_wait(&c, 100) < 0 || ms_conn_fill(&c) < 0)
+                break;
+            struct ms_msg m, r;
+            int got;
+            while ((got = ms_conn_next(&c, &m)) == 1) {
+                if (m.type == MS_MSG_HELLO) {
+                    printf("fake_daemon: HELLO from pid %u name %s\n", m.hello.pid, m.hello.name);
+                    fflush(stdout);
+                    ms_msg_init(&r, MS_MSG_WELCOME);
+                    r.welcome.version = MS_PROTO_VERSION;
+                    r.welcome.task = 1;
+                    r.welcome.budget = 1ull << 30;
+                    r.welcome.slice_ns = HOUR_NS;
+                } else {
+                    ms_msg_init(&r, MS_MSG_ERROR);
+                    r.error.code = MS_E_BUSY;
+                    snprintf(r.error.text, sizeof(r.error.text), "busy");
+                }
+                r.seq = m.seq;
+                ms_msg_free(&m);
+                if (send_msg(&c, &r))
+                    break;
+            }
+            if (got < 0)
+                break;
+        }
+        ms_conn_fini(&c);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL;
     unsigned lose = 0, timeout_s = 30;
     uint64_t budget = 1ull << 30;
+    bool squatter = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--lose") == 0 && i + 1 < argc)
             lose = (unsigned)strtoul(argv[++i], NULL, 10);
@@ -130,11 +189,13 @@ int main(int argc, char **argv)
             timeout_s = (unsigned)strtoul(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--budget-mib") == 0 && i + 1 < argc)
             budget = strtoull(argv[++i], NULL, 10) << 20;
+        else if (strcmp(argv[i], "--squat") == 0)
+            squatter = true;
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
             fprintf(stderr, "usage: fake_daemon SOCKET [--lose N] [--budget-mib M] "
-                            "[--timeout S]\n");
+                            "[--timeout S] [--squat]\n");
             return 1;
         }
     }
@@ -149,6 +210,8 @@ int main(int argc, char **argv)
         return 1;
     }
     uint64_t deadline = ms_ipc_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    if (squatter)
+        return squat(lfd, deadline);
     int fd = -1;
     while (fd < 0) {
         fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -23,7 +23,8 @@
  *                       length field lies), oversize (a header announcing 2 MiB), version (a
  *                       frame of protocol version 2), badregion (a DEMAND naming an unknown
  *                       region): the daemon must answer ERROR and close; exit 0 when it did;
- *     --flood           send STATUS_REQ forever without reading: the daemon must drop us.
+ *     --flood           send STATUS_REQ forever without reading: the daemon must drop us;
+ *     --flood-config    the same with CONFIG_SET (slice = 100ms).
  *   When the daemon goes away it prints "daemon gone; continuing alone" and exits 0, like a
  *   shim that falls back to running alone.
  *
@@ -66,7 +67,7 @@ static struct {
     uint32_t weight;
     uint64_t limit;
     int nregs, nchunks, ws_regs, slices, timeout_s, work_ms;
-    bool flood, partial;
+    bool flood, flood_config, partial;
 } opt = {.name = "fake",
          .prio = MS_PRIO_BE,
          .nregs = 1,
@@ -392,9 +393,13 @@ static void flood(void)
 {
     struct ms_msg m;
     for (long i = 0;; i++) {
-        ms_msg_init(&m, MS_MSG_STATUS_REQ);
+        ms_msg_init(&m, opt.flood_config ? MS_MSG_CONFIG_SET : MS_MSG_STATUS_REQ);
+        if (opt.flood_config) {
+            snprintf(m.config.kv.key, sizeof(m.config.kv.key), "slice");
+            snprintf(m.config.kv.value, sizeof(m.config.kv.value), "100ms");
+        }
         m.seq = 0;
-        uint8_t frame[64];
+        uint8_t frame[128];
         struct ms_buf b = {.data = frame, .len = 0, .cap = sizeof(frame)};
         ms_msg_encode(&m, &b); /* fits: never grows */
         ssize_t n = write(conn.fd, frame, b.len);
@@ -422,6 +427,7 @@ static void usage(void)
             "                 [--slices N] [--work MS] [--die-at EV[:N]] [--hang-at EV[:N]]\n"
             "                 [--close-at EV[:N]]\n"
             "                 [--garbage prehello|badframe|oversize|version|badregion] [--flood]\n"
+            "                 [--flood-config]\n"
             "                 [--whole-replies] [--log FILE] [--timeout S]\n");
     exit(1);
 }
@@ -483,6 +489,8 @@ int main(int argc, char **argv)
             opt.timeout_s = atoi(v);
         else if (strcmp(a, "--flood") == 0)
             opt.flood = true;
+        else if (strcmp(a, "--flood-config") == 0)
+            opt.flood = opt.flood_config = true;
         else if (strcmp(a, "--whole-replies") == 0)
             opt.partial = false;
         else

@@ -18,14 +18,25 @@ FAKE=$BUILD/tests/fake_shim
 T=$(mktemp -d /tmp/msched-test.XXXXXX)
 export MSCHED_SOCKET="$T/gpu0.sock"
 PIDS=()
+TEST_USERS=()
+TEST_GROUPS=()
 
 cleanup() {
-    local p
+    local p u
     for p in "${PIDS[@]}"; do
         kill -9 "$p" 2>/dev/null
     done
     for p in "${PIDS[@]}"; do
         wait "$p" 2>/dev/null
+        # not a child (a daemon started in the background): wait until it is gone
+        for _ in $(seq 1 40); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+    done
+    for u in "${TEST_USERS[@]}"; do
+        p=$(id -u "$u" 2>/dev/null) && rm -rf "/tmp/msched-$p"
+        userdel "$u" >/dev/null 2>&1
+    done
+    for u in "${TEST_GROUPS[@]}"; do
+        groupdel "$u" >/dev/null 2>&1
     done
     rm -rf "$T"
 }
@@ -165,4 +176,48 @@ case "\${LD_LIBRARY_PATH:-}" in
 *) export LD_LIBRARY_PATH=$BUILD/lib/fakecuda ;;
 esac
 EOF
+}
+
+# need_root WHAT: checks that create users and act as them (hostile local users, a service for
+# several users) need root; without it the test says so and is skipped (CI runs as root).
+need_root() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "SKIP: $1 needs root (it creates users with useradd); CI runs as root"
+        exit 0
+    fi
+    command -v useradd >/dev/null && command -v setpriv >/dev/null ||
+        fail "useradd or setpriv is missing"
+}
+
+# new_user VAR [useradd options...]: a throwaway user (no home, no shell), its name in $VAR;
+# removed at exit with its /tmp/msched-UID.
+new_user() {
+    local var=$1 name="mst$$u${#TEST_USERS[@]}"
+    shift
+    useradd -M -s /usr/sbin/nologin "$@" "$name" >/dev/null || fail "useradd $name failed"
+    TEST_USERS+=("$name")
+    eval "$var=$name"
+}
+
+# new_group VAR: a throwaway group, its name in $VAR; removed at exit.
+new_group() {
+    local var=$1 name="mst$$g${#TEST_GROUPS[@]}"
+    groupadd "$name" >/dev/null || fail "groupadd $name failed"
+    TEST_GROUPS+=("$name")
+    eval "$var=$name"
+}
+
+# as_user NAME CMD...: run CMD as user NAME with its groups, in this environment.
+as_user() {
+    local u=$1
+    shift
+    setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"
+}
+
+# as_user_bg NAME CMD... &: the same for a background job: it replaces the job's subshell, so
+# $! is CMD's own pid (for PIDS, kill and `msched status`). Never call it in the foreground.
+as_user_bg() {
+    local u=$1
+    shift
+    exec setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"
 }
