@@ -21,12 +21,12 @@
 #include <stdint.h>
 
 struct ms_ptrattr_mem {
-    uint64_t base, size;        /* the allocation (or mapping) holding the pointer */
-    unsigned long long buffer;  /* its buffer id (unique among live allocations) */
-    CUcontext ctx;              /* the context it belongs to (NULL for VMM mappings) */
-    int device;                 /* device ordinal */
-    bool managed;               /* managed memory (also has a host pointer) */
-    bool ipc_capable;           /* legacy CUDA IPC may export it */
+    uint64_t base, size;       /* the allocation (or mapping) holding the pointer */
+    unsigned long long buffer; /* its buffer id (unique among live allocations) */
+    CUcontext ctx;             /* the context it belongs to (NULL for VMM mappings) */
+    int device;                /* device ordinal */
+    bool managed;              /* managed memory (also has a host pointer) */
+    bool ipc_capable;          /* legacy CUDA IPC may export it */
 };
 
 #define MS_PTRATTR_UNKNOWN (-1)

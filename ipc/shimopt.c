@@ -63,6 +63,8 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},
+    [MS_OPT_SERVICE_USER] = {"MSCHED_SERVICE_USER", NULL, "USER", NULL, MS_OT_PATH, 0, 0, false,
+        NULL, "", "a service user (besides yourself and root) whose daemon socket clients trust"},
 };
 /* clang-format on */
 

@@ -12,8 +12,8 @@
  *   is its index), PRIORITY (rt, be or 0..10), FLAG (1/yes/on/true or 0/no/off/false), PATH
  *   (any non-empty text). A row may allow 0 below its minimum ("0 or 100..3600000").
  *
- *   MSCHED_SOCKET is read by ipc/sock.c (the daemon and the CLI read it too) and is listed here
- *   only so that the help names it.
+ *   MSCHED_SOCKET and MSCHED_SERVICE_USER are read by ipc/sock.c (the daemon and the CLI read
+ *   them too) and are listed here only so that the help names them.
  *
  * Lives in ipc/ because it is edge code shared by the shim and the CLI; it never reads the
  * environment itself: callers pass a getter. Pure functions over a constant table; nothing is
@@ -45,6 +45,7 @@ enum ms_shimopt {
     MS_OPT_ACCURACY_MAX,
     MS_OPT_CUPTI,
     MS_OPT_SOCKET,
+    MS_OPT_SERVICE_USER,
     MS_OPT_COUNT
 };
 

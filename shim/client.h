@@ -121,6 +121,9 @@ void ms_client_region_free(uint32_t slot);
  */
 int ms_client_gate(struct ms_chunk_set **need, struct ms_chunk_set *own, bool unbounded,
                    struct ms_shim_stream stream, bool *alone);
+/* s is being captured into a graph (cuStreamIsCapturing): its commands are recorded, not run,
+ * and nothing may synchronize while it captures. No lock needed. */
+bool ms_client_capturing(struct ms_shim_stream s);
 /* The hook that the gate admitted returned (no lock held; cheap when nothing was admitted). */
 void ms_client_gate_end(void);
 /* A synchronizing call (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize) begins or

@@ -5,7 +5,7 @@
  */
 #include "shim/client_int.h"
 
-bool ms__cl_capturing(struct ms_shim_stream s)
+bool ms_client_capturing(struct ms_shim_stream s)
 {
     CUstream h = (CUstream)s.handle;
     if (!h && !s.per_thread)
@@ -97,7 +97,8 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
     struct ms_rtable *rt = C.eng->rt;
     bool counted = false;
     bool dwaiting = false; /* counted in C.dwait */
-    int capt = -1; /* ms__cl_capturing(stream), asked once and only when the command would wait */
+    int capt =
+        -1; /* ms_client_capturing(stream), asked once and only when the command would wait */
     uint64_t t0 = 0;
     int rc = CUDA_SUCCESS;
     *alone = false;
@@ -122,7 +123,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             break;
         }
         if (capt < 0)
-            capt = ms__cl_capturing(stream);
+            capt = ms_client_capturing(stream);
         if (capt)
             break; /* recorded into a graph, not run: nothing to hold */
         uint64_t bytes = ms_chunk_set_bytes(need, rt);

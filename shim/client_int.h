@@ -132,7 +132,6 @@ MS_HIDDEN void ms__cl_prune_dead(void);
 MS_HIDDEN uint64_t ms__cl_run_bytes(const struct ms_run *run);
 MS_HIDDEN int ms__cl_run_chunks(const struct ms_run *run, struct ms_chunk_set *out);
 MS_HIDDEN int ms__cl_to_runs(const struct ms_chunk_set *s, size_t *n);
-MS_HIDDEN bool ms__cl_capturing(struct ms_shim_stream s);
 MS_HIDDEN void ms__cl_timed_wait(uint64_t ns);
 MS_HIDDEN int ms__cl_want_add(const struct ms_chunk_set *s);
 MS_HIDDEN void ms__cl_drop_dead(struct ms_chunk_set *s);

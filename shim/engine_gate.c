@@ -173,10 +173,15 @@ int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_strea
     }
     if (E.mode == MODE_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (E.strict && (rc = strict_evict(need)) != CUDA_SUCCESS)
-        return rc;
     if (!need->n)
         return CUDA_SUCCESS;
+    /* A command on a stream being captured is recorded into a graph, not run: nothing to make
+     * resident now (the graph's launches are gated on its reach), and a fault's synchronization
+     * would invalidate the capture (on the H200: cuBLAS inside torch.cuda.graph failed). */
+    if ((E.strict || !ms__eng_all_ready(need)) && ms_client_capturing(s))
+        return CUDA_SUCCESS;
+    if (E.strict && (rc = strict_evict(need)) != CUDA_SUCCESS)
+        return rc;
     /* Waiting for another thread's pins releases the lock, and `need` may be the shared
      * scratch: wait with a copy of it. */
     struct ms_chunk_set own;

@@ -54,7 +54,7 @@ $(BUILD)/gen/hash_ptx.c: gpu/cuda/hash.cu scripts/embed.py
 	    python3 scripts/embed.py ms_hash_ptx $@.ptx >$@; \
 	else python3 scripts/embed.py ms_hash_ptx - >$@; fi
 FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c gpu/fakecuda/fakecuda_um.c gpu/fakecuda/fakecuda_graph.c gpu/fakecuda/fakecuda_ptr.c \
-            cuabi/procaddr.c cuabi/ptrattr.c cuabi/gen/syms.c
+            gpu/fakecuda/fakecuda_capture.c cuabi/procaddr.c cuabi/ptrattr.c cuabi/gen/syms.c
 
 shim_pic = $(patsubst %.c,$(SHIM_PIC)/%.o,$(1))
 
@@ -90,7 +90,7 @@ SHIM_TEST_COMMON := tests/shim/cuda_test.c tests/shim/workload.c tests/shim/api_
 SHIM_TEST_HDRS := tests/shim/api.h tests/shim/workload.h gpu/fakecuda/fakecuda.h
 SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check \
               $(SHIM_TDIR)/engine_stress $(SHIM_TDIR)/alloc_fail $(SHIM_TDIR)/lock_order \
-              $(SHIM_TDIR)/thread_race $(SHIM_TDIR)/ptr_query \
+              $(SHIM_TDIR)/thread_race $(SHIM_TDIR)/ptr_query $(SHIM_TDIR)/capture \
               $(SHIM_TDIR)/libcupti_fake.so
 
 # A CUPTI stand-in over the fake driver, for the accuracy probe's tests.
@@ -110,6 +110,11 @@ $(SHIM_TDIR)/thread_race: tests/shim/thread_race.c gpu/fakecuda/fakecuda.h
 	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl -lpthread
 
 $(SHIM_TDIR)/ptr_query: tests/shim/ptr_query.c
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
+
+$(SHIM_TDIR)/capture: tests/shim/capture.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
 	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl

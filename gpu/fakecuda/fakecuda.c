@@ -466,7 +466,8 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
-    return ms__fk_ready();
+    CUresult rc = ms__fk_ready();
+    return rc == CUDA_SUCCESS ? ms__fk_capture_sync(NULL, true) : rc;
 }
 
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
@@ -474,7 +475,9 @@ CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
     CUresult rc = ms__fk_inited();
     if (rc == CUDA_SUCCESS && ctx && !ctx_valid(ctx))
         rc = CUDA_ERROR_INVALID_CONTEXT;
-    return rc == CUDA_SUCCESS && !ctx ? ms__fk_ready() : rc;
+    if (rc == CUDA_SUCCESS && !ctx)
+        rc = ms__fk_ready();
+    return rc == CUDA_SUCCESS ? ms__fk_capture_sync(NULL, true) : rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -518,7 +521,9 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 static CUresult stream_wait(CUstream s)
 {
     CUresult rc = ms__fk_ready();
-    return rc != CUDA_SUCCESS ? rc : ms__fk_stream_ok(s);
+    if (rc == CUDA_SUCCESS)
+        rc = ms__fk_stream_ok(s);
+    return rc == CUDA_SUCCESS ? ms__fk_capture_sync(s, false) : rc;
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
@@ -790,6 +795,12 @@ static const struct {
     FK_ENTRY(cuMemcpyBatchAsync_v2),
     FK_ENTRY(cuMemcpyBatchAsync_v2_ptsz),
     FK_ENTRY(cuGraphCreate),
+    FK_ENTRY(cuStreamBeginCapture_v2),
+    FK_ENTRY(cuStreamBeginCapture_v2_ptsz),
+    FK_ENTRY(cuStreamEndCapture),
+    FK_ENTRY(cuStreamEndCapture_ptsz),
+    FK_ENTRY(cuStreamIsCapturing),
+    FK_ENTRY(cuStreamIsCapturing_ptsz),
     FK_ENTRY(cuGraphAddKernelNode_v2),
     FK_ENTRY(cuGraphGetNodes),
     FK_ENTRY(cuGraphNodeGetType),

@@ -49,6 +49,16 @@ uint64_t ms__fk_total_bytes(void);
  */
 CUresult ms__fk_check_range(uint64_t p, uint64_t n, bool unified, bool write);
 
+/* Stream capture (fakecuda_capture.c). A synchronization (of stream s, or with `context` of
+ * the whole context): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when it breaks an active capture
+ * (which is then invalidated), else CUDA_SUCCESS. A launch on s: *captured when s captures
+ * (the launch was recorded, or failed as the returned code says). A copy or memset on s:
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the capture invalidated) when s captures. */
+CUresult ms__fk_capture_sync(CUstream s, bool context);
+CUresult ms__fk_capture_launch(CUstream s, CUfunction f, const unsigned grid[3],
+                               const unsigned block[3], unsigned smem, void **args, bool *captured);
+CUresult ms__fk_capture_other(CUstream s);
+
 /* Pointer queries (fakecuda_ptr.c): the allocation or VMM mapping holding p (ms__fk_lock held);
  * CUDA_ERROR_INVALID_VALUE where nothing is mapped, as on the real driver. */
 enum { MS__FK_PTR_DEVICE, MS__FK_PTR_MANAGED, MS__FK_PTR_ASYNC, MS__FK_PTR_VMM };

@@ -261,6 +261,12 @@ static CUresult launch(const struct launch_args *a)
             l.nargs = k->nparams;
         }
     }
+    bool captured = false;
+    rc = ms__fk_capture_launch(a->stream, a->f, a->grid, a->block, a->smem, l.args, &captured);
+    if (captured) {
+        free(args);
+        return rc;
+    }
     ms__fk_um_kernel(true);
     k->fn(&l);
     ms__fk_um_kernel(false);

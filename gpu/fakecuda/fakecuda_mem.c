@@ -353,6 +353,8 @@ static CUresult copy(uint64_t dst, char dk, uint64_t src, char sk, size_t n, CUs
     CUresult rc = ms__fk_ready();
     if (rc == CUDA_SUCCESS)
         rc = ms__fk_stream_ok(s);
+    if (rc == CUDA_SUCCESS)
+        rc = ms__fk_capture_other(s); /* not recorded by the fake: breaks a capture */
     if (rc != CUDA_SUCCESS)
         return rc;
     if (n > 0 && (dst == 0 || src == 0))

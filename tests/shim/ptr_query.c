@@ -133,7 +133,8 @@ int main(void)
         query(b, d[b], &id[b]); /* written; under a small budget most were evicted since */
     static char host[4096];
     unsigned int mt = 0;
-    check(p_attr(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)host) != CUDA_SUCCESS,
+    check(p_attr(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)host) !=
+              CUDA_SUCCESS,
           "a host pointer is not device memory", -1);
     for (int b = 0; b < NBUF; b++)
         p_free(d[b]);

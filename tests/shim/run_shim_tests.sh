@@ -355,6 +355,18 @@ if grep -q "PTR_QUERY .*failed=0" <<<"$out" && grep -q "PTR_QUERY .*failed=0" <<
 else
     fail engine/pointer-queries "$(grep -m3 FAIL <<<"$out$out2" | tr '\n' ' ')"
 fi
+# Stream capture of kernels on evicted memory (torch.cuda.graph failed under the engine on the
+# H200): the fake, like the driver, invalidates a capture that a synchronization meets; the
+# gate records captured commands without faulting, and the graph's launches bring memory back.
+out=$(env LD_LIBRARY_PATH="$FAKEDIR" timeout 60 "$T/capture" 2>&1)
+out2=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=64MiB \
+    MSCHED_DAEMON=off MSCHED_VERBOSE=1 timeout 60 "$T/capture" 2>&1)
+evicted=$(grep -o "out [0-9]* MiB" <<<"$out2" | grep -o "[0-9]*")
+if grep -q "CAPTURE ok" <<<"$out" && grep -q "CAPTURE ok" <<<"$out2" && [ "${evicted:-0}" -gt 0 ]; then
+    pass "engine/stream-capture ($evicted MiB evicted)"
+else
+    fail engine/stream-capture "$(grep -m2 CAPTURE <<<"$out$out2" | tr '\n' ' ')"
+fi
 # Threads racing kernels, copies, frees and allocations under a budget of a quarter of their
 # footprint, the engine alone: a command's chunks stay pinned from admission until the driver
 # has it, so no other thread's fault evicts them (before: SIGSEGV at 32 threads, mismatching
