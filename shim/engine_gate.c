@@ -10,6 +10,7 @@
  */
 #include "shim/engine_int.h"
 
+#include <pthread.h>
 #include <time.h>
 
 /* fault(): the budget is full of chunks other threads' commands pin for a moment: retry. */
@@ -105,9 +106,29 @@ static int strict_evict(const struct ms_chunk_set *need)
  * `need` may be E.need only until the client copies it). With the daemon every command waits
  * for RUN, even one that touches no region (time slicing); alone only memory matters.
  */
+/* A thread's `held` storage is freed as the thread exits (a key's destructor). */
+static pthread_key_t held_key;
+static pthread_once_t held_once = PTHREAD_ONCE_INIT;
+
+static void held_free(void *p)
+{
+    ms_chunk_set_fini(p);
+}
+
+static void held_key_create(void)
+{
+    if (pthread_key_create(&held_key, held_free) != 0)
+        held_key = (pthread_key_t)-1;
+}
+
 /* Pin `need` for this thread's command (lock held). */
 static int pin_held(const struct ms_chunk_set *need)
 {
+    if (!held.ids && need->n) {
+        pthread_once(&held_once, held_key_create);
+        if (held_key != (pthread_key_t)-1)
+            pthread_setspecific(held_key, &held);
+    }
     for (size_t i = 0; i < need->n; i++) {
         struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
         if (!c)

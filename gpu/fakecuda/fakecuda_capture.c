@@ -115,7 +115,7 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *ca
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&ms__fk_lock);
     struct capture *c = find(hStream);
-    *captureStatus = !c                ? CU_STREAM_CAPTURE_STATUS_NONE
+    *captureStatus = !c               ? CU_STREAM_CAPTURE_STATUS_NONE
                      : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                       : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     pthread_mutex_unlock(&ms__fk_lock);
@@ -135,7 +135,8 @@ CUresult ms__fk_capture_sync(CUstream s, bool context)
         struct capture *c = &caps[i];
         if (!c->stream)
             continue;
-        if ((context && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) || (!context && c->stream == s)) {
+        if ((context && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+            (!context && c->stream == s)) {
             c->invalidated = true;
             rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         }
@@ -145,8 +146,7 @@ CUresult ms__fk_capture_sync(CUstream s, bool context)
 }
 
 CUresult ms__fk_capture_launch(CUstream s, CUfunction f, const unsigned grid[3],
-                               const unsigned block[3], unsigned smem, void **args,
-                               bool *captured)
+                               const unsigned block[3], unsigned smem, void **args, bool *captured)
 {
     *captured = false;
     if (!s)

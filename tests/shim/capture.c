@@ -41,7 +41,7 @@ static void k_add(const struct ms_fake_launch *l)
     do {                                                                                           \
         CUresult r_ = (x);                                                                         \
         if (r_ != CUDA_SUCCESS) {                                                                  \
-            printf("CAPTURE failed: %s = %d (line %d)\n", #x, (int)r_, __LINE__);                 \
+            printf("CAPTURE failed: %s = %d (line %d)\n", #x, (int)r_, __LINE__);                  \
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
@@ -49,7 +49,7 @@ static void k_add(const struct ms_fake_launch *l)
     do {                                                                                           \
         *(void **)&p = dlsym(h, name);                                                             \
         if (!p) {                                                                                  \
-            printf("CAPTURE failed: missing %s\n", name);                                         \
+            printf("CAPTURE failed: missing %s\n", name);                                          \
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
