@@ -53,6 +53,8 @@
  */
 #include "shim/client_int.h"
 
+#include <sys/socket.h>
+
 void ms_client_attach(const struct ms_client_engine *eng)
 {
     C.eng = eng;
@@ -257,6 +259,13 @@ void ms_client_shutdown(void)
     C.thread_on = false;
     ms_client_close(); /* the daemon sees the close and releases this task's memory */
     ms_unlock(mu);
+}
+
+void ms_client_abandon(void)
+{
+    int fd = __atomic_load_n(&C.conn.fd, __ATOMIC_RELAXED);
+    if (fd >= 0)
+        shutdown(fd, SHUT_RDWR); /* not close: the service thread may still poll it */
 }
 
 void ms_client_atfork_child(void)

@@ -133,6 +133,10 @@ void ms_client_sync_end(void);
 
 /* At exit (no lock held): stop the service thread (bounded wait) and close the connection. */
 void ms_client_shutdown(void);
+/* At exit from a thread that holds a shim lock (exit() from a signal handler that interrupted
+ * the shim): take no lock and wait for nothing; shut the connection's socket so the daemon
+ * releases this task (the process is ending: nothing else is cleaned up). */
+void ms_client_abandon(void);
 /* In a forked child (one thread, fresh locks): forget the parent's connection, silently. */
 void ms_client_atfork_child(void);
 

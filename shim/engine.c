@@ -124,7 +124,10 @@ static void hold_primary(CUcontext ctx, CUdevice dev)
  */
 static void leave_daemon_at_exit(void)
 {
-    ms_client_shutdown();
+    if (ms_lock_any_held())
+        ms_client_abandon(); /* exit() from a signal handler inside the shim: never wait */
+    else
+        ms_client_shutdown();
 }
 
 /*
@@ -480,6 +483,12 @@ void ms_engine_atfork_child(void)
 
 void ms_engine_exit(bool verbose)
 {
+    if (ms_lock_any_held()) {
+        /* exit() from a signal handler that interrupted this thread inside the shim: its locks
+         * are held by the very thread that would wait for them. Leave without the summary. */
+        ms_client_abandon();
+        return;
+    }
     ms_acc_finish();
     ms_client_shutdown();
     if (!ms__eng_is_active() || !verbose)

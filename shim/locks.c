@@ -1,9 +1,10 @@
 /*
  * locks.c - the shim's mutexes with their order checked (contract and table: locks.h).
  *
- * The check keeps, per thread, the locks it holds in acquisition order (a short array: the
- * table has seven levels, and no lock is taken twice). Taking a lock whose level is not
- * above every held one is a violation.
+ * Every build keeps, per thread, the locks it holds in acquisition order (a short array: the
+ * table has seven levels, and no lock is taken twice), so exit paths can tell whether their
+ * thread holds one. With MS_LOCK_CHECK, taking a lock whose level is not above every held one
+ * is a violation.
  */
 #include "shim/locks.h"
 
@@ -11,14 +12,20 @@
 
 struct ms_lock ms__events_lock = MS_LOCK_INIT(MS_LK_EVENTS, "events");
 
-#ifdef MS_LOCK_CHECK
 #define HELD_MAX 16
 static _Thread_local const struct ms_lock *held[HELD_MAX];
 static _Thread_local int nheld;
 
+bool ms_lock_any_held(void)
+{
+    return nheld > 0;
+}
+
+/* Record l as held by this thread; with MS_LOCK_CHECK, first check the order. */
 static void check_take(const struct ms_lock *l)
 {
-    for (int i = 0; i < nheld; i++) {
+#ifdef MS_LOCK_CHECK
+    for (int i = 0; i < nheld && i < HELD_MAX; i++) {
         if (held[i]->level >= l->level) {
             ms__shim_say("lock order violated: taking %s (level %d) while holding %s (level %d) "
                          "(shim/locks.h)",
@@ -26,6 +33,7 @@ static void check_take(const struct ms_lock *l)
             abort();
         }
     }
+#endif
     if (nheld < HELD_MAX)
         held[nheld] = l;
     nheld++;
@@ -42,16 +50,6 @@ static void drop(const struct ms_lock *l)
         }
     }
 }
-#else
-static void check_take(const struct ms_lock *l)
-{
-    (void)l;
-}
-static void drop(const struct ms_lock *l)
-{
-    (void)l;
-}
-#endif
 
 void ms_lock(struct ms_lock *l)
 {

@@ -68,6 +68,11 @@ MS_HIDDEN int ms_lock_timedwait(pthread_cond_t *c, struct ms_lock *l, const stru
 /* In a forked child: l is re-initialised (unlocked) and no longer recorded as held. */
 MS_HIDDEN void ms_lock_reset(struct ms_lock *l);
 
+/* This thread holds some shim lock now (tracked in every build). Exit paths use it:
+ * exit() called from a signal handler that interrupted the shim must not wait for a lock its
+ * own thread holds (shim.c, engine.c). */
+MS_HIDDEN bool ms_lock_any_held(void);
+
 /* The events lock (level 7), shared by events.c, trace.c, funcinfo.c and the fork handlers. */
 extern MS_HIDDEN struct ms_lock ms__events_lock;
 

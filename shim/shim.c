@@ -125,8 +125,10 @@ void *ms__shim_hook_for(int idx)
 __attribute__((destructor)) static void shim_fini(void)
 {
     if (__atomic_load_n(&initialized, __ATOMIC_ACQUIRE)) {
+        bool held = ms_lock_any_held(); /* exit() from a signal handler inside the shim */
         ms_engine_exit(ms__shim_verbose());
-        ms__shim_events_exit(ms__shim_verbose());
+        if (!held)
+            ms__shim_events_exit(ms__shim_verbose());
     }
 }
 

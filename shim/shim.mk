@@ -91,6 +91,7 @@ SHIM_TEST_HDRS := tests/shim/api.h tests/shim/workload.h gpu/fakecuda/fakecuda.h
 SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDIR)/trace_check \
               $(SHIM_TDIR)/engine_stress $(SHIM_TDIR)/alloc_fail $(SHIM_TDIR)/lock_order \
               $(SHIM_TDIR)/thread_race $(SHIM_TDIR)/ptr_query $(SHIM_TDIR)/capture \
+              $(SHIM_TDIR)/exit_signal \
               $(SHIM_TDIR)/libcupti_fake.so
 
 # A CUPTI stand-in over the fake driver, for the accuracy probe's tests.
@@ -115,6 +116,11 @@ $(SHIM_TDIR)/ptr_query: tests/shim/ptr_query.c
 	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
 
 $(SHIM_TDIR)/capture: tests/shim/capture.c gpu/fakecuda/fakecuda.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
+
+$(SHIM_TDIR)/exit_signal: tests/shim/exit_signal.c
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
 	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
