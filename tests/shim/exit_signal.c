@@ -41,8 +41,8 @@ int main(int argc, char **argv)
     *(void **)&h2d = dlsym(h, "cuMemcpyHtoD_v2");
     CUdevice dev;
     CUcontext ctx;
-    if (!init || !devget || !retain || !setcur || !alloc || !h2d || init(0) ||
-        devget(&dev, 0) || retain(&ctx, dev) || setcur(ctx))
+    if (!init || !devget || !retain || !setcur || !alloc || !h2d || init(0) || devget(&dev, 0) ||
+        retain(&ctx, dev) || setcur(ctx))
         return 2;
     CUdeviceptr d[NBUF];
     for (int i = 0; i < NBUF; i++)
