@@ -139,6 +139,16 @@ static int parse_args(int argc, char **argv, struct ms_conf *c, bool *foreground
         }
         memcpy(name, a + 2, nlen);
         name[nlen] = '\0';
+        char optkey[sizeof(name)];
+        memcpy(optkey, name, nlen + 1);
+        for (char *p = optkey; *p; p++)
+            if (*p == '-')
+                *p = '_';
+        if (strcmp(name, "config") != 0 && strcmp(name, "set") != 0 && !ms_conf_find(optkey)) {
+            /* Before asking for its value: "--bogus" is unknown, not missing a value. */
+            fprintf(stderr, "mschedd: unknown option '--%s' (see --help)\n", name);
+            return EXIT_USAGE;
+        }
         if (eq) {
             val = eq + 1;
         } else {

@@ -49,6 +49,24 @@ expect() {
     fi
 }
 
+# mschedd: an unknown option is named as unknown, even without a value after it.
+MSCHEDD=${MSCHEDD:-$(dirname "$MSCHED")/mschedd}
+if [ -x "$MSCHEDD" ]; then
+    for args in "--bogus" "--bogus 1" "--bogus=1"; do
+        # shellcheck disable=SC2086
+        "$MSCHEDD" $args >"$tmp/out" 2>"$tmp/err"
+        rc=$?
+        if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+            grep -q "^mschedd: unknown option '--bogus'" "$tmp/err"; then
+            pass=$((pass + 1))
+            echo "ok   mschedd $args -> $(cat "$tmp/err")"
+        else
+            fail=$((fail + 1))
+            echo "FAIL mschedd $args: exit $rc, $(head -n 2 "$tmp/err" | tr '\n' ' ')"
+        fi
+    done
+fi
+
 expect 2
 expect 2 nosuchcommand
 expect 2 help nosuchcommand
