@@ -9,6 +9,12 @@
  * the device->host stream runs back to back while the host->device stream follows one chunk
  * behind: the two-direction pipeline. Not pipelined, every copy settles at once, in plan order.
  *
+ * Always-mapped regions (region.amap, region.h I9): a chunk off the device is mapped to its
+ * host chunk, so the seam's map and unmap swap the device and the host chunk at the chunk's
+ * address (the descriptor carries the host chunk token). An eviction needs a host chunk: the
+ * victims that have none get theirs in one host_new call before any copy is issued (creating
+ * one pins host memory, which is slow: edges create them ahead of need where they can).
+ *
  * Failure rule: the first error is kept and stops new steps; everything in flight is still
  * settled so no chunk is left IN/OUT and no mapping is leaked.
  */
@@ -49,8 +55,45 @@ static struct ms_gpu_chunk describe(struct ms_rtable *rt, ms_chunk_id id)
         .bytes = c->bytes,
         .host = r->host ? (char *)r->host + off : NULL,
         .phys = c->phys,
+        .hchunk = r->amap ? c->host : 0,
     };
     return g;
+}
+
+/* Give every always-mapped victim of the plan that has no host chunk one, in one seam call. */
+static int host_chunks_for_victims(struct ctx *x, const struct ms_plan *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->steps[i].op != MS_STEP_EVICT)
+            continue;
+        ms_chunk_id id = p->steps[i].chunk;
+        const struct ms_region *r = ms_region_get(x->rt, MS_CHUNK_REGION(id));
+        const struct ms_chunk *c = ms_chunk_get(x->rt, id);
+        if (!r->amap || c->host || !ms_chunk_state_ready((enum ms_chunk_state)c->state))
+            continue;
+        bool seen = false; /* a plan names a chunk once, but do not trust it */
+        for (size_t k = 0; k < n && !seen; k++)
+            seen = x->ids[k] == id;
+        if (!seen) {
+            x->ids[n] = id;
+            x->gdesc[n] = describe(x->rt, id);
+            n++;
+        }
+    }
+    if (!n)
+        return MS_OK;
+    if (!x->gpu->host_new)
+        return MS_E_INVAL; /* an always-mapped region on a backend without host chunks */
+    int e = x->gpu->host_new(x->gpu->impl, x->gdesc, n);
+    if (e)
+        return e;
+    for (size_t k = 0; k < n; k++) {
+        ms_chunk_get(x->rt, x->ids[k])->host = x->gdesc[k].hchunk;
+        x->st->host_chunks++;
+        x->st->host_chunk_bytes += x->gdesc[k].bytes;
+    }
+    return MS_OK;
 }
 
 /* The seam's calls, each timed into its phase of ms_exec_stats (exec.h). */
@@ -370,6 +413,8 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
         if (!ms_chunk_get(rt, p->steps[i].chunk) || p->steps[i].op > MS_STEP_POPULATE)
             err = MS_E_INVAL;
     if (err == MS_OK)
+        err = host_chunks_for_victims(&x, p);
+    if (err == MS_OK)
         find_unchanged(&x, p);
     /* Pipelined: every eviction is issued first, in plan order, so the device->host stream
      * never idles while the host thread maps; populations follow in plan order, each waiting
@@ -430,14 +475,61 @@ int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint
     struct ctx x = {.rt = rt, .gpu = gpu, .opts = &opts, .st = &st};
     for (uint32_t k = 0; k < r->nchunks; k++) {
         ms_chunk_id id = MS_CHUNK_ID(region, k);
-        if (ms_chunk_state_resident(r->chunks[k].state)) {
-            int e = unmap_one(&x, id);
-            if (e)
-                return e;
+        struct ms_chunk *c = &r->chunks[k];
+        struct ms_gpu_chunk g = describe(rt, id);
+        int e = MS_OK;
+        if (ms_chunk_state_resident(c->state)) {
+            g.hchunk = 0; /* the range goes: nothing is mapped back */
+            e = g_unmap(&x, &g);
+        } else if (g.hchunk && gpu->host_unmap) {
+            e = gpu->host_unmap(gpu->impl, &g, 1);
         }
-        int e = ms_chunk_apply(rt, id, MS_CE_DISCARD);
+        if (e)
+            return e;
+        if (c->host && gpu->host_free) {
+            g.hchunk = c->host;
+            gpu->host_free(gpu->impl, &g, 1);
+        }
+        c->host = 0; /* the contents are dead: DISCARD below */
+        e = ms_chunk_apply(rt, id, MS_CE_DISCARD);
         if (e)
             return e;
     }
     return ms_region_remove(rt, region);
+}
+
+int ms_exec_map_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region,
+                     struct ms_exec_stats *st)
+{
+    struct ms_region *r = ms_region_get(rt, region);
+    if (!r)
+        return MS_E_NOTFOUND;
+    if (!r->amap || !gpu->host_new || !gpu->host_map || !gpu->host_free)
+        return MS_E_INVAL;
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        if (r->chunks[k].state != MS_CS_EMPTY)
+            return MS_E_STATE;
+    struct ms_gpu_chunk *g = ms_malloc(r->nchunks * sizeof(*g));
+    if (!g)
+        return MS_E_NOMEM;
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        g[k] = describe(rt, MS_CHUNK_ID(region, k));
+    uint64_t t = gpu->now_ns(gpu->impl);
+    int e = gpu->host_new(gpu->impl, g, r->nchunks);
+    if (e == MS_OK) {
+        e = gpu->host_map(gpu->impl, g, r->nchunks);
+        if (e)
+            gpu->host_free(gpu->impl, g, r->nchunks);
+    }
+    if (e == MS_OK) {
+        for (uint32_t k = 0; k < r->nchunks; k++) {
+            r->chunks[k].host = g[k].hchunk;
+            st->host_chunks++;
+            st->host_chunk_bytes += g[k].bytes;
+        }
+        e = ms_region_mark_host(rt, region);
+    }
+    st->map_ns += gpu->now_ns(gpu->impl) - t;
+    ms_free(g);
+    return e;
 }

@@ -22,7 +22,10 @@
  *   At return every chunk the plan touched is settled (HOST, CLEAN or DIRTY).
  *
  *   The host backing pointer of a chunk is region->host + chunk offset (NULL host is allowed
- *   only for backends that keep their own, like the simulator).
+ *   only for backends that keep their own, like the simulator). An always-mapped region
+ *   (region.amap) has none: each chunk's host side is its host chunk (chunk.host), created
+ *   for a victim that has none before the plan's first copy, and mapped at the chunk's
+ *   address whenever the chunk is off the device (the seam's map and unmap swap them).
  *
  * Errors
  *   The first failing seam call stops the plan: the executor settles everything in flight
@@ -51,7 +54,8 @@ struct ms_exec_stats {
     uint64_t bytes_dropped; /* evicted without a copy */
     uint64_t bytes_fresh;   /* mapped without a copy (never written) */
     uint64_t maps, unmaps, copies, hashes;
-    uint64_t elapsed_ns; /* gpu->now_ns() at return minus at entry */
+    uint64_t host_chunks, host_chunk_bytes; /* host chunks created (always-mapped regions) */
+    uint64_t elapsed_ns;                    /* gpu->now_ns() at return minus at entry */
     /* Where elapsed_ns went, by the seam call it was spent in (gpu->now_ns() around each call):
      * hash (the GPU hash, which waits for its kernel), issue (copy and record: queuing the
      * copies), wait (waiting for copies to complete), map, unmap. What is left of elapsed_ns
@@ -70,5 +74,14 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
  * unmaps, DISCARDs each chunk, then removes the region. Pinned or moving chunks: MS_E_BUSY.
  */
 int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region);
+
+/*
+ * Map every chunk of a new always-mapped region (all EMPTY) to a new host chunk: the region
+ * starts off the device, its bytes in host memory (each chunk HOST). All-or-nothing: on error
+ * the region is as it was. Errors: MS_E_NOTFOUND, MS_E_INVAL (not amap, or a backend without
+ * host chunks), MS_E_STATE (a chunk not EMPTY), MS_E_NOMEM, the seam's error.
+ */
+int ms_exec_map_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region,
+                     struct ms_exec_stats *st);
 
 #endif /* MS_EXEC_H */

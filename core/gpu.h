@@ -13,11 +13,26 @@
  *
  * Contracts (all functions return MS_OK or MS_E_* and never abort)
  *   map      back each chunk with physical memory at its virtual address and make it accessible;
- *            writes c[i].phys. All-or-nothing: on failure nothing stays mapped.
- *   unmap    unmap and release each chunk's physical memory (c[i].phys from map). On failure
- *            the chunks whose unmap failed stay mapped; the call reports the first failure.
- *   copy     queue copies of each chunk between its device range and its host range on stream
- *            `s` (OUT: device->host, IN: host->device). Returns once queued.
+ *            writes c[i].phys. A chunk with a host chunk (c[i].hchunk != 0) has that host chunk
+ *            mapped at its address: map replaces it (the host chunk keeps its bytes).
+ *            All-or-nothing: on failure every chunk is as it was (host chunks mapped back).
+ *   unmap    unmap and release each chunk's physical memory (c[i].phys from map); a chunk with
+ *            a host chunk then has the host chunk mapped at its address (always mapped). On
+ *            failure the chunks whose unmap failed stay mapped to device memory; the call
+ *            reports the first failure.
+ *   copy     queue copies of each chunk between its device range and its host side on stream
+ *            `s` (OUT: device->host, IN: host->device). The host side is the host chunk when
+ *            c[i].hchunk != 0, else the host bytes at c[i].host. Returns once queued.
+ *   host_new create a host chunk (host memory the device reaches through a mapping, of
+ *            c[i].bytes) for each chunk whose hchunk is 0; writes c[i].hchunk. Not mapped at the
+ *            chunk's address. All-or-nothing. May take long (the host pins memory: on the
+ *            H200 about 3.4 GB/s), so callers create host chunks ahead of need where they can.
+ *   host_free  release each chunk's host chunk (c[i].hchunk), which is not mapped at the
+ *            chunk's address. Never fails (a backend keeps or pools what it cannot release).
+ *   host_map / host_unmap  map each chunk's host chunk at its (unmapped) address, and undo it.
+ *            host_map is all-or-nothing; host_unmap reports the first failure.
+ *            The four host calls are optional (NULL): backends without them keep host bytes
+ *            at c[i].host and leave an evicted chunk unmapped.
  *   record   record an event on stream s, after everything queued on it so far.
  *   wait     block until the event has completed; reports an asynchronous copy failure.
  *   release_event  forget an event (after wait, or to abandon it).
@@ -42,10 +57,11 @@
 enum ms_stream { MS_STREAM_OUT = 0, MS_STREAM_IN = 1 };
 
 struct ms_gpu_chunk {
-    uint64_t va;    /* device virtual address of the chunk's first byte */
-    uint64_t bytes; /* multiple of MS_GRAN */
-    void *host;     /* host backing bytes for this chunk (may be NULL for map/unmap) */
-    uint64_t phys;  /* physical handle token: out from map, in to unmap */
+    uint64_t va;     /* device virtual address of the chunk's first byte */
+    uint64_t bytes;  /* multiple of MS_GRAN */
+    void *host;      /* host backing bytes for this chunk (may be NULL for map/unmap) */
+    uint64_t phys;   /* physical handle token: out from map, in to unmap */
+    uint64_t hchunk; /* host chunk token (0: none): see host_new */
 };
 
 struct ms_gpu_info {
@@ -64,6 +80,10 @@ struct ms_gpu_ops {
     void (*release_event)(void *impl, uint64_t event);
     int (*hash)(void *impl, const struct ms_gpu_chunk *c, size_t n, uint64_t *out);
     int (*info)(void *impl, struct ms_gpu_info *out);
+    int (*host_new)(void *impl, struct ms_gpu_chunk *c, size_t n);
+    void (*host_free)(void *impl, const struct ms_gpu_chunk *c, size_t n);
+    int (*host_map)(void *impl, const struct ms_gpu_chunk *c, size_t n);
+    int (*host_unmap)(void *impl, const struct ms_gpu_chunk *c, size_t n);
     uint64_t (*now_ns)(void *impl);
     bool copy_to_evict;
 };

@@ -166,6 +166,7 @@ int ms_region_add(struct ms_rtable *rt, uint32_t task, uint64_t base, uint64_t s
     r->base = base;
     r->size = size;
     r->host = NULL;
+    r->amap = false;
     r->chunks = chunks;
     r->nchunks = (uint32_t)nchunks64;
     r->task = task;
@@ -359,6 +360,10 @@ int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen)
                 resident += c->bytes;
             else if (c->pins)
                 FAIL(7, "I7: region %zu chunk %u is pinned but %s", i, k,
+                     ms_chunk_state_name(c->state));
+            if (r->amap && !c->host &&
+                (c->state == MS_CS_HOST || c->state == MS_CS_IN || c->state == MS_CS_OUT))
+                FAIL(9, "I9: always-mapped region %zu chunk %u is %s without a host chunk", i, k,
                      ms_chunk_state_name(c->state));
         }
         if (sum != region_span(r))

@@ -50,11 +50,16 @@
  *   I6  rt->count[s] == number of chunks in state s, for every s
  *   I7  pins > 0 only on resident chunks
  *   I8  rt->live_regions == number of live regions
+ *   I9  in an always-mapped region (amap) every chunk in HOST, IN or OUT has a host chunk
+ *       (host != 0): its bytes live there, and while it is not resident its address is mapped
+ *       to it. EMPTY chunks of such a region are mapped nowhere; the edge maps every chunk
+ *       (device or host) before a command can touch the region (docs/engine.md).
  *
  * Ownership and locking
- *   The table owns its regions' chunk arrays. region->host (the pinned backing store) and
- *   chunk->phys (the physical handle token) belong to the edge that set them; the table never
- *   dereferences them. No locking inside: the caller serializes.
+ *   The table owns its regions' chunk arrays. region->host (the pinned backing store),
+ *   chunk->phys (the physical handle token) and chunk->host (the host chunk token) belong to
+ *   the edge that set them; the table never dereferences them. No locking inside: the caller
+ * serializes.
  */
 #ifndef MS_REGION_H
 #define MS_REGION_H
@@ -99,6 +104,7 @@ enum ms_chunk_event {
 struct ms_chunk {
     uint64_t bytes;    /* multiple of MS_GRAN */
     uint64_t phys;     /* physical handle token of the GPU seam; valid while resident */
+    uint64_t host;     /* host chunk token of the GPU seam (0: none); always-mapped regions */
     uint64_t hash;     /* device content hash recorded at population (0: none); kept across
                         * TOUCH so an unchanged chunk can be dropped instead of copied */
     uint64_t event;    /* seam event of the copy in flight (IN, OUT) */
@@ -116,6 +122,7 @@ struct ms_region {
     uint32_t nchunks;
     uint32_t task;
     uint8_t kind; /* enum ms_region_kind */
+    bool amap;    /* always mapped: a chunk off the device is mapped to its host chunk */
     bool live;
 };
 
@@ -198,7 +205,7 @@ uint64_t ms_rtable_tick(struct ms_rtable *rt);
 uint64_t ms_rtable_footprint(const struct ms_rtable *rt, uint32_t task);
 
 /*
- * Check invariants I1-I8. Returns 0 when all hold, else the number of the first violated one;
+ * Check invariants I1-I9. Returns 0 when all hold, else the number of the first violated one;
  * a description is written to why (may be NULL).
  */
 int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen);

@@ -22,6 +22,13 @@ struct pooled {
     CUmemGenericAllocationHandle h;
 };
 
+/* A host chunk: its handle and the shadow address where it stays mapped. */
+struct hchunk {
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr shadow;
+    uint64_t bytes;
+};
+
 struct ms_gpu_cuda {
     struct ms_gpu_ops ops;
     const struct ms_cuda_api *api;
@@ -38,7 +45,11 @@ struct ms_gpu_cuda {
     CUdeviceptr hout;         /* hcap 8-byte result slots on the device */
     unsigned long long *hres; /* hcap pinned host slots */
     size_t hcap;
-    bool demand; /* unified seam: populations left to the GPU's page faults */
+    bool demand;           /* unified seam: populations left to the GPU's page faults */
+    struct hchunk **hpool; /* released host chunks, shadow-mapped, for reuse */
+    size_t nhpool, caphpool;
+    uint64_t hpooled_bytes, hpool_limit;
+    struct ms_gpu_cuda_host_stats hst;
     char last_err[128];
 };
 
@@ -64,6 +75,7 @@ int ms_cuda_api_load(struct ms_cuda_api *api, void *h, const char **missing)
     LOAD(cuMemAddressFree, "cuMemAddressFree");
     LOAD(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     LOAD(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    LOAD(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     LOAD(cuStreamCreate, "cuStreamCreate");
     LOAD(cuStreamDestroy, "cuStreamDestroy_v2");
     LOAD(cuStreamSynchronize, "cuStreamSynchronize");
@@ -158,38 +170,69 @@ static void handle_put(struct ms_gpu_cuda *g, uint64_t bytes, CUmemGenericAlloca
     g->api->cuMemRelease(h);
 }
 
-static int c_unmap(void *impl, struct ms_gpu_chunk *c, size_t n);
-
-static int c_map(void *impl, struct ms_gpu_chunk *c, size_t n)
+static CUmemAccessDesc rw_access(const struct ms_gpu_cuda *g)
 {
-    struct ms_gpu_cuda *g = impl;
     CUmemAccessDesc acc;
     memset(&acc, 0, sizeof(acc));
     acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     acc.location.id = g->dev;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return acc;
+}
+
+/* Map handle h (bytes long) at va, read-write for the device; on failure nothing is mapped.
+ * *call names the failing call. */
+static CUresult map_at(struct ms_gpu_cuda *g, CUdeviceptr va, uint64_t bytes,
+                       CUmemGenericAllocationHandle h, const char **call)
+{
+    CUmemAccessDesc acc = rw_access(g);
+    *call = "cuMemMap";
+    CUresult r = g->api->cuMemMap(va, bytes, 0, h, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *call = "cuMemSetAccess";
+    r = g->api->cuMemSetAccess(va, bytes, &acc, 1);
+    if (r != CUDA_SUCCESS)
+        g->api->cuMemUnmap(va, bytes);
+    return r;
+}
+
+static uint64_t c_now(void *impl);
+
+static const struct hchunk *hc_of(const struct ms_gpu_chunk *c)
+{
+    return (const struct hchunk *)(uintptr_t)c->hchunk;
+}
+
+static int c_unmap(void *impl, struct ms_gpu_chunk *c, size_t n);
+
+static int c_map(void *impl, struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
     for (size_t i = 0; i < n; i++) {
         CUmemGenericAllocationHandle h;
+        CUdeviceptr va = (CUdeviceptr)c[i].va;
         int e = handle_get(g, c[i].bytes, &h);
-        CUresult r = CUDA_SUCCESS;
         const char *call = NULL;
-        if (e == MS_OK) {
-            r = g->api->cuMemMap((CUdeviceptr)c[i].va, c[i].bytes, 0, h, 0);
-            call = "cuMemMap";
-            if (r == CUDA_SUCCESS) {
-                r = g->api->cuMemSetAccess((CUdeviceptr)c[i].va, c[i].bytes, &acc, 1);
-                call = "cuMemSetAccess";
-                if (r != CUDA_SUCCESS)
-                    g->api->cuMemUnmap((CUdeviceptr)c[i].va, c[i].bytes);
+        CUresult r = CUDA_SUCCESS;
+        if (e == MS_OK && c[i].hchunk) {
+            call = "cuMemUnmap";
+            r = g->api->cuMemUnmap(va, c[i].bytes); /* the host chunk keeps its shadow */
+        }
+        if (e == MS_OK && r == CUDA_SUCCESS) {
+            r = map_at(g, va, c[i].bytes, h, &call);
+            if (r != CUDA_SUCCESS && c[i].hchunk) {
+                const char *ignored;
+                map_at(g, va, c[i].bytes, hc_of(&c[i])->h, &ignored); /* as it was */
             }
-            if (r != CUDA_SUCCESS) {
-                handle_put(g, c[i].bytes, h);
-                e = fail(g, call, r);
-            }
+        }
+        if (e == MS_OK && r != CUDA_SUCCESS) {
+            handle_put(g, c[i].bytes, h);
+            e = fail(g, call, r);
         }
         if (e != MS_OK) {
             if (i)
-                c_unmap(g, c, i); /* all-or-nothing */
+                c_unmap(g, c, i); /* all-or-nothing (host chunks mapped back) */
             return e;
         }
         c[i].phys = (uint64_t)h;
@@ -202,21 +245,194 @@ static int c_unmap(void *impl, struct ms_gpu_chunk *c, size_t n)
     struct ms_gpu_cuda *g = impl;
     int first = MS_OK;
     for (size_t i = 0; i < n; i++) {
-        CUresult r = g->api->cuMemUnmap((CUdeviceptr)c[i].va, c[i].bytes);
+        CUdeviceptr va = (CUdeviceptr)c[i].va;
+        CUmemGenericAllocationHandle h = (CUmemGenericAllocationHandle)c[i].phys;
+        CUresult r = g->api->cuMemUnmap(va, c[i].bytes);
+        const char *call = "cuMemUnmap";
+        if (r == CUDA_SUCCESS && c[i].hchunk) {
+            r = map_at(g, va, c[i].bytes, hc_of(&c[i])->h, &call);
+            if (r != CUDA_SUCCESS) {
+                /* Never leave the chunk unmapped: back to its device memory, still resident. */
+                const char *ignored;
+                map_at(g, va, c[i].bytes, h, &ignored);
+                if (first == MS_OK)
+                    first = fail(g, call, r);
+                continue;
+            }
+        }
         if (r != CUDA_SUCCESS) {
             if (first == MS_OK)
-                first = fail(g, "cuMemUnmap", r);
+                first = fail(g, call, r);
             continue;
         }
-        handle_put(g, c[i].bytes, (CUmemGenericAllocationHandle)c[i].phys);
+        handle_put(g, c[i].bytes, h);
     }
     return first;
+}
+
+/* ---- host chunks --------------------------------------------------------------------------- */
+
+static void hchunk_destroy(struct ms_gpu_cuda *g, struct hchunk *hc)
+{
+    g->api->cuMemUnmap(hc->shadow, hc->bytes);
+    g->api->cuMemAddressFree(hc->shadow, hc->bytes);
+    g->api->cuMemRelease(hc->h);
+    free(hc);
+}
+
+static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out)
+{
+    for (size_t i = g->nhpool; i-- > 0;) {
+        if (g->hpool[i]->bytes == bytes) {
+            *out = g->hpool[i];
+            g->hpool[i] = g->hpool[--g->nhpool];
+            g->hpooled_bytes -= bytes;
+            g->hst.reused++;
+            return MS_OK;
+        }
+    }
+    uint64_t t0 = c_now(g);
+    struct hchunk *hc = calloc(1, sizeof(*hc));
+    if (!hc)
+        return MS_E_NOMEM;
+    hc->bytes = bytes;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    prop.location.id = 0;
+    CUresult r = g->api->cuMemCreate(&hc->h, bytes, &prop, 0);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && g->nhpool) {
+        while (g->nhpool)
+            hchunk_destroy(g, g->hpool[--g->nhpool]);
+        g->hpooled_bytes = 0;
+        r = g->api->cuMemCreate(&hc->h, bytes, &prop, 0);
+    }
+    if (r != CUDA_SUCCESS) {
+        free(hc);
+        return fail(g, "cuMemCreate (host)", r);
+    }
+    r = g->api->cuMemAddressReserve(&hc->shadow, bytes, 0, 0, 0);
+    if (r != CUDA_SUCCESS) {
+        g->api->cuMemRelease(hc->h);
+        free(hc);
+        return fail(g, "cuMemAddressReserve", r);
+    }
+    const char *call;
+    r = map_at(g, hc->shadow, bytes, hc->h, &call);
+    if (r != CUDA_SUCCESS) {
+        g->api->cuMemAddressFree(hc->shadow, bytes);
+        g->api->cuMemRelease(hc->h);
+        free(hc);
+        return fail(g, call, r);
+    }
+    g->hst.created++;
+    g->hst.created_bytes += bytes;
+    g->hst.create_ns += c_now(g) - t0;
+    *out = hc;
+    return MS_OK;
+}
+
+static void hchunk_put(struct ms_gpu_cuda *g, struct hchunk *hc)
+{
+    if (g->hpooled_bytes + hc->bytes <= g->hpool_limit &&
+        (g->nhpool < g->caphpool ||
+         ms_grow((void **)&g->hpool, &g->caphpool, g->nhpool + 1, sizeof(*g->hpool)) == MS_OK)) {
+        g->hpool[g->nhpool++] = hc;
+        g->hpooled_bytes += hc->bytes;
+        return;
+    }
+    hchunk_destroy(g, hc);
+}
+
+static void c_host_free(void *impl, const struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
+    for (size_t i = 0; i < n; i++) {
+        struct hchunk *hc = (struct hchunk *)(uintptr_t)c[i].hchunk;
+        if (!hc)
+            continue;
+        g->hst.live--;
+        g->hst.live_bytes -= hc->bytes;
+        hchunk_put(g, hc);
+    }
+}
+
+static int c_host_new(void *impl, struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
+    size_t *made = malloc((n ? n : 1) * sizeof(*made)), nmade = 0;
+    if (!made)
+        return MS_E_NOMEM;
+    int e = MS_OK;
+    for (size_t i = 0; i < n && e == MS_OK; i++) {
+        if (c[i].hchunk)
+            continue;
+        struct hchunk *hc = NULL;
+        e = hchunk_create(g, c[i].bytes, &hc);
+        if (e == MS_OK) {
+            c[i].hchunk = (uint64_t)(uintptr_t)hc;
+            made[nmade++] = i;
+            g->hst.live++;
+            g->hst.live_bytes += hc->bytes;
+        }
+    }
+    if (e != MS_OK) /* all-or-nothing: release the ones made here */
+        for (size_t k = 0; k < nmade; k++) {
+            c_host_free(g, &c[made[k]], 1);
+            c[made[k]].hchunk = 0;
+        }
+    free(made);
+    return e;
+}
+
+static int c_host_unmap(void *impl, const struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
+    int first = MS_OK;
+    for (size_t i = 0; i < n; i++) {
+        CUresult r = g->api->cuMemUnmap((CUdeviceptr)c[i].va, c[i].bytes);
+        if (r != CUDA_SUCCESS && first == MS_OK)
+            first = fail(g, "cuMemUnmap", r);
+    }
+    return first;
+}
+
+static int c_host_map(void *impl, const struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_cuda *g = impl;
+    for (size_t i = 0; i < n; i++) {
+        const char *call;
+        CUresult r = c[i].hchunk
+                         ? map_at(g, (CUdeviceptr)c[i].va, c[i].bytes, hc_of(&c[i])->h, &call)
+                         : CUDA_ERROR_INVALID_VALUE;
+        if (r != CUDA_SUCCESS) {
+            c_host_unmap(g, c, i);
+            return c[i].hchunk ? fail(g, call, r) : MS_E_INVAL;
+        }
+    }
+    return MS_OK;
+}
+
+void ms_gpu_cuda_host_stats(const struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats *out)
+{
+    *out = g->hst;
+    out->pooled_bytes = g->hpooled_bytes;
 }
 
 static int c_copy(void *impl, enum ms_stream s, const struct ms_gpu_chunk *c, size_t n)
 {
     struct ms_gpu_cuda *g = impl;
     for (size_t i = 0; i < n; i++) {
+        if (c[i].hchunk) {
+            const struct hchunk *hc = (const struct hchunk *)(uintptr_t)c[i].hchunk;
+            CUdeviceptr va = (CUdeviceptr)c[i].va;
+            CK(g, "cuMemcpyDtoDAsync",
+               g->api->cuMemcpyDtoDAsync(s == MS_STREAM_OUT ? hc->shadow : va,
+                                         s == MS_STREAM_OUT ? va : hc->shadow, c[i].bytes,
+                                         g->stream[s]));
+            continue;
+        }
         if (!c[i].host)
             return MS_E_INVAL;
         if (s == MS_STREAM_OUT)
@@ -344,6 +560,7 @@ int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_
         return MS_E_NOMEM;
     g->api = api;
     g->pool_limit = pool_limit;
+    g->hpool_limit = pool_limit;
     int e = MS_OK;
     CUresult r = api->cuCtxGetDevice(&g->dev);
     if (r != CUDA_SUCCESS)
@@ -379,6 +596,10 @@ int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_
         .hash = g->hfn ? c_hash : NULL,
         .info = c_info,
         .now_ns = c_now,
+        .host_new = c_host_new,
+        .host_free = c_host_free,
+        .host_map = c_host_map,
+        .host_unmap = c_host_unmap,
     };
     if (e != MS_OK) {
         ms_gpu_cuda_free(g);
@@ -447,6 +668,10 @@ int ms_gpu_cuda_new_unified(const struct ms_cuda_api *api, bool demand, struct m
     g->ops.copy = u_copy;
     g->ops.hash = NULL;
     g->ops.copy_to_evict = true;
+    g->ops.host_new = NULL;
+    g->ops.host_free = NULL;
+    g->ops.host_map = NULL;
+    g->ops.host_unmap = NULL;
     *out = g;
     return MS_OK;
 }
@@ -474,6 +699,9 @@ void ms_gpu_cuda_free(struct ms_gpu_cuda *g)
     free(g->free_ev);
     pool_drain(g);
     free(g->pool);
+    while (g->nhpool)
+        hchunk_destroy(g, g->hpool[--g->nhpool]);
+    free(g->hpool);
     free(g);
 }
 

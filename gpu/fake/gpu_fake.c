@@ -3,6 +3,9 @@
  *
  * Mappings are kept in an unsorted array (tests map tens of chunks); events in another. Copies
  * complete at once but their completion status is only reported by wait, like a real stream.
+ * Host chunks are heap records ({bytes, mem, at}); `at` is the chunk address they are mapped at
+ * (0: none). map refuses a chunk whose host chunk is not mapped at its address, unmap maps it
+ * back: the seam's contract, checked.
  */
 #include "gpu_fake.h"
 
@@ -12,6 +15,12 @@
 struct fmap {
     uint64_t va, bytes, phys;
     uint8_t *mem;
+};
+
+struct fhost {
+    uint64_t bytes, at;
+    uint8_t *mem;
+    struct fhost *next, *prev; /* the live list, freed by ms_gpu_fake_free */
 };
 
 struct fevent {
@@ -32,7 +41,22 @@ struct ms_gpu_fake {
     struct fevent *events;
     size_t nevents, capevents;
     uint64_t next_phys, next_event, live_events, clock;
+    struct fhost *hosts; /* live host chunks */
+    uint64_t nhosts, host_hits;
 };
+
+static struct fhost *fh(const struct ms_gpu_chunk *c)
+{
+    return (struct fhost *)(uintptr_t)c->hchunk;
+}
+
+static struct fhost *host_at(struct ms_gpu_fake *f, uint64_t va)
+{
+    for (struct fhost *h = f->hosts; h; h = h->next)
+        if (h->at && va >= h->at && va - h->at < h->bytes)
+            return h;
+    return NULL;
+}
 
 static int tick(struct ms_gpu_fake *f, enum ms_fake_op op)
 {
@@ -79,6 +103,10 @@ static int f_map(void *impl, struct ms_gpu_chunk *c, size_t n)
         int err = MS_OK;
         if (c[i].bytes == 0 || c[i].bytes % MS_GRAN || c[i].va % MS_GRAN)
             err = MS_E_INVAL;
+        else if (c[i].hchunk && (fh(&c[i])->at != c[i].va || fh(&c[i])->bytes != c[i].bytes))
+            err = MS_E_STATE; /* its host chunk is not where the contract says */
+        else if (!c[i].hchunk && host_at(f, c[i].va))
+            err = MS_E_STATE; /* a host chunk is mapped there */
         else if (find_map(f, c[i].va) || find_map(f, c[i].va + c[i].bytes - 1))
             err = MS_E_STATE;
         else if (f->used + c[i].bytes > f->capacity)
@@ -96,6 +124,8 @@ static int f_map(void *impl, struct ms_gpu_chunk *c, size_t n)
             return err;
         }
         memset(mem, 0xA5, c[i].bytes); /* fresh memory holds garbage, never zeros */
+        if (c[i].hchunk)
+            fh(&c[i])->at = 0;
         c[i].phys = ++f->next_phys;
         f->maps[f->nmaps++] = (struct fmap){c[i].va, c[i].bytes, c[i].phys, mem};
         f->used += c[i].bytes;
@@ -125,6 +155,8 @@ static int unmap_raw(struct ms_gpu_fake *f, struct ms_gpu_chunk *c, size_t n)
         f->used -= m->bytes;
         free(m->mem);
         *m = f->maps[--f->nmaps];
+        if (c[i].hchunk)
+            fh(&c[i])->at = c[i].va; /* always mapped */
     }
     return first;
 }
@@ -139,9 +171,18 @@ static int f_copy(void *impl, enum ms_stream s, const struct ms_gpu_chunk *c, si
         struct fmap *m = find_map(f, c[i].va);
         if (!m || c[i].va + c[i].bytes > m->va + m->bytes)
             return MS_E_INVAL;
+        uint8_t *dev = m->mem + (c[i].va - m->va);
+        if (c[i].hchunk) {
+            if (fh(&c[i])->bytes != c[i].bytes)
+                return MS_E_INVAL;
+            if (s == MS_STREAM_OUT)
+                memcpy(fh(&c[i])->mem, dev, c[i].bytes);
+            else
+                memcpy(dev, fh(&c[i])->mem, c[i].bytes);
+            continue;
+        }
         if (!c[i].host)
             continue;
-        uint8_t *dev = m->mem + (c[i].va - m->va);
         if (s == MS_STREAM_OUT)
             memcpy(c[i].host, dev, c[i].bytes);
         else
@@ -205,9 +246,10 @@ static int f_hash(void *impl, const struct ms_gpu_chunk *c, size_t n, uint64_t *
     if (e)
         return e;
     for (size_t i = 0; i < n; i++) {
-        uint8_t *p = ms_gpu_fake_access(f, c[i].va, c[i].bytes);
-        if (!p)
+        struct fmap *m = find_map(f, c[i].va); /* device memory only */
+        if (!m || c[i].bytes > m->bytes - (c[i].va - m->va))
             return MS_E_INVAL;
+        uint8_t *p = m->mem + (c[i].va - m->va);
         uint64_t h = 1469598103934665603ull; /* FNV-1a */
         for (uint64_t k = 0; k < c[i].bytes; k++)
             h = (h ^ p[k]) * 1099511628211ull;
@@ -222,6 +264,87 @@ static int f_info(void *impl, struct ms_gpu_info *out)
     out->total_bytes = f->capacity;
     out->free_bytes = f->capacity - f->used;
     return MS_OK;
+}
+
+static void host_destroy(struct ms_gpu_fake *f, struct fhost *h)
+{
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        f->hosts = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    f->nhosts--;
+    free(h->mem);
+    free(h);
+}
+
+static void f_host_free(void *impl, const struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_fake *f = impl;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].hchunk)
+            host_destroy(f, fh(&c[i]));
+}
+
+static int f_host_new(void *impl, struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_fake *f = impl;
+    int e = tick(f, MS_FAKE_HOST);
+    if (e)
+        return e;
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].hchunk)
+            continue;
+        struct fhost *h = calloc(1, sizeof(*h));
+        uint8_t *mem = c[i].bytes ? malloc(c[i].bytes) : NULL;
+        if (!h || !mem) {
+            free(h);
+            free(mem);
+            for (size_t k = 0; k < i; k++) /* all-or-nothing: the ones made here are first */
+                if (c[k].hchunk && fh(&c[k])->at == UINT64_MAX) {
+                    host_destroy(f, fh(&c[k]));
+                    c[k].hchunk = 0;
+                }
+            return MS_E_NOMEM;
+        }
+        memset(mem, 0x5A, c[i].bytes); /* never zeros */
+        *h = (struct fhost){.bytes = c[i].bytes, .at = UINT64_MAX, .mem = mem, .next = f->hosts};
+        if (f->hosts)
+            f->hosts->prev = h;
+        f->hosts = h;
+        f->nhosts++;
+        c[i].hchunk = (uint64_t)(uintptr_t)h;
+    }
+    for (struct fhost *h = f->hosts; h; h = h->next)
+        if (h->at == UINT64_MAX)
+            h->at = 0; /* made here, not mapped anywhere yet */
+    return MS_OK;
+}
+
+static int f_host_unmap(void *impl, const struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_fake *f = impl;
+    int e = tick(f, MS_FAKE_HOST);
+    for (size_t i = 0; i < n && e == MS_OK; i++)
+        if (!c[i].hchunk || fh(&c[i])->at != c[i].va)
+            e = MS_E_INVAL;
+    for (size_t i = 0; i < n && e == MS_OK; i++)
+        fh(&c[i])->at = 0;
+    return e;
+}
+
+static int f_host_map(void *impl, const struct ms_gpu_chunk *c, size_t n)
+{
+    struct ms_gpu_fake *f = impl;
+    int e = tick(f, MS_FAKE_HOST);
+    for (size_t i = 0; i < n && e == MS_OK; i++)
+        if (!c[i].hchunk || fh(&c[i])->at || fh(&c[i])->bytes != c[i].bytes ||
+            find_map(f, c[i].va) || host_at(f, c[i].va))
+            e = MS_E_INVAL;
+    for (size_t i = 0; i < n && e == MS_OK; i++)
+        fh(&c[i])->at = c[i].va;
+    return e;
 }
 
 static uint64_t f_now(void *impl)
@@ -247,6 +370,10 @@ struct ms_gpu_fake *ms_gpu_fake_new(uint64_t capacity)
         .hash = f_hash,
         .info = f_info,
         .now_ns = f_now,
+        .host_new = f_host_new,
+        .host_free = f_host_free,
+        .host_map = f_host_map,
+        .host_unmap = f_host_unmap,
     };
     return f;
 }
@@ -259,6 +386,8 @@ void ms_gpu_fake_free(struct ms_gpu_fake *f)
         free(f->maps[i].mem);
     free(f->maps);
     free(f->events);
+    while (f->hosts)
+        host_destroy(f, f->hosts);
     free(f);
 }
 
@@ -298,7 +427,21 @@ uint64_t ms_gpu_fake_used(const struct ms_gpu_fake *f)
 void *ms_gpu_fake_access(struct ms_gpu_fake *f, uint64_t va, uint64_t len)
 {
     struct fmap *m = find_map(f, va);
-    if (!m || len > m->bytes - (va - m->va))
+    if (m)
+        return len > m->bytes - (va - m->va) ? NULL : m->mem + (va - m->va);
+    struct fhost *h = host_at(f, va);
+    if (!h || len > h->bytes - (va - h->at))
         return NULL;
-    return m->mem + (va - m->va);
+    f->host_hits++;
+    return h->mem + (va - h->at);
+}
+
+uint64_t ms_gpu_fake_host_chunks(const struct ms_gpu_fake *f)
+{
+    return f->nhosts;
+}
+
+uint64_t ms_gpu_fake_host_hits(const struct ms_gpu_fake *f)
+{
+    return f->host_hits;
 }

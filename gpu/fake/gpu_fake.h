@@ -8,7 +8,9 @@
  *   call (counted over all operations) return MS_E_GPU, and "fail_wait" makes a copy's
  *   completion fail asynchronously (reported by wait), as a real device fault would.
  *   Accessing device memory is only possible through ms_gpu_fake_access(), which fails for
- *   addresses that are not mapped: the oracle that catches use of non-resident memory.
+ *   addresses that are not mapped: the oracle that catches use of unmapped memory. Host chunks
+ *   (the seam's host_new) are heap buffers; one mapped at a chunk's address answers an access
+ *   there too, counted as a host hit (slow on a GPU, correct).
  *
  * Invariants
  *   - live_maps() == maps succeeded - unmaps succeeded; live_events() == recorded - released.
@@ -31,6 +33,7 @@ enum ms_fake_op {
     MS_FAKE_RECORD,
     MS_FAKE_WAIT,
     MS_FAKE_HASH,
+    MS_FAKE_HOST, /* host_new, host_map, host_unmap (host_free cannot fail) */
     MS_FAKE_OPS
 };
 
@@ -50,7 +53,11 @@ uint64_t ms_gpu_fake_live_maps(const struct ms_gpu_fake *f);
 uint64_t ms_gpu_fake_live_events(const struct ms_gpu_fake *f);
 uint64_t ms_gpu_fake_used(const struct ms_gpu_fake *f);
 
-/* Pointer to `len` bytes of device memory at va, or NULL if any of it is not mapped. */
+/* Pointer to `len` bytes of the memory mapped at va (a device mapping, else a host chunk
+ * mapped there, which counts a host hit), or NULL if any of it is not mapped. */
 void *ms_gpu_fake_access(struct ms_gpu_fake *f, uint64_t va, uint64_t len);
+/* Live host chunks, and accesses that landed in a host chunk (a miss of the prediction). */
+uint64_t ms_gpu_fake_host_chunks(const struct ms_gpu_fake *f);
+uint64_t ms_gpu_fake_host_hits(const struct ms_gpu_fake *f);
 
 #endif /* MS_GPU_FAKE_H */
