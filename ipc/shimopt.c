@@ -58,6 +58,9 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         "measure prediction accuracy with CUPTI into FILE (demand engine, alone)"},
     [MS_OPT_ACCURACY_MAX] = {"MSCHED_ACCURACY_MAX", NULL, "N", NULL, MS_OT_UINT, 1, 100000000,
         false, NULL, "2000", "launches the accuracy probe measures"},
+    [MS_OPT_MISPREDICT] = {"MSCHED_MISPREDICT", NULL, "PERCENT", NULL, MS_OT_UINT, 0, 100, false,
+        NULL, "0", "tests: drop this percent of every command's predicted chunks (alone;\n"
+        "with MSCHED_STRICT=1 they run on the host: slower, never wrong)"},
     [MS_OPT_CUPTI] = {"MSCHED_CUPTI", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the CUPTI library the accuracy probe loads (default: searched)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",

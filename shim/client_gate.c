@@ -90,6 +90,30 @@ void ms__cl_send_demand(const struct ms_chunk_set *need, bool whole)
     ms__cl_send_demand_ex(need, whole, false);
 }
 
+/*
+ * A command that names more than this process may hold: keep in `own` every chunk that must be
+ * resident (regions not always mapped) and the always-mapped ones, in order, while they fit
+ * `cap`; the rest runs on its host chunks (a counted miss). Returns MS_OK or MS_E_NOMEM.
+ */
+static int fit_to_cap(const struct ms_chunk_set *need, struct ms_chunk_set *own, uint64_t cap)
+{
+    struct ms_rtable *rt = C.eng->rt;
+    ms_chunk_set_clear(own);
+    uint64_t used = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < need->n; i++) {
+            const struct ms_region *r = ms_region_get(rt, MS_CHUNK_REGION(need->ids[i]));
+            const struct ms_chunk *c = ms_chunk_get(rt, need->ids[i]);
+            if (!r || !c || r->amap != (pass == 1) || (pass == 1 && used + c->bytes > cap))
+                continue;
+            used += c->bytes;
+            if (ms_chunk_set_add(own, need->ids[i]))
+                return MS_E_NOMEM;
+        }
+    ms_chunk_set_normalize(own);
+    return MS_OK;
+}
+
 int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool unbounded,
                    struct ms_shim_stream stream, bool *alone)
 {
@@ -127,10 +151,20 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
         if (capt)
             break; /* recorded into a graph, not run: nothing to hold */
         uint64_t bytes = ms_chunk_set_bytes(need, rt);
+        if (bytes > C.cap && need != own) {
+            if (fit_to_cap(need, own, C.cap)) {
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            need = own;
+            *needp = own;
+            bytes = ms_chunk_set_bytes(need, rt);
+        }
         if (bytes > C.cap) {
             ms__shim_say("%s needs %llu MiB resident, more than the %llu MiB this process may hold "
                          "(%s): refused",
-                         unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
+                         unbounded ? "a launch msched cannot bound (application VMM mappings)"
+                                   : "a command's application VMM mappings",
                          (unsigned long long)(bytes / MS_MIB), (unsigned long long)(C.cap / MS_MIB),
                          C.cap_is_limit ? "MSCHED_BUDGET" : "the daemon's budget");
             rc = CUDA_ERROR_OUT_OF_MEMORY;

@@ -66,6 +66,8 @@ void ms_engine_configure(void)
     uint64_t budget = ms__shim_opt(MS_OPT_BUDGET);
     uint64_t engine = ms__shim_opt(MS_OPT_ENGINE);
     E.strict_want = ms__shim_opt(MS_OPT_STRICT) != 0;
+    E.mispredict = ms__shim_opt(MS_OPT_MISPREDICT);
+    E.rng = 0x853c49e6748fea9bull;
     E.budget = budget;
     E.want = (budget > 0 || ms_client_allowed()) && engine != MS_ENGINE_OFF;
     E.backing = engine == MS_ENGINE_UNIFIED  ? BACK_UNIFIED
@@ -272,32 +274,36 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     }
     uint64_t span = MS_ROUND_UP(bytes, MS_GRAN);
     CUdeviceptr va = 0;
-    void *host = NULL;
     CUresult r;
     if (E.backing != BACK_VMM) {
         r = managed_room(span) ? E.api.cuMemAllocManaged(&va, span, CU_MEM_ATTACH_GLOBAL)
                                : CUDA_ERROR_OUT_OF_MEMORY;
     } else {
-        /* Pinning GiBs of host backing takes seconds: not under the lock, where the service
-         * thread (a STOP, an order) and every launch would wait for it. */
+        /* Not under the lock: a reservation is a driver call the service thread (a STOP, an
+         * order) and every launch need not wait for. */
         ms_unlock(&E.lock);
         r = MS_REAL(cuMemAddressReserve)(&va, span, 0, 0, 0);
-        if (r == CUDA_SUCCESS)
-            r = ms__host_pin(span, ms_chunk_bytes_for(bytes), &host);
         ms_lock(&E.lock);
     }
     uint32_t id = 0;
     int e = MS_OK;
     if (r == CUDA_SUCCESS)
-        e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, host, &id);
+        e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, NULL, &id);
+    if (r == CUDA_SUCCESS && e == MS_OK && E.backing == BACK_VMM) {
+        e = ms__eng_region_place(id);
+        if (e != MS_OK) {
+            say("cannot back a new allocation of %llu MiB: %s (%s)",
+                (unsigned long long)(span / MS_MIB), ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+            ms__eng_region_drop(id);
+        }
+    }
     if (r != CUDA_SUCCESS || e != MS_OK) {
-        ms__host_unpin(host); /* the allocation fails either way */
         if (va)
             release_va(va, span);
         ms_unlock(&E.lock);
         *handled = true;
-        /* No room for the range or its backing store: what cuMemAlloc says when memory is
-         * short (the reservation of an absurd size is refused as an invalid value). */
+        /* No room for the range or its backing: what cuMemAlloc says when memory is short
+         * (the reservation of an absurd size is refused as an invalid value). */
         return r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_OUT_OF_MEMORY
                                                                   : (int)r;
     }
@@ -481,6 +487,39 @@ void ms_engine_atfork_child(void)
     }
 }
 
+/* The exit summary's line on misses and host chunks, with the regions missed most. */
+static void print_misses(const struct ms_engine_stats *s)
+{
+    char top[256] = "";
+    size_t len = 0;
+    ms_lock(&E.lock);
+    for (int k = 0; k < 3; k++) {
+        size_t best = SIZE_MAX;
+        for (size_t i = 0; i < E.nrefs && i < E.rt.nslots; i++)
+            if (E.refs[i].misses && (best == SIZE_MAX || E.refs[i].misses > E.refs[best].misses))
+                best = i;
+        if (best == SIZE_MAX)
+            break;
+        const struct ms_region *r = &E.rt.regions[best];
+        if (len < sizeof(top))
+            len += (size_t)snprintf(top + len, sizeof(top) - len, "%s%s %llu MiB at 0x%llx: %llu",
+                                    k ? ", " : " (most: ", r->live ? "region" : "freed region",
+                                    (unsigned long long)(MS_ROUND_UP(r->size, MS_GRAN) / MS_MIB),
+                                    (unsigned long long)r->base,
+                                    (unsigned long long)E.refs[best].misses);
+        E.refs[best].misses = 0; /* the summary is the last reader */
+    }
+    ms_unlock(&E.lock);
+    if (len && len < sizeof(top) - 1)
+        snprintf(top + len, sizeof(top) - len, ")");
+    fprintf(stderr,
+            "msched[%d]: misses: %llu commands ran with %llu named chunks on the host%s; %llu "
+            "host chunks made (%llu MiB), %llu allocations started on the host\n",
+            (int)getpid(), (unsigned long long)s->miss_cmds, (unsigned long long)s->miss_chunks,
+            top, (unsigned long long)s->host_chunks, (unsigned long long)(s->host_bytes / MS_MIB),
+            (unsigned long long)s->host_placed);
+}
+
 void ms_engine_exit(bool verbose)
 {
     if (ms_lock_any_held()) {
@@ -508,6 +547,8 @@ void ms_engine_exit(bool verbose)
     if (E.strict)
         fprintf(stderr, "msched[%d]: strict: %llu chunks evicted outside the predictions\n",
                 (int)getpid(), (unsigned long long)s.strict_evictions);
+    if (E.backing == BACK_VMM)
+        print_misses(&s);
     struct ms_host_stats h;
     ms__host_stats(&h);
     if (h.stores)

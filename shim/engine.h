@@ -138,8 +138,12 @@ struct ms_engine_stats {
     uint64_t regions, footprint, resident, budget;
     uint64_t faults, unbounded, bytes_in, bytes_out, bytes_dropped, migrate_ns;
     uint64_t strict_evictions; /* chunks MSCHED_STRICT evicted */
-    bool daemon;               /* connected to the daemon now */
-    bool failed;               /* the daemon went away and the footprint could not be held alone */
+    uint64_t miss_cmds;        /* admitted commands that ran with named chunks off the device */
+    uint64_t miss_chunks;      /* those chunks, summed over the commands */
+    uint64_t host_chunks, host_bytes; /* host chunks created (always-mapped regions) */
+    uint64_t host_placed;             /* allocations that started on host chunks (no room) */
+    bool daemon;                      /* connected to the daemon now */
+    bool failed; /* the daemon went away and the footprint could not be held alone */
 };
 void ms_engine_stats_get(struct ms_engine_stats *out);
 

@@ -18,6 +18,9 @@
 
 /* The chunks this thread's admitted command pinned (alone), until its hook returns. */
 static _Thread_local struct ms_chunk_set held;
+/* Commands this thread has admitted (alone) whose hooks have not returned (E.admitted counts
+ * every thread's). */
+static _Thread_local uint64_t my_admitted;
 
 #include "shim/accuracy.h"
 #include "shim/client.h"
@@ -29,14 +32,53 @@ static _Thread_local struct ms_chunk_set held;
 #include <string.h>
 #include <unistd.h>
 
-/* Make `need` resident (lock held). Returns a CUresult. */
-static int fault(struct ms_chunk_set *need, bool unbounded)
+/* Chunks of `need` that must be resident for correctness: those of regions that are not
+ * always mapped (the application's own VMM mappings). The rest is performance. */
+static uint64_t must_bytes(const struct ms_chunk_set *need, bool *all_ready)
 {
-    uint64_t t0 = now_ns();
-    MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
+    uint64_t b = 0;
+    *all_ready = true;
+    for (size_t i = 0; i < need->n; i++) {
+        const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        if (!r || !c || r->amap)
+            continue;
+        b += c->bytes;
+        if (!ms_chunk_state_ready((enum ms_chunk_state)c->state))
+            *all_ready = false;
+    }
+    return b;
+}
+
+/* E.scratch = the part of `need` a plan can make resident under the budget: every chunk that
+ * must be (must_bytes), then the always-mapped ones in order while they fit. */
+static int fitting_part(const struct ms_chunk_set *need)
+{
+    ms_chunk_set_clear(&E.scratch);
+    uint64_t used = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < need->n; i++) {
+            const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
+            const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+            if (!r || !c || r->amap != (pass == 1))
+                continue;
+            if (pass == 1 && used + c->bytes > E.budget)
+                continue;
+            used += c->bytes;
+            int e = ms_chunk_set_add(&E.scratch, need->ids[i]);
+            if (e)
+                return e;
+        }
+    ms_chunk_set_normalize(&E.scratch);
+    return MS_OK;
+}
+
+/* Plan making `want` resident, with prefetch on the first attempt (lock held). */
+static int plan_for(const struct ms_chunk_set *want)
+{
     int e = MS_E_NOSPACE;
     for (int attempt = 0; attempt < 2 && e == MS_E_NOSPACE; attempt++) {
-        e = ms_history_plan_sets(&E.hist, &E.rt, need, attempt == 0 ? E.prefetch : 0, GROUP, &E.ws,
+        e = ms_history_plan_sets(&E.hist, &E.rt, want, attempt == 0 ? E.prefetch : 0, GROUP, &E.ws,
                                  &E.capws, &E.nws);
         if (e)
             break;
@@ -44,33 +86,61 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
             .rt = &E.rt, .budget = E.budget, .ws = E.ws, .nws = E.nws, .policy = MS_EVICT_OPT};
         e = ms_plan_build(&in, &E.plan);
     }
+    return e;
+}
+
+/*
+ * Make `need` resident (lock held). Returns a CUresult. Always-mapped chunks that cannot all
+ * be had under the budget are a performance matter: as many as fit are made resident and the
+ * command runs with the rest on the host (counted as misses at admission). Only chunks of
+ * regions that are not always mapped must all be resident, or the command is refused.
+ */
+static int fault(struct ms_chunk_set *need, bool unbounded)
+{
+    uint64_t t0 = now_ns();
+    int e = plan_for(need);
+    if (e == MS_E_NOSPACE) {
+        e = fitting_part(need);
+        if (e == MS_OK)
+            e = plan_for(&E.scratch);
+    }
+    bool must_ready;
+    uint64_t must = must_bytes(need, &must_ready);
     if (e == MS_E_NOSPACE && E.pinned > held.n)
         return RETRY_AFTER_UNPIN; /* other threads' commands hold chunks for a moment */
+    if (e == MS_E_NOSPACE && must_ready)
+        return CUDA_SUCCESS; /* nothing more fits beside the pinned: run on what is mapped */
     if (e == MS_E_NOSPACE) {
         say("%s needs %llu MiB resident, more than the budget of %llu MiB: refused",
-            unbounded ? "a launch msched cannot bound (whole footprint)" : "a command",
-            (unsigned long long)(ms_chunk_set_bytes(need, &E.rt) / MS_MIB),
-            (unsigned long long)(E.budget / MS_MIB));
+            unbounded ? "a launch msched cannot bound (every application VMM mapping)"
+                      : "a command's application VMM mappings",
+            (unsigned long long)(must / MS_MIB), (unsigned long long)(E.budget / MS_MIB));
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (e) {
         say("cannot plan a migration: %s", ms_strerror(e));
         return ms__eng_cuerr(e);
     }
+    if (E.plan.n == 0)
+        return CUDA_SUCCESS; /* what fits is resident; the rest runs from the host */
+    /* Nothing in flight may use a victim: other threads' admitted commands reach the driver
+     * first (they may touch chunks they did not name), then the GPU finishes everything. */
+    if (E.admitted > my_admitted)
+        return RETRY_AFTER_UNPIN;
+    MS_REAL(cuCtxSynchronize)();
     struct ms_exec_stats st;
     memset(&st, 0, sizeof(st));
     e = ms__eng_exec_plan(E.budget, &st);
     E.st.faults++;
-    E.st.bytes_in += st.bytes_in;
-    E.st.bytes_out += st.bytes_out;
-    E.st.bytes_dropped += st.bytes_dropped;
+    ms__eng_add_exec_stats(&st);
     E.st.migrate_ns += now_ns() - t0;
     if (e != MS_OK) {
         say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
         return ms__eng_cuerr(e);
     }
-    if (!ms__eng_all_ready(need)) {
-        say("migration left memory a command needs non-resident: refused");
+    must_bytes(need, &must_ready);
+    if (!must_ready) {
+        say("migration left an application VMM mapping a command needs non-resident: refused");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     return CUDA_SUCCESS;
@@ -168,15 +238,33 @@ static void wait_unpinned(void)
     ms_lock_timedwait(&E.unpinned, &E.lock, &at);
 }
 
-int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s)
+/* MSCHED_MISPREDICT (a test of the correctness rule): drop about that percent of the
+ * always-mapped chunks from every command's predicted set, so the command runs with them on
+ * the host when strict mode evicts what it does not name (lock held). */
+static void mispredict(struct ms_chunk_set *need)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < need->n; i++) {
+        const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
+        E.rng = E.rng * 6364136223846793005ull + 1442695040888963407ull;
+        if (r && r->amap && (E.rng >> 33) % 100 < E.mispredict)
+            continue;
+        need->ids[k++] = need->ids[i];
+    }
+    need->n = k;
+}
+
+static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s, bool *alone)
 {
     int rc = CUDA_SUCCESS;
     if (E.mode == MODE_DAEMON) {
         struct ms_chunk_set own;
         ms_chunk_set_init(&own);
-        bool alone = false;
-        rc = ms_client_gate(&need, &own, unbounded, s, &alone);
-        if (!alone) {
+        /* Never "the whole footprint": an unbounded command's need already lists every chunk
+         * that must be resident (application VMM mappings); always-mapped memory is reachable
+         * wherever it is. */
+        rc = ms_client_gate(&need, &own, false, s, alone);
+        if (!*alone) {
             ms_chunk_set_fini(&own);
             return rc;
         }
@@ -192,8 +280,11 @@ int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_strea
         if (rc != CUDA_SUCCESS)
             return rc;
     }
+    *alone = true;
     if (E.mode == MODE_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    if (E.mispredict)
+        mispredict(need);
     if (!need->n)
         return CUDA_SUCCESS;
     /* A command on a stream being captured is recorded into a graph, not run: nothing to make
@@ -228,6 +319,18 @@ int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_strea
             unpin_held();
     }
     ms_chunk_set_fini(&own);
+    return rc;
+}
+
+int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s)
+{
+    bool alone = false;
+    int rc = gate(need, unbounded, s, &alone);
+    if (rc == CUDA_SUCCESS && alone) {
+        /* Admitted alone: until its hook returns, no fault of another thread migrates. */
+        E.admitted++;
+        my_admitted++;
+    }
     return rc;
 }
 
@@ -319,9 +422,11 @@ void ms_engine_gate_end(void)
 {
     ms_acc_end();
     ms_client_gate_end();
-    if (held.n) {
+    if (held.n || my_admitted) {
         ms_lock(&E.lock);
-        unpin_held();
+        unpin_held(); /* signals E.unpinned */
+        E.admitted -= my_admitted;
+        my_admitted = 0;
         ms_unlock(&E.lock);
     }
 }

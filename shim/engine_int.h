@@ -40,6 +40,8 @@ struct refs {
     uint32_t n;
     uint32_t region[MAX_REFS];
     unsigned long long buffer;
+    uint64_t misses; /* admitted commands that named this region while part of it was off
+                      * the device (always mapped: they ran on its host chunks) */
 };
 
 /* What an instantiated graph reaches: regions (id and base, so a freed and reused slot is
@@ -91,6 +93,12 @@ struct ms_engine_state {
      * evicts them in between; `pinned` counts those pins, `unpinned` is signalled as they go. */
     uint64_t pinned;
     pthread_cond_t unpinned;
+    /* Running alone: commands admitted whose hooks have not returned (every thread's). A fault
+     * migrates only when no other thread's is left: such a command may touch chunks it did not
+     * name, and must reach the driver before the cuCtxSynchronize that covers it. */
+    uint64_t admitted;
+    uint64_t mispredict; /* MSCHED_MISPREDICT percent (tests) */
+    uint64_t rng;        /* its generator */
 };
 
 /* The engine (engine_mem.c). */
@@ -106,6 +114,8 @@ MS_HIDDEN void ms__eng_set_flag(bool *f, bool v);
 MS_HIDDEN int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, void *host,
                                  uint32_t *out);
 MS_HIDDEN int ms__eng_region_drop(uint32_t id);
+MS_HIDDEN int ms__eng_region_place(uint32_t id);
+MS_HIDDEN void ms__eng_add_exec_stats(const struct ms_exec_stats *x);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
 MS_HIDDEN int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s);
 MS_HIDDEN int ms__eng_add_refs(struct ms_chunk_set *s);

@@ -205,9 +205,65 @@ bool ms__eng_all_ready(const struct ms_chunk_set *s)
 
 void ms__eng_admitted(const struct ms_chunk_set *need)
 {
-    for (size_t i = 0; i < need->n; i++)
+    uint64_t missed = 0;
+    uint32_t last = UINT32_MAX;
+    for (size_t i = 0; i < need->n; i++) {
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        if (c && !ms_chunk_state_ready((enum ms_chunk_state)c->state)) {
+            /* Always mapped (a chunk that must be resident was made so): runs on the host. */
+            missed++;
+            uint32_t reg = MS_CHUNK_REGION(need->ids[i]);
+            if (reg != last && reg < E.nrefs)
+                E.refs[reg].misses++;
+            last = reg;
+        }
         ms_chunk_apply(&E.rt, need->ids[i], MS_CE_TOUCH);
+    }
+    if (missed) {
+        E.st.miss_cmds++;
+        E.st.miss_chunks += missed;
+    }
     ms_history_append(&E.hist, need);
+}
+
+void ms__eng_add_exec_stats(const struct ms_exec_stats *x)
+{
+    E.st.bytes_in += x->bytes_in;
+    E.st.bytes_out += x->bytes_out;
+    E.st.bytes_dropped += x->bytes_dropped;
+    E.st.host_chunks += x->host_chunks;
+    E.st.host_bytes += x->host_chunk_bytes;
+}
+
+/*
+ * Map a new always-mapped region's chunks before any command can touch it (lock held): to
+ * device memory when running alone with room for all of it under the budget (as cuMemAlloc
+ * would), else to new host chunks, from where the gate or the daemon's orders bring it in.
+ * Host chunks are made here, on the allocation's path (pinning: about 3.4 GB/s on the H200).
+ */
+int ms__eng_region_place(uint32_t id)
+{
+    struct ms_region *r = ms_region_get(&E.rt, id);
+    if (!r)
+        return MS_E_NOTFOUND;
+    r->amap = true;
+    uint64_t span = MS_ROUND_UP(r->size, MS_GRAN);
+    if (E.mode == MODE_ALONE && E.rt.resident_bytes + span <= E.budget) {
+        ms_chunk_set_clear(&E.scratch);
+        int e = ms__eng_add_region_chunks(&E.scratch, id);
+        return e ? e : ms__eng_exec_sets(NULL, &E.scratch, NULL);
+    }
+    struct ms_exec_stats x;
+    memset(&x, 0, sizeof(x));
+    uint64_t t0 = now_ns();
+    ms__host_gate_enter(); /* a migration of another thread's order may not run beside it */
+    int e = ms_exec_map_host(&E.rt, E.ops, id, &x);
+    ms__host_gate_leave();
+    E.st.migrate_ns += now_ns() - t0;
+    ms__eng_add_exec_stats(&x);
+    if (e == MS_OK)
+        E.st.host_placed++;
+    return e;
 }
 
 int ms__eng_plan_step(enum ms_step_op op, ms_chunk_id id)
@@ -248,9 +304,7 @@ int ms__eng_exec_sets(const struct ms_chunk_set *evict, const struct ms_chunk_se
     struct ms_exec_stats x;
     memset(&x, 0, sizeof(x));
     e = ms__eng_exec_plan(UINT64_MAX, &x);
-    E.st.bytes_in += x.bytes_in;
-    E.st.bytes_out += x.bytes_out;
-    E.st.bytes_dropped += x.bytes_dropped;
+    ms__eng_add_exec_stats(&x);
     E.st.migrate_ns += now_ns() - t0;
     if (st) {
         st->bytes_in += x.bytes_in;
@@ -276,13 +330,15 @@ int ms__eng_predict(const struct ms_chunk_set *need, uint64_t next_cap,
     return ms_history_predict(&E.hist, &E.rt, need, next_cap, out_next, recent_cap, out_recent);
 }
 
-/* E.need = every chunk of every region (lock held; E.need cleared by the caller). */
+/* E.need = what a command of unknown reach needs (lock held; E.need cleared by the caller):
+ * every chunk of every region that is not always mapped. Always-mapped regions are reachable
+ * wherever their chunks are, so an unbounded command runs on what is resident. */
 int ms__eng_need_everything(void)
 {
     E.st.unbounded++;
     int e = MS_OK;
     for (size_t i = 0; i < E.rt.nslots && e == MS_OK; i++)
-        if (E.rt.regions[i].live)
+        if (E.rt.regions[i].live && !E.rt.regions[i].amap)
             e = ms__eng_add_region_chunks(&E.need, (uint32_t)i);
     ms_chunk_set_normalize(&E.need);
     return e;
