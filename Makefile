@@ -170,6 +170,16 @@ gpu: $(GPU_PROGS) $(BUILD)/gpu/kernels.ptx $(BUILD)/gpu/hash.ptx
 
 -include shim/shim.mk
 
+# The fake driver's own test of host-located VMM handles (cmocka, linked to the fake driver;
+# tests/shim/run_shim_tests.sh runs it). Built where shim/shim.mk builds the fake (CUDA headers).
+ifneq ($(FAKE_LIB),)
+$(SHIM_TDIR)/fake_host: tests/shim/fake_host.c gpu/fakecuda/fakecuda.h $(FAKE_LIB)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -L$(FAKE_DIR) -lcuda -lcmocka
+TEST_EXTRA += $(SHIM_TDIR)/fake_host
+endif
+
 unit: $(UNIT_BIN)
 
 test: $(MSCHED) $(DAEMON_BIN) $(UNIT_BIN) $(FUZZ_REPLAY) $(TEST_EXTRA)

@@ -22,6 +22,15 @@
  *       without a current context CUDA_ERROR_INVALID_CONTEXT.
  *   Streams and events exist (handles are checked) but all work runs synchronously.
  *
+ *   Host-located VMM handles (cuMemCreate with prop->location.type CU_MEM_LOCATION_TYPE_HOST,
+ *   id ignored, or CU_MEM_LOCATION_TYPE_HOST_NUMA, any id) are memfds like device handles and
+ *   map, take access and copy the same way; what differs is what they are: system memory, so
+ *   they are counted apart (ms_fake_stats.host_*), not in used_bytes, not limited by the device
+ *   size nor seen by cuMemGetInfo, and a pointer into one of their mappings answers
+ *   CU_MEMORYTYPE_HOST to CU_POINTER_ATTRIBUTE_MEMORY_TYPE, as on the H200 with CUDA 13. A
+ *   kernel may touch a mapping of one once cuMemSetAccess granted access (no fault, as over
+ *   the bus); launches passing a pointer into one are counted (host_mapped_*).
+ *
  *   Managed memory (cuMemAllocManaged) is tracked in 2 MiB pages that are accessible only while
  *   "on the device"; touching one that is not is a GPU page fault, served and counted
  *   (ms_fake_stats.um_*), never an error; cuMemPrefetchAsync_v2 moves pages either way.
@@ -98,6 +107,20 @@ struct ms_fake_stats {
     uint64_t graph_launches;                  /* cuGraphLaunch calls */
     uint64_t host_registered;                 /* live cuMemHostRegister ranges */
     uint64_t pin_waits; /* copies that waited for a slow pin in flight (MSCHED_FAKE_PIN_MS) */
+    /* Host-located VMM handles (cuMemCreate with location HOST or HOST_NUMA): system memory the
+     * device reaches over the bus, not device memory, so neither in used_bytes nor limited by
+     * total_bytes (vmm_creates, vmm_releases, vmm_maps and vmm_unmaps count them too). A
+     * handle is live until it is released and its last mapping is gone. */
+    uint64_t host_handles;      /* live host handles */
+    uint64_t host_handle_bytes; /* their bytes */
+    uint64_t host_creates;      /* host handles ever created */
+    /* The oracle's record of kernels reaching host memory: at every launch that runs (direct,
+     * or a graph's node), each parameter of pointer size (8 bytes, registered sizes only)
+     * whose value lies inside a mapping of a host handle. Allowed (the real driver lets a
+     * kernel read host memory over the bus), only counted: an interposer that moved device
+     * memory to host-located handles shows here. */
+    uint64_t host_mapped_launches; /* launches with at least one such parameter */
+    uint64_t host_mapped_args;     /* such parameters, over all launches */
 };
 
 void ms_fake_get_stats(struct ms_fake_stats *out);

@@ -1,5 +1,5 @@
 /*
- * fakecuda_int.h - the fake driver's internals shared by its three files.
+ * fakecuda_int.h - the fake driver's internals shared by its files.
  *
  * Glossary
  *   ms__fk_lock     the fake's one mutex: every table below is read and written under it. Work
@@ -8,7 +8,15 @@
  *               by a PROT_NONE guard page.
  *   reservation a cuMemAddressReserve range: PROT_NONE except where mappings are.
  *   mapping     a physical handle (memfd) mapped MAP_SHARED|MAP_FIXED into a reservation;
- *               accessible only after cuMemSetAccess.
+ *               accessible only after cuMemSetAccess. One handle may be mapped at several
+ *               addresses at once (all see the same bytes); a released handle lives on until
+ *               its last mapping is unmapped.
+ *   host handle a physical handle created with a host location (CU_MEM_LOCATION_TYPE_HOST or
+ *               _HOST_NUMA) rather than device 0: the same memfd, mapped and given access the
+ *               same way, but system memory: counted in ms_fake_stats.host_* instead of
+ *               used_bytes, CU_MEMORYTYPE_HOST to pointer queries, and a kernel launch passing
+ *               a pointer into one of its mappings is counted (touching it with access granted
+ *               is allowed, as over the bus on a GPU).
  *
  * Every exported cu* function checks its arguments and returns an error instead of crashing
  * on anything the real driver would reject; the only crashes are the ones a GPU would fault
@@ -65,8 +73,12 @@ enum { MS__FK_PTR_DEVICE, MS__FK_PTR_MANAGED, MS__FK_PTR_ASYNC, MS__FK_PTR_VMM }
 struct ms__fk_ptr {
     uint64_t base, size;
     int kind;
+    bool host; /* a mapping of a host handle (kind MS__FK_PTR_VMM): system memory */
 };
 CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out);
+
+/* Whether p lies inside a mapping of a host handle, whatever its access (ms__fk_lock held). */
+bool ms__fk_host_mapped(uint64_t p);
 
 /* Unified memory (fakecuda_um.c): track a managed block (made inaccessible until touched),
  * forget it (before it is unmapped), mark the calling thread as running a kernel, and copy the

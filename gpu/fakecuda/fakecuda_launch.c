@@ -17,6 +17,12 @@
  *   answer for it, the launch entry points accept it in place of a CUfunction (as CUDA 12+
  *   does), and the CUfunction queries refuse it (CUDA_ERROR_INVALID_HANDLE), so an interposer
  *   must try the CUkernel query.
+ *   The oracle's host counter: before a launch runs (directly or as a graph's node, both
+ *   through launch()), each parameter of pointer size (8 bytes; kernels registered with
+ *   sizes only) is read and looked up; a value inside a mapping of a host handle counts
+ *   (ms_fake_stats.host_mapped_args, and host_mapped_launches once per launch). Such memory
+ *   may be touched; unmapped memory in a reservation still faults, as before. A launch
+ *   recorded by a stream capture runs later, as a graph's node, and is counted then.
  *
  * Invariants
  *   - Registration records are never freed: a CUfunction stays valid until exit.
@@ -196,6 +202,24 @@ CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
     return CUDA_SUCCESS;
 }
 
+/* Parameters of pointer size whose value lies in a mapping of a host handle (args as the kernel
+ * gets them: l->args[i] points at parameter i). Takes ms__fk_lock. */
+static uint64_t host_mapped_args(const struct fk_kernel *k, void *const *args, size_t nargs)
+{
+    uint64_t n = 0;
+    pthread_mutex_lock(&ms__fk_lock);
+    for (size_t i = 0; args && i < nargs && i < k->nparams; i++) {
+        if (k->sizes[i] != sizeof(CUdeviceptr))
+            continue;
+        CUdeviceptr v;
+        memcpy(&v, args[i], sizeof v);
+        if (ms__fk_host_mapped((uint64_t)v))
+            n++;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return n;
+}
+
 struct launch_args {
     CUfunction f;
     unsigned int grid[3], block[3], smem;
@@ -267,12 +291,15 @@ static CUresult launch(const struct launch_args *a)
         free(args);
         return rc;
     }
+    uint64_t host_args = host_mapped_args(k, l.args, l.nargs);
     ms__fk_um_kernel(true);
     k->fn(&l);
     ms__fk_um_kernel(false);
     free(args);
     pthread_mutex_lock(&ms__fk_lock);
     ms__fk_stats.launches++;
+    ms__fk_stats.host_mapped_launches += host_args > 0;
+    ms__fk_stats.host_mapped_args += host_args;
     pthread_mutex_unlock(&ms__fk_lock);
     return CUDA_SUCCESS;
 }

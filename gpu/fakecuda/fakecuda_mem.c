@@ -17,10 +17,21 @@
  *   mappings only, mappings inside one reservation, no overlap, and a memory budget
  *   (MSCHED_FAKE_MEM_BYTES) shared by allocations and physical handles.
  *
+ *   A physical handle is device memory (location DEVICE 0) or host memory (location HOST, id
+ *   ignored, or HOST_NUMA, any id: a "host handle"). Both are memfds and behave alike under
+ *   cuMemMap / cuMemSetAccess / cuMemUnmap and copies; a host handle is outside the device
+ *   budget (counted in ms_fake_stats.host_*), its mappings answer CU_MEMORYTYPE_HOST to
+ *   pointer queries, and launches passing pointers into them are counted
+ *   (ms__fk_host_mapped). A handle may be mapped at several addresses at once (MAP_SHARED:
+ *   every mapping sees the same bytes); it holds one reference until cuMemRelease and one
+ *   per mapping, so a handle released while mapped keeps its memory until the last unmap, as
+ *   on the real driver.
+ *
  * Invariants (under ms__fk_lock)
  *   - blocks[] and resvs[] are sorted by base and do not overlap.
- *   - ms__fk_stats.used_bytes == sum of block sizes + sum of sizes of physical handles not yet
- *     destroyed; a handle is destroyed when it is released and no mapping uses it.
+ *   - ms__fk_stats.used_bytes == sum of block sizes + sum of sizes of device handles not yet
+ *     destroyed; host_handles / host_handle_bytes == count / sum of sizes of host handles not
+ *     yet destroyed; a handle is destroyed when it is released and no mapping uses it.
  *   - Every mapping lies inside its reservation; mappings of a reservation do not overlap.
  */
 #include "gpu/fakecuda/fakecuda_int.h"
@@ -45,6 +56,7 @@ struct phys {
     uint64_t size;
     int refs; /* 1 until released, plus one per mapping */
     bool released;
+    bool host; /* a host handle (system memory), not device memory */
 };
 
 struct mapping {
@@ -167,6 +179,7 @@ CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out)
         out->kind = blocks[b].kind == BK_MANAGED ? MS__FK_PTR_MANAGED
                     : blocks[b].kind == BK_ASYNC ? MS__FK_PTR_ASYNC
                                                  : MS__FK_PTR_DEVICE;
+        out->host = false;
         return CUDA_SUCCESS;
     }
     struct resv *r = resv_at(p);
@@ -176,7 +189,15 @@ CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out)
     out->base = m->va;
     out->size = m->size;
     out->kind = MS__FK_PTR_VMM;
+    out->host = m->ph->host;
     return CUDA_SUCCESS;
+}
+
+bool ms__fk_host_mapped(uint64_t p)
+{
+    struct resv *r = resv_at(p);
+    struct mapping *m = r ? mapping_at(r, p) : NULL;
+    return m && m->ph->host;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -327,6 +348,7 @@ CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     return free_async(dptr, hStream);
 }
 
+/* Device memory only: host handles take nothing from it. */
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *pfree, size_t *ptotal)
 {
     CUresult rc = ms__fk_ready();
@@ -718,6 +740,7 @@ static bool gran_ok(uint64_t v)
     return v % MS_FK_GRAN == 0;
 }
 
+/* 2 MiB (minimum and recommended) for every location, device or host, as on the H200. */
 CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                                CUmemAllocationGranularity_flags option)
 {
@@ -790,6 +813,13 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
     return rc;
 }
 
+/*
+ * Location DEVICE 0: device memory, within the device budget. Location HOST (id ignored) or
+ * HOST_NUMA: a host handle, outside it. Refused with CUDA_ERROR_INVALID_VALUE, as by the H200's
+ * CUDA 13.0 driver: HOST_NUMA_CURRENT, and HOST with requested handle types (not shareable).
+ * HOST_NUMA takes any id here (the fake has no NUMA nodes; that driver refuses an id naming
+ * no node). Any other location is CUDA_ERROR_INVALID_DEVICE.
+ */
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -799,7 +829,12 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (!handle || !prop || flags != 0 || size == 0 || !gran_ok(size) ||
         prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
         return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0)
+    bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+                prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT ||
+        (prop->location.type == CU_MEM_LOCATION_TYPE_HOST && prop->requestedHandleTypes != 0))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!host && (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0))
         return CUDA_ERROR_INVALID_DEVICE;
     struct phys *ph = calloc(1, sizeof *ph);
     if (!ph)
@@ -813,13 +848,20 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     }
     ph->size = size;
     ph->refs = 1;
+    ph->host = host;
     pthread_mutex_lock(&ms__fk_lock);
-    if (ms__fk_stats.used_bytes + size > ms__fk_total_bytes() ||
+    if ((!host && ms__fk_stats.used_bytes + size > ms__fk_total_bytes()) ||
         !grow((void **)&physs, &capphys, nphys + 1, sizeof *physs)) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         physs[nphys++] = ph;
-        ms__fk_stats.used_bytes += size;
+        if (host) {
+            ms__fk_stats.host_handles++;
+            ms__fk_stats.host_handle_bytes += size;
+            ms__fk_stats.host_creates++;
+        } else {
+            ms__fk_stats.used_bytes += size;
+        }
         ms__fk_stats.vmm_creates++;
     }
     pthread_mutex_unlock(&ms__fk_lock);
@@ -832,7 +874,9 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     return CUDA_SUCCESS;
 }
 
-/* Drop one reference (ms__fk_lock held); destroys the handle at zero. */
+/* Drop one reference (ms__fk_lock held); destroys the handle at zero. A released handle is
+ * gone for cuMemMap and cuMemRelease even while mapped (CUDA_ERROR_INVALID_VALUE: the driver
+ * documents its use as undefined; the H200's driver was seen to map it again). */
 static void phys_unref(struct phys *ph)
 {
     if (--ph->refs > 0)
@@ -843,7 +887,12 @@ static void phys_unref(struct phys *ph)
             break;
         }
     }
-    ms__fk_stats.used_bytes -= ph->size;
+    if (ph->host) {
+        ms__fk_stats.host_handles--;
+        ms__fk_stats.host_handle_bytes -= ph->size;
+    } else {
+        ms__fk_stats.used_bytes -= ph->size;
+    }
     close(ph->fd);
     free(ph);
 }

@@ -11,6 +11,10 @@
  *   creation failed on the H200 because an engine allocation, reserved but not yet mapped, was
  *   answered that way. Buffer ids are the allocation's base address (unique among live
  *   allocations, which is all the fake promises).
+ *   A mapping of a host handle (cuMemCreate with a host location) is system memory: its
+ *   MEMORY_TYPE is CU_MEMORYTYPE_HOST, in cuPointerGetAttribute and cuPointerGetAttributes
+ *   alike (the real driver's answer); every other attribute is answered as for a device
+ *   handle's mapping.
  */
 #include "gpu/fakecuda/fakecuda_int.h"
 
@@ -38,6 +42,10 @@ static void describe(const struct ms__fk_ptr *m, struct ms_ptrattr_mem *out)
 
 static CUresult attribute(CUpointer_attribute a, uint64_t p, const struct ms__fk_ptr *m, void *data)
 {
+    if (a == CU_POINTER_ATTRIBUTE_MEMORY_TYPE && m->host) {
+        *(unsigned int *)data = CU_MEMORYTYPE_HOST;
+        return CUDA_SUCCESS;
+    }
     struct ms_ptrattr_mem d;
     describe(m, &d);
     int rc = ms_ptrattr_get(a, p, &d, data);

@@ -24,6 +24,7 @@
 #   gpa-check        cuGetProcAddress_v2 returns the function of the requested ABI and flavour
 #   trampolines      a forwarded function called first (slow path) keeps float and stack args
 #   oracle           memory that is not resident faults (the fake driver's guarantee)
+#   fake/host-handles  the fake's host-located VMM handles (tests/shim/fake_host.c, cmocka)
 #   robustness       quiet without MSCHED_VERBOSE; %p in MSCHED_TRACE; no driver -> NO_DEVICE
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -46,7 +47,7 @@ if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
     exit 0
 fi
 for f in "$SHIMDIR/libcuda.so.1" "$SHIMDIR/libmsched.so" "$FAKE" "$T/cuda_test_linked" \
-    "$T/cuda_test_dl" "$T/trace_check"; do
+    "$T/cuda_test_dl" "$T/trace_check" "$T/fake_host"; do
     if [ ! -e "$f" ]; then
         echo "FAIL build ($f is missing: run make test)"
         exit 1
@@ -253,6 +254,15 @@ for m in tramp-float tramp-stack; do
 done
 simple direct/oracle cuda_test_linked oracle "${DIRECT[@]}"
 simple shim/oracle cuda_test_linked oracle "${SHIM[@]}"
+# Host-located VMM handles on the fake driver alone: counted apart from device memory, mapped
+# and copied like device handles, MEMORY_TYPE host, launches reaching them counted, unmapped
+# memory still faulting, released-while-mapped handles alive until their last unmap.
+if env LD_LIBRARY_PATH="$FAKEDIR" timeout 60 "$T/fake_host" >"$WORK/fake_host.out" 2>&1; then
+    pass "fake/host-handles ($(grep -c '^\[       OK \]' "$WORK/fake_host.out") cmocka tests)"
+else
+    fail fake/host-handles
+    grep -E '^\[  (FAILED|ERROR)|rror|fail' "$WORK/fake_host.out" | head -n 10 | sed 's/^/    | /'
+fi
 # A host backing that takes 1.5 s to pin must not hold up another thread's command.
 simple shim/pin-lock cuda_test_dl pin-lock "${SHIM[@]}" MSCHED_BUDGET=1GiB MSCHED_FAKE_PIN_MS=1500
 # A migration beside another thread's pinning (the fake's copies wait for a pin in flight, as
