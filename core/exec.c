@@ -210,15 +210,18 @@ static size_t hash_batch(struct ctx *x, const ms_chunk_id *ids, size_t n, uint64
     return n;
 }
 
-/* Before any eviction is issued: mark (chunk.mark = 1) the DIRTY victims whose GPU hash still
- * equals the one taken at population, so eviction drops them instead of copying. */
+/* Before any eviction is issued: mark (chunk.mark = 1) the DIRTY victims (and, verifying, the
+ * CLEAN ones) whose GPU hash still equals the one taken at population, so eviction drops them
+ * instead of copying. */
 static void find_unchanged(struct ctx *x, const struct ms_plan *p)
 {
     size_t n = 0;
     for (size_t i = 0; i < p->n; i++) {
         struct ms_chunk *c = ms_chunk_get(x->rt, p->steps[i].chunk);
         c->mark = 0;
-        if (p->steps[i].op == MS_STEP_EVICT && c->state == MS_CS_DIRTY && c->hash != 0 && !c->pins)
+        bool suspect =
+            c->state == MS_CS_DIRTY || (x->opts->verify_clean && c->state == MS_CS_CLEAN);
+        if (p->steps[i].op == MS_STEP_EVICT && suspect && c->hash != 0 && !c->pins)
             x->ids[n++] = p->steps[i].chunk;
     }
     if (hash_batch(x, x->ids, n, x->hashes) != n)
@@ -292,7 +295,8 @@ static int evict(struct ctx *x, ms_chunk_id id)
         return MS_E_BUSY;
 
     /* mark: find_unchanged. A backend whose eviction is the move itself never drops. */
-    bool clean = !x->gpu->copy_to_evict && (c->state == MS_CS_CLEAN || c->mark == 1);
+    bool clean = !x->gpu->copy_to_evict &&
+                 ((c->state == MS_CS_CLEAN && !x->opts->verify_clean) || c->mark == 1);
     if (clean) {
         if (x->opts->pipelined) {
             /* Dropped when a population needs the room (or at the end): the unmaps then

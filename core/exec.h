@@ -4,6 +4,7 @@
  * Design
  *   Walks the plan in order. An eviction of a chunk known clean (CLEAN, or DIRTY whose GPU hash
  *   still equals the hash recorded at population, when opts.hash_clean) is a drop: unmap, no copy.
+ *   With opts.verify_clean a CLEAN chunk counts as known clean only when its hash matches too.
  *   Hashes are taken in batches, one seam call each: the victims' before any copy is issued (a
  *   hash that synchronizes in the middle of the eviction stream would serialize the directions),
  *   the populated chunks' reference hashes after all populations settled.
@@ -46,6 +47,10 @@
 struct ms_exec_opts {
     bool pipelined;
     bool hash_clean; /* use gpu->hash to drop unchanged DIRTY chunks instead of copying */
+    /* A CLEAN chunk may have been written by a command that did not name it (a missed
+     * prediction on always-mapped memory): drop it only when its GPU hash still equals the one
+     * taken at population (needs hash_clean and a hash backend); otherwise copy it. */
+    bool verify_clean;
 };
 
 struct ms_exec_stats {

@@ -45,7 +45,9 @@
  *            pages), so there is no drop: every eviction copies, clean or not.
  *
  * Ownership: the ops table and its impl pointer belong to whoever created them; the seam never
- * frees what it is given. Thread safety: one caller at a time per impl.
+ * frees what it is given. Thread safety: one caller at a time per impl, except where a backend's
+ * header allows the four host calls from any thread (gpu_cuda does, for chunks no other call
+ * uses: an allocation's host chunks are made outside the engine's lock).
  */
 #ifndef MS_GPU_H
 #define MS_GPU_H

@@ -287,15 +287,33 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     }
     uint32_t id = 0;
     int e = MS_OK;
-    if (r == CUDA_SUCCESS)
+    struct ms_host_set hs = {0};
+    if (r == CUDA_SUCCESS && E.backing == BACK_VMM && !ms__eng_fits(span)) {
+        /* No room on the device: the allocation starts on host chunks, made without the lock
+         * (pinning: seconds for GiBs) before its region exists. */
+        ms_unlock(&E.lock);
+        e = ms__eng_host_make(va, bytes, &hs);
+        ms_lock(&E.lock);
+        if (e != MS_OK)
+            say("cannot back a new allocation of %llu MiB with host memory: %s (%s)",
+                (unsigned long long)(span / MS_MIB), ms_strerror(e), ms_gpu_cuda_host_error(E.gpu));
+    }
+    if (r == CUDA_SUCCESS && e == MS_OK) {
         e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, NULL, &id);
-    if (r == CUDA_SUCCESS && e == MS_OK && E.backing == BACK_VMM) {
-        e = ms__eng_region_place(id);
-        if (e != MS_OK) {
-            say("cannot back a new allocation of %llu MiB: %s (%s)",
-                (unsigned long long)(span / MS_MIB), ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
-            ms__eng_region_drop(id);
+        if (e == MS_OK && E.backing == BACK_VMM) {
+            e = hs.c ? ms__eng_region_adopt_host(id, &hs) : ms__eng_region_place_device(id);
+            if (e != MS_OK) {
+                say("cannot map a new allocation of %llu MiB: %s (%s)",
+                    (unsigned long long)(span / MS_MIB), ms_strerror(e),
+                    ms_gpu_cuda_last_error(E.gpu));
+                ms__eng_region_drop(id);
+            }
         }
+    }
+    if (hs.c) { /* not adopted */
+        ms_unlock(&E.lock);
+        ms__eng_host_unmake(&hs);
+        ms_lock(&E.lock);
     }
     if (r != CUDA_SUCCESS || e != MS_OK) {
         if (va)
@@ -513,11 +531,13 @@ static void print_misses(const struct ms_engine_stats *s)
     if (len && len < sizeof(top) - 1)
         snprintf(top + len, sizeof(top) - len, ")");
     fprintf(stderr,
-            "msched[%d]: misses: %llu commands ran with %llu named chunks on the host%s; %llu "
-            "host chunks made (%llu MiB), %llu allocations started on the host\n",
+            "msched[%d]: misses: %llu commands ran with %llu named chunks on the host%s, %llu of "
+            "unknown reach with allocations on the host; %llu host chunks made (%llu MiB), %llu "
+            "allocations started on the host (%.3f s making their host chunks)\n",
             (int)getpid(), (unsigned long long)s->miss_cmds, (unsigned long long)s->miss_chunks,
-            top, (unsigned long long)s->host_chunks, (unsigned long long)(s->host_bytes / MS_MIB),
-            (unsigned long long)s->host_placed);
+            top, (unsigned long long)s->miss_unbounded, (unsigned long long)s->host_chunks,
+            (unsigned long long)(s->host_bytes / MS_MIB), (unsigned long long)s->host_placed,
+            (double)s->host_ns / 1e9);
 }
 
 void ms_engine_exit(bool verbose)

@@ -140,7 +140,9 @@ struct ms_engine_stats {
     uint64_t strict_evictions; /* chunks MSCHED_STRICT evicted */
     uint64_t miss_cmds;        /* admitted commands that ran with named chunks off the device */
     uint64_t miss_chunks;      /* those chunks, summed over the commands */
+    uint64_t miss_unbounded;   /* commands of unknown reach admitted with allocations off it */
     uint64_t host_chunks, host_bytes; /* host chunks created (always-mapped regions) */
+    uint64_t host_ns;                 /* time making an allocation's host chunks */
     uint64_t host_placed;             /* allocations that started on host chunks (no room) */
     bool daemon;                      /* connected to the daemon now */
     bool failed; /* the daemon went away and the footprint could not be held alone */

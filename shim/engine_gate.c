@@ -285,7 +285,7 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (E.mispredict)
         mispredict(need);
-    if (!need->n)
+    if (!need->n && !E.strict)
         return CUDA_SUCCESS;
     /* A command on a stream being captured is recorded into a graph, not run: nothing to make
      * resident now (the graph's launches are gated on its reach), and a fault's synchronization
@@ -331,6 +331,10 @@ int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_strea
         E.admitted++;
         my_admitted++;
     }
+    /* Of unknown reach while allocations are off the device (every chunk a command of unknown
+     * reach must have is resident now, so a HOST chunk is an allocation's): a possible miss. */
+    if (rc == CUDA_SUCCESS && unbounded && E.rt.count[MS_CS_HOST])
+        E.st.miss_unbounded++;
     return rc;
 }
 

@@ -114,7 +114,24 @@ MS_HIDDEN void ms__eng_set_flag(bool *f, bool v);
 MS_HIDDEN int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, void *host,
                                  uint32_t *out);
 MS_HIDDEN int ms__eng_region_drop(uint32_t id);
-MS_HIDDEN int ms__eng_region_place(uint32_t id);
+/* A new allocation's host chunks, made and mapped at its addresses before its region exists. */
+struct ms_host_set {
+    struct ms_gpu_chunk *c; /* one per chunk of the region-to-be, host chunk in c[k].hchunk */
+    size_t n;
+    uint64_t ns, bytes; /* time spent making them (not waiting at the gate), their bytes */
+};
+/* Whether an allocation of `span` bytes fits under the budget now, running alone. */
+MS_HIDDEN bool ms__eng_fits(uint64_t span);
+/* Map a new region (all EMPTY) to fresh device memory; it becomes always mapped. */
+MS_HIDDEN int ms__eng_region_place_device(uint32_t id);
+/* Without the lock: host chunks for an allocation at [va, va + bytes), made one per pin call
+ * (the migration gate, hostmem.h) and mapped there. All-or-nothing. */
+MS_HIDDEN int ms__eng_host_make(uint64_t va, uint64_t bytes, struct ms_host_set *out);
+/* Without the lock: undo ms__eng_host_make (nothing left of h). */
+MS_HIDDEN void ms__eng_host_unmake(struct ms_host_set *h);
+/* Lock held: a new region (all EMPTY, laid out as h) takes h's host chunks: always mapped, every
+ * chunk HOST. On success h is emptied; on error (MS_E_INVAL, MS_E_STATE) nothing changes. */
+MS_HIDDEN int ms__eng_region_adopt_host(uint32_t id, struct ms_host_set *h);
 MS_HIDDEN void ms__eng_add_exec_stats(const struct ms_exec_stats *x);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
 MS_HIDDEN int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s);

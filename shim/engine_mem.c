@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct ms_engine_state ms__engine = {.lock = MS_LOCK_INIT(MS_LK_ENGINE, "engine"),
@@ -95,7 +96,9 @@ int ms__eng_region_drop(uint32_t id)
  * process runs beside the migration's copies. Caller holds E.lock. */
 int ms__eng_exec_plan(uint64_t budget, struct ms_exec_stats *x)
 {
-    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true};
+    /* verify_clean: always-mapped memory is reachable by commands that did not name it, so a
+     * chunk that stayed CLEAN may still have been written (docs/engine.md). */
+    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true, .verify_clean = true};
     ms__host_gate_enter();
     int e = ms_exec_plan(&E.rt, E.ops, budget, &E.plan, &o, x);
     ms__host_gate_leave();
@@ -235,35 +238,102 @@ void ms__eng_add_exec_stats(const struct ms_exec_stats *x)
     E.st.host_bytes += x->host_chunk_bytes;
 }
 
-/*
- * Map a new always-mapped region's chunks before any command can touch it (lock held): to
- * device memory when running alone with room for all of it under the budget (as cuMemAlloc
- * would), else to new host chunks, from where the gate or the daemon's orders bring it in.
- * Host chunks are made here, on the allocation's path (pinning: about 3.4 GB/s on the H200).
- */
-int ms__eng_region_place(uint32_t id)
+/* A new allocation's host chunks that took this long to make are logged (as hostmem.c logs a
+ * slow store): other processes' stalls can be matched to the time. */
+#define SLOW_PIN_NS 300000000ull
+
+bool ms__eng_fits(uint64_t span)
+{
+    return E.mode == MODE_ALONE && E.rt.resident_bytes + span <= E.budget;
+}
+
+int ms__eng_region_place_device(uint32_t id)
 {
     struct ms_region *r = ms_region_get(&E.rt, id);
     if (!r)
         return MS_E_NOTFOUND;
     r->amap = true;
-    uint64_t span = MS_ROUND_UP(r->size, MS_GRAN);
-    if (E.mode == MODE_ALONE && E.rt.resident_bytes + span <= E.budget) {
-        ms_chunk_set_clear(&E.scratch);
-        int e = ms__eng_add_region_chunks(&E.scratch, id);
-        return e ? e : ms__eng_exec_sets(NULL, &E.scratch, NULL);
+    ms_chunk_set_clear(&E.scratch);
+    int e = ms__eng_add_region_chunks(&E.scratch, id);
+    return e ? e : ms__eng_exec_sets(NULL, &E.scratch, NULL);
+}
+
+int ms__eng_host_make(uint64_t va, uint64_t bytes, struct ms_host_set *out)
+{
+    memset(out, 0, sizeof(*out));
+    uint64_t span = MS_ROUND_UP(bytes, MS_GRAN), cb = ms_chunk_bytes_for(bytes);
+    size_t n = (size_t)((span + cb - 1) / cb);
+    struct ms_gpu_chunk *g = ms_calloc(n, sizeof(*g));
+    if (!g)
+        return MS_E_NOMEM;
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at);
+    uint64_t t0 = now_ns(), waited = 0;
+    int e = MS_OK;
+    size_t made = 0;
+    for (; made < n && e == MS_OK; made++) {
+        uint64_t off = (uint64_t)made * cb;
+        g[made] = (struct ms_gpu_chunk){.va = va + off, .bytes = MS_MIN(cb, span - off)};
+        /* One chunk per pin call: a migration waits for at most one at the gate. */
+        waited += ms__host_pin_begin();
+        e = E.ops->host_new(E.ops->impl, &g[made], 1);
+        ms__host_pin_end();
     }
-    struct ms_exec_stats x;
-    memset(&x, 0, sizeof(x));
-    uint64_t t0 = now_ns();
-    ms__host_gate_enter(); /* a migration of another thread's order may not run beside it */
-    int e = ms_exec_map_host(&E.rt, E.ops, id, &x);
-    ms__host_gate_leave();
-    E.st.migrate_ns += now_ns() - t0;
-    ms__eng_add_exec_stats(&x);
     if (e == MS_OK)
-        E.st.host_placed++;
-    return e;
+        e = E.ops->host_map(E.ops->impl, g, n);
+    if (e != MS_OK) {
+        E.ops->host_free(E.ops->impl, g, made);
+        ms_free(g);
+        return e;
+    }
+    uint64_t dt = now_ns() - t0;
+    dt -= MS_MIN(dt, waited);
+    *out = (struct ms_host_set){.c = g, .n = n, .ns = dt, .bytes = span};
+    if (dt >= SLOW_PIN_NS) {
+        char started[40];
+        ms__shim_wallclock(&at, started, sizeof(started));
+        ms__shim_log("slow pin: %.1f ms for %.2f GiB of host chunks (a new allocation's, %zu "
+                     "pin calls), started %s",
+                     (double)dt / 1e6, (double)span / (double)MS_GIB, n, started);
+    }
+    return MS_OK;
+}
+
+void ms__eng_host_unmake(struct ms_host_set *h)
+{
+    if (!h->c)
+        return;
+    E.ops->host_unmap(E.ops->impl, h->c, h->n);
+    E.ops->host_free(E.ops->impl, h->c, h->n);
+    ms_free(h->c);
+    memset(h, 0, sizeof(*h));
+}
+
+int ms__eng_region_adopt_host(uint32_t id, struct ms_host_set *h)
+{
+    struct ms_region *r = ms_region_get(&E.rt, id);
+    if (!r || r->nchunks != h->n)
+        return MS_E_INVAL;
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        if (r->chunks[k].bytes != h->c[k].bytes || r->chunks[k].state != MS_CS_EMPTY)
+            return MS_E_INVAL;
+    r->amap = true;
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        r->chunks[k].host = h->c[k].hchunk;
+    int e = ms_region_mark_host(&E.rt, id);
+    if (e != MS_OK) {
+        for (uint32_t k = 0; k < r->nchunks; k++)
+            r->chunks[k].host = 0;
+        r->amap = false;
+        return e;
+    }
+    E.st.host_chunks += h->n;
+    E.st.host_bytes += h->bytes;
+    E.st.host_ns += h->ns;
+    E.st.host_placed++;
+    ms_free(h->c); /* the tokens live in the region now */
+    memset(h, 0, sizeof(*h));
+    return MS_OK;
 }
 
 int ms__eng_plan_step(enum ms_step_op op, ms_chunk_id id)

@@ -63,6 +63,16 @@ static void pin_end(void)
     ms_unlock(&gate);
 }
 
+uint64_t ms__host_pin_begin(void)
+{
+    return pin_begin();
+}
+
+void ms__host_pin_end(void)
+{
+    pin_end();
+}
+
 void ms__host_gate_enter(void)
 {
     ms_lock(&gate);

@@ -79,6 +79,12 @@ MS_HIDDEN void ms__host_stats(struct ms_host_stats *out);
 MS_HIDDEN void ms__host_gate_enter(void);
 MS_HIDDEN void ms__host_gate_leave(void);
 
+/* The pin side of the gate, for other calls that pin (the engine's host chunks, one chunk per
+ * call): begin waits out the migrations in flight and returns the nanoseconds it waited; end
+ * follows the call. Not under a lock a migration needs (the engine's). */
+MS_HIDDEN uint64_t ms__host_pin_begin(void);
+MS_HIDDEN void ms__host_pin_end(void);
+
 /* In a forked child (single-threaded): the locks and the gate's counts start afresh, since
  * the parent's other threads (mid-pin, mid-migration) do not exist there. */
 MS_HIDDEN void ms__host_atfork_child(void);

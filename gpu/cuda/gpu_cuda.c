@@ -12,6 +12,7 @@
 #include "gpu_cuda.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,8 @@ struct ms_gpu_cuda {
     size_t nhpool, caphpool;
     uint64_t hpooled_bytes, hpool_limit;
     struct ms_gpu_cuda_host_stats hst;
+    pthread_mutex_t hmu;            /* the host chunk pool, hst and herr */
+    char herr[128], herr_copy[128]; /* the host calls' last error (herr_copy: the caller's) */
     char last_err[128];
 };
 
@@ -270,7 +273,21 @@ static int c_unmap(void *impl, struct ms_gpu_chunk *c, size_t n)
     return first;
 }
 
-/* ---- host chunks --------------------------------------------------------------------------- */
+/* ---- host chunks ---------------------------------------------------------------------------
+ * These four calls may run beside the others, from any thread, on chunks no other call uses
+ * (the engine makes an allocation's host chunks without its lock): the pool and the counters
+ * are under hmu, errors go to herr (under hmu), and the driver calls are thread-safe. */
+
+static int hfail(struct ms_gpu_cuda *g, const char *call, CUresult r)
+{
+    const char *name = NULL;
+    if (g->api->cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+        name = "unknown error";
+    pthread_mutex_lock(&g->hmu);
+    snprintf(g->herr, sizeof(g->herr), "%s: %s", call, name);
+    pthread_mutex_unlock(&g->hmu);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? MS_E_NOSPACE : MS_E_GPU;
+}
 
 static void hchunk_destroy(struct ms_gpu_cuda *g, struct hchunk *hc)
 {
@@ -280,17 +297,36 @@ static void hchunk_destroy(struct ms_gpu_cuda *g, struct hchunk *hc)
     free(hc);
 }
 
+/* Empty the pool (returns how many were released). */
+static size_t hpool_drain(struct ms_gpu_cuda *g)
+{
+    pthread_mutex_lock(&g->hmu);
+    struct hchunk **v = g->hpool;
+    size_t n = g->nhpool;
+    g->hpool = NULL;
+    g->nhpool = g->caphpool = 0;
+    g->hpooled_bytes = 0;
+    pthread_mutex_unlock(&g->hmu);
+    for (size_t i = 0; i < n; i++)
+        hchunk_destroy(g, v[i]);
+    free(v);
+    return n;
+}
+
 static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out)
 {
+    pthread_mutex_lock(&g->hmu);
     for (size_t i = g->nhpool; i-- > 0;) {
         if (g->hpool[i]->bytes == bytes) {
             *out = g->hpool[i];
             g->hpool[i] = g->hpool[--g->nhpool];
             g->hpooled_bytes -= bytes;
             g->hst.reused++;
+            pthread_mutex_unlock(&g->hmu);
             return MS_OK;
         }
     }
+    pthread_mutex_unlock(&g->hmu);
     uint64_t t0 = c_now(g);
     struct hchunk *hc = calloc(1, sizeof(*hc));
     if (!hc)
@@ -302,21 +338,17 @@ static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **
     prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
     prop.location.id = 0;
     CUresult r = g->api->cuMemCreate(&hc->h, bytes, &prop, 0);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && g->nhpool) {
-        while (g->nhpool)
-            hchunk_destroy(g, g->hpool[--g->nhpool]);
-        g->hpooled_bytes = 0;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && hpool_drain(g))
         r = g->api->cuMemCreate(&hc->h, bytes, &prop, 0);
-    }
     if (r != CUDA_SUCCESS) {
         free(hc);
-        return fail(g, "cuMemCreate (host)", r);
+        return hfail(g, "cuMemCreate (host)", r);
     }
     r = g->api->cuMemAddressReserve(&hc->shadow, bytes, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
         g->api->cuMemRelease(hc->h);
         free(hc);
-        return fail(g, "cuMemAddressReserve", r);
+        return hfail(g, "cuMemAddressReserve", r);
     }
     const char *call;
     r = map_at(g, hc->shadow, bytes, hc->h, &call);
@@ -324,25 +356,15 @@ static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **
         g->api->cuMemAddressFree(hc->shadow, bytes);
         g->api->cuMemRelease(hc->h);
         free(hc);
-        return fail(g, call, r);
+        return hfail(g, call, r);
     }
+    pthread_mutex_lock(&g->hmu);
     g->hst.created++;
     g->hst.created_bytes += bytes;
     g->hst.create_ns += c_now(g) - t0;
+    pthread_mutex_unlock(&g->hmu);
     *out = hc;
     return MS_OK;
-}
-
-static void hchunk_put(struct ms_gpu_cuda *g, struct hchunk *hc)
-{
-    if (g->hpooled_bytes + hc->bytes <= g->hpool_limit &&
-        (g->nhpool < g->caphpool ||
-         ms_grow((void **)&g->hpool, &g->caphpool, g->nhpool + 1, sizeof(*g->hpool)) == MS_OK)) {
-        g->hpool[g->nhpool++] = hc;
-        g->hpooled_bytes += hc->bytes;
-        return;
-    }
-    hchunk_destroy(g, hc);
 }
 
 static void c_host_free(void *impl, const struct ms_gpu_chunk *c, size_t n)
@@ -352,9 +374,20 @@ static void c_host_free(void *impl, const struct ms_gpu_chunk *c, size_t n)
         struct hchunk *hc = (struct hchunk *)(uintptr_t)c[i].hchunk;
         if (!hc)
             continue;
+        pthread_mutex_lock(&g->hmu);
         g->hst.live--;
         g->hst.live_bytes -= hc->bytes;
-        hchunk_put(g, hc);
+        bool pooled = false;
+        if (g->hpooled_bytes + hc->bytes <= g->hpool_limit &&
+            (g->nhpool < g->caphpool || ms_grow((void **)&g->hpool, &g->caphpool, g->nhpool + 1,
+                                                sizeof(*g->hpool)) == MS_OK)) {
+            g->hpool[g->nhpool++] = hc;
+            g->hpooled_bytes += hc->bytes;
+            pooled = true;
+        }
+        pthread_mutex_unlock(&g->hmu);
+        if (!pooled)
+            hchunk_destroy(g, hc);
     }
 }
 
@@ -373,8 +406,10 @@ static int c_host_new(void *impl, struct ms_gpu_chunk *c, size_t n)
         if (e == MS_OK) {
             c[i].hchunk = (uint64_t)(uintptr_t)hc;
             made[nmade++] = i;
+            pthread_mutex_lock(&g->hmu);
             g->hst.live++;
             g->hst.live_bytes += hc->bytes;
+            pthread_mutex_unlock(&g->hmu);
         }
     }
     if (e != MS_OK) /* all-or-nothing: release the ones made here */
@@ -393,7 +428,7 @@ static int c_host_unmap(void *impl, const struct ms_gpu_chunk *c, size_t n)
     for (size_t i = 0; i < n; i++) {
         CUresult r = g->api->cuMemUnmap((CUdeviceptr)c[i].va, c[i].bytes);
         if (r != CUDA_SUCCESS && first == MS_OK)
-            first = fail(g, "cuMemUnmap", r);
+            first = hfail(g, "cuMemUnmap", r);
     }
     return first;
 }
@@ -402,22 +437,34 @@ static int c_host_map(void *impl, const struct ms_gpu_chunk *c, size_t n)
 {
     struct ms_gpu_cuda *g = impl;
     for (size_t i = 0; i < n; i++) {
+        if (!c[i].hchunk) {
+            c_host_unmap(g, c, i);
+            return MS_E_INVAL;
+        }
         const char *call;
-        CUresult r = c[i].hchunk
-                         ? map_at(g, (CUdeviceptr)c[i].va, c[i].bytes, hc_of(&c[i])->h, &call)
-                         : CUDA_ERROR_INVALID_VALUE;
+        CUresult r = map_at(g, (CUdeviceptr)c[i].va, c[i].bytes, hc_of(&c[i])->h, &call);
         if (r != CUDA_SUCCESS) {
             c_host_unmap(g, c, i);
-            return c[i].hchunk ? fail(g, call, r) : MS_E_INVAL;
+            return hfail(g, call, r);
         }
     }
     return MS_OK;
 }
 
-void ms_gpu_cuda_host_stats(const struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats *out)
+const char *ms_gpu_cuda_host_error(struct ms_gpu_cuda *g)
 {
+    pthread_mutex_lock(&g->hmu);
+    snprintf(g->herr_copy, sizeof(g->herr_copy), "%s", g->herr);
+    pthread_mutex_unlock(&g->hmu);
+    return g->herr_copy;
+}
+
+void ms_gpu_cuda_host_stats(struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats *out)
+{
+    pthread_mutex_lock(&g->hmu);
     *out = g->hst;
     out->pooled_bytes = g->hpooled_bytes;
+    pthread_mutex_unlock(&g->hmu);
 }
 
 static int c_copy(void *impl, enum ms_stream s, const struct ms_gpu_chunk *c, size_t n)
@@ -561,6 +608,7 @@ int ms_gpu_cuda_new(const struct ms_cuda_api *api, const char *hash_ptx, uint64_
     g->api = api;
     g->pool_limit = pool_limit;
     g->hpool_limit = pool_limit;
+    pthread_mutex_init(&g->hmu, NULL);
     int e = MS_OK;
     CUresult r = api->cuCtxGetDevice(&g->dev);
     if (r != CUDA_SUCCESS)
@@ -699,9 +747,8 @@ void ms_gpu_cuda_free(struct ms_gpu_cuda *g)
     free(g->free_ev);
     pool_drain(g);
     free(g->pool);
-    while (g->nhpool)
-        hchunk_destroy(g, g->hpool[--g->nhpool]);
-    free(g->hpool);
+    hpool_drain(g);
+    pthread_mutex_destroy(&g->hmu);
     free(g);
 }
 

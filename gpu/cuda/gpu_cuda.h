@@ -35,8 +35,10 @@
  * Errors: driver failures become MS_E_GPU (MS_E_NOSPACE for CUDA_ERROR_OUT_OF_MEMORY); the last
  * driver error code and the call that failed are kept for messages (ms_gpu_cuda_last_error).
  *
- * Ownership and threads: one object per CUDA context, used by one thread at a time; the caller
- * makes the context current before calling in. ms_gpu_cuda_free releases the pool, streams and
+ * Ownership and threads: one object per CUDA context, used by one thread at a time, except the
+ * host chunk calls (host_new, host_free, host_map, host_unmap), which any thread may make beside
+ * the others on chunks no other call uses; the caller makes the context current before calling
+ * in. ms_gpu_cuda_free releases the pool, streams and
  * events (not mappings still live: the caller unmaps first).
  */
 #ifndef MS_GPU_CUDA_H
@@ -117,6 +119,9 @@ struct ms_gpu_cuda_host_stats {
     uint64_t reused;                            /* taken from the pool */
     uint64_t pooled_bytes;
 };
-void ms_gpu_cuda_host_stats(const struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats *out);
+void ms_gpu_cuda_host_stats(struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats *out);
+/* The host chunk calls' last error as "cuXxx: CUDA_ERROR_YYY" (a copy owned by g: valid until
+ * the next call of this function), or "". Thread-safe like those calls. */
+const char *ms_gpu_cuda_host_error(struct ms_gpu_cuda *g);
 
 #endif /* MS_GPU_CUDA_H */

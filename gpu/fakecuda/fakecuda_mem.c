@@ -367,6 +367,7 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t *pfree, size_t *ptotal)
 /* Copies and memsets                                                                           */
 
 static void pin_wait(void);
+static void pin_delay(size_t bytesize);
 
 /* Which sides of a copy are device memory: 'd' device, 'h' host, 'u' unified (either). */
 static CUresult copy(uint64_t dst, char dk, uint64_t src, char sk, size_t n, CUstream s)
@@ -836,6 +837,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_INVALID_VALUE;
     if (!host && (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0))
         return CUDA_ERROR_INVALID_DEVICE;
+    if (host)
+        pin_delay(size); /* a host handle is pinned host memory: as slow as a pin */
     struct phys *ph = calloc(1, sizeof *ph);
     if (!ph)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -915,8 +918,8 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
     return rc;
 }
 
-/* MSCHED_FAKE_MAP_MS makes every cuMemMap take that long (outside the fake's lock): a slow
- * migration, for tests of what reports one. */
+/* MSCHED_FAKE_MAP_MS makes every cuMemMap of a device handle take that long (outside the fake's
+ * lock): a slow migration, for tests of what reports one. Host handles map at full speed. */
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -927,6 +930,13 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         return CUDA_ERROR_INVALID_VALUE;
     const char *slow = getenv("MSCHED_FAKE_MAP_MS");
     long ms = slow ? strtol(slow, NULL, 10) : 0;
+    if (ms > 0) {
+        pthread_mutex_lock(&ms__fk_lock);
+        struct phys *sp = phys_of(handle);
+        if (sp && sp->host)
+            ms = 0;
+        pthread_mutex_unlock(&ms__fk_lock);
+    }
     if (ms > 0) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
@@ -1037,7 +1047,8 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 /* ------------------------------------------------------------------------------------------ */
 /* Pinned host memory: plain page-aligned host memory here (nothing to pin). Pinning a real
  * driver's GiBs takes seconds; MSCHED_FAKE_PIN_MS makes every allocation or registration of
- * 64 MiB or more take that long (outside the fake's lock), so tests can see who waits for it.
+ * 64 MiB or more, and every host handle (cuMemCreate, location HOST) of 64 MiB or more, take
+ * that long (outside the fake's lock), so tests can see who waits for it.
  * As in the real driver (on the H200 an eviction's copy submissions waited 603 ms behind a
  * 746 ms pin in the same process), a copy waits for a slow pin in flight: the pin holds
  * pin_mu while it sleeps, and a copy passes through pin_mu before it starts.

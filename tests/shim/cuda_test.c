@@ -13,7 +13,7 @@
  *   pin-lock          under the engine, a slow host-backing pin in one thread does not hold
  *                     up another thread's command (MSCHED_FAKE_PIN_MS)
  *   pin-gate          nor a migration's copies, which the driver makes wait for a pin call
- *   pin-pieces        host backing stores registered in pieces, data intact
+ *   pin-pieces        an allocation's host chunks (one pin call each), data intact, released
  *   tramp-float, tramp-stack   the first driver call is to a forwarded function taking floats
  *                     (or a stack argument): the trampolines' slow path must keep them
  *   nodriver          cuInit reports CUDA_ERROR_NO_DEVICE (run under libmsched with no driver)
@@ -375,9 +375,10 @@ static void *pin_alloc(void *p)
     return NULL;
 }
 
-/* Under the engine (VMM backing) with MSCHED_FAKE_PIN_MS=1500: while one thread allocates 128
- * MiB (its host backing, two 64 MiB pieces of 1.5 s each, takes 3 s to pin), a memset on
- * another buffer must not wait for it: the engine's lock is not held across the pinning. */
+/* Under the engine (VMM backing) with MSCHED_BUDGET=64MiB and MSCHED_FAKE_PIN_MS=1500: while one
+ * thread allocates 128 MiB (more than the budget: it starts on host chunks, two 64 MiB host
+ * handles of 1.5 s each, 3 s to pin), a memset on another buffer must not wait for it: the
+ * engine's lock is not held across the pinning. */
 static int pin_lock(const struct ms_api *a)
 {
     CUcontext ctx;
@@ -513,12 +514,12 @@ static int pin_gate(const struct ms_api *a, const struct ms_fake_api *fk)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* pin-pieces: host backing stores registered in pieces (MSCHED_PIN_PIECE=64MiB)                */
+/* pin-pieces: an allocation's host chunks, one pin call each                                  */
 
-/* Under the engine with MSCHED_BUDGET=256MiB and MSCHED_PIN_PIECE=64MiB: a 320 MiB buffer (five
- * 64 MiB chunks) has its store registered in five pieces, a 128 MiB one (a single chunk) in
- * one; filling both evicts part of the first through its pieced store, and every byte reads
- * back; freeing them unregisters every piece. */
+/* Under the engine with MSCHED_BUDGET=256MiB: a 320 MiB buffer (five 64 MiB chunks) does not fit
+ * and starts on five host chunks (host-located VMM handles, one pin call each); a 128 MiB one
+ * (a single chunk) fits and has none. Filling both evicts part of the first and, lazily, gives
+ * the second its host chunk; every byte reads back; freeing them releases every host chunk. */
 static int pin_pieces(const struct ms_api *a, const struct ms_fake_api *fk)
 {
     const size_t chunk = 64u << 20, big = 5 * chunk, small = 128u << 20;
@@ -528,13 +529,13 @@ static int pin_pieces(const struct ms_api *a, const struct ms_fake_api *fk)
     if (ctx_up(a, &ctx))
         return 1;
     fk->get_stats(&st);
-    uint64_t base = st.host_registered;
+    uint64_t base = st.host_creates, live = st.host_handles;
     MS_CK(a->MemAlloc(&d, big));
     MS_CK(a->MemAlloc(&e, small));
     fk->get_stats(&st);
-    if (st.host_registered - base != 6)
-        return printf("FAIL: %llu registrations for the two stores, want 6\n",
-                      (unsigned long long)(st.host_registered - base)),
+    if (st.host_creates - base != 5)
+        return printf("FAIL: %llu host chunks for the two allocations, want 5\n",
+                      (unsigned long long)(st.host_creates - base)),
                1;
     for (size_t k = 0; k < 5; k++)
         MS_CK(a->MemsetD8(d + k * chunk, (unsigned char)(0x21 + k), chunk));
@@ -551,16 +552,25 @@ static int pin_pieces(const struct ms_api *a, const struct ms_fake_api *fk)
                 return printf("FAIL: chunk %zu byte %zu is 0x%02x\n", k, i, got), 1;
             }
     }
+    MS_CK(a->MemcpyDtoH(h, e, chunk));
+    for (size_t i = 0; i < chunk; i += 4093)
+        if (h[i] != 0x77) {
+            unsigned got = h[i];
+            free(h);
+            return printf("FAIL: the small buffer's byte %zu is 0x%02x\n", i, got), 1;
+        }
     free(h);
+    fk->get_stats(&st);
+    uint64_t made = st.host_creates - base;
     MS_CK(a->MemFree(d));
     MS_CK(a->MemFree(e));
     fk->get_stats(&st);
-    if (st.host_registered != base)
-        return printf("FAIL: %llu registrations left after the frees\n",
-                      (unsigned long long)(st.host_registered - base)),
+    if (st.host_handles != live)
+        return printf("FAIL: %llu host chunks left after the frees\n",
+                      (unsigned long long)(st.host_handles - live)),
                1;
     MS_CK(a->PrimaryCtxRelease(0));
-    printf("pin-pieces: 6 registrations, data intact, none left\n");
+    printf("pin-pieces: %llu host chunks, data intact, none left\n", (unsigned long long)made);
     return 0;
 }
 

@@ -3,8 +3,10 @@
  * budget far below the footprint, checked against a host shadow of every buffer.
  *
  * Runs against whatever libcuda.so.1 the loader finds: on the fake driver behind libmsched
- * (CI), every chunk the engine did not make resident is PROT_NONE, so a kernel that touches one
- * crashes the program (the oracle); data mismatches are counted against the shadow. Kernels
+ * (CI), every chunk the engine did not make resident is mapped to its host chunk (a host-located
+ * VMM handle, which the fake counts when a kernel's argument points into one) and any address
+ * the engine left unmapped is PROT_NONE, so a kernel that touches one crashes the program (the
+ * oracle); data mismatches are counted against the shadow. Kernels
  * are host functions registered with the fake (MS_FAKECUDA names it). One kernel follows a
  * pointer table stored in device memory (built on the host, copied over), the case the launch
  * arguments alone cannot show.
@@ -16,7 +18,7 @@
  *          allocated again (footprint 48 MiB: the graph reaches only 24 of them, so it runs),
  *          then, after cuGraphExecKernelNodeSetParams (the interposer must forget what the
  *          graph reaches: the driver may not even implement the call), once more at 48 MiB
- *          (now the whole footprint is needed: refused, not run on missing memory).
+ *          (its reach unknown: it runs on what is resident, the rest on host chunks).
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
  *          With STRESS_EXIT_RELEASE_MS=N set, the cycle ends as a CUDA runtime program exits:
  *          the buffers stay allocated, the primary context is released, and the process
@@ -764,8 +766,11 @@ int main(int argc, char **argv)
     if (stats) {
         struct ms_fake_stats st;
         stats(&st);
-        printf("FAKE allocs=%llu host_registered=%llu\n", (unsigned long long)st.allocs,
-               (unsigned long long)st.host_registered);
+        printf("FAKE allocs=%llu host_registered=%llu host_handles=%llu host_creates=%llu "
+               "host_mapped_launches=%llu\n",
+               (unsigned long long)st.allocs, (unsigned long long)st.host_registered,
+               (unsigned long long)st.host_handles, (unsigned long long)st.host_creates,
+               (unsigned long long)st.host_mapped_launches);
         printf("UM faults=%llu kernel_faults=%llu prefetch_in_mib=%llu prefetch_out_mib=%llu "
                "device_max_mib=%llu\n",
                (unsigned long long)st.um_faults, (unsigned long long)st.um_kernel_faults,
