@@ -216,3 +216,78 @@ int ms_chunk_sets_reserve(struct ms_chunk_set **sets, size_t *cap, size_t n)
     *cap = c;
     return MS_OK;
 }
+
+/* A region that cannot be resident whole beside others: half the budget or more. */
+static bool big_region(const struct ms_region *r, uint64_t cap)
+{
+    return MS_ROUND_UP(r->size, MS_GRAN) >= cap / 2;
+}
+
+int ms_chunk_set_fit(struct ms_rtable *rt, const struct ms_chunk_set *need, uint64_t cap,
+                     struct ms_chunk_set *out)
+{
+    if (!rt || !need || !out || need == out)
+        return MS_E_INVAL;
+    ms_chunk_set_clear(out);
+    uint64_t used = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < need->n; i++) {
+            const struct ms_region *r = ms_region_get(rt, MS_CHUNK_REGION(need->ids[i]));
+            const struct ms_chunk *c = ms_chunk_get(rt, need->ids[i]);
+            if (!r || !c)
+                continue;
+            bool ready = ms_chunk_state_ready((enum ms_chunk_state)c->state);
+            if (pass == 0 ? r->amap : (!r->amap || !ready || big_region(r, cap)))
+                continue;
+            if (pass == 1 && used + c->bytes > cap)
+                continue;
+            used += c->bytes;
+            int e = ms_chunk_set_add(out, need->ids[i]);
+            if (e)
+                return e;
+        }
+    /* The rest, by region size (regions of one command: a handful; a selection each round). */
+    uint32_t last = UINT32_MAX;
+    uint64_t moving = 0; /* non-resident bytes taken so far */
+    for (;;) {
+        uint64_t best_size = UINT64_MAX;
+        uint32_t best = UINT32_MAX;
+        for (size_t i = 0; i < need->n; i++) {
+            uint32_t reg = MS_CHUNK_REGION(need->ids[i]);
+            const struct ms_region *r = ms_region_get(rt, reg);
+            if (!r || !r->amap || r->size >= best_size)
+                continue;
+            if (last != UINT32_MAX) {
+                const struct ms_region *l = ms_region_get(rt, last);
+                if (r->size < l->size || (r->size == l->size && reg <= last))
+                    continue; /* taken in an earlier round */
+            }
+            best_size = r->size;
+            best = reg;
+        }
+        if (best == UINT32_MAX)
+            break;
+        bool big = big_region(ms_region_get(rt, best), cap);
+        for (size_t i = 0; i < need->n; i++) {
+            const struct ms_chunk *c = ms_chunk_get(rt, need->ids[i]);
+            if (MS_CHUNK_REGION(need->ids[i]) != best || !c || used + c->bytes > cap)
+                continue;
+            bool ready = ms_chunk_state_ready((enum ms_chunk_state)c->state);
+            if (ready && !big)
+                continue; /* small regions' resident chunks are in already */
+            /* A big region grows only into free memory: evicting other regions' chunks for
+             * it pushes out what the next commands need (churn: tests/shim, engine/onebuf). */
+            if (!ready && big && rt->resident_bytes + moving + c->bytes > cap)
+                continue;
+            if (!ready)
+                moving += c->bytes;
+            used += c->bytes;
+            int e = ms_chunk_set_add(out, need->ids[i]);
+            if (e)
+                return e;
+        }
+        last = best;
+    }
+    ms_chunk_set_normalize(out);
+    return MS_OK;
+}

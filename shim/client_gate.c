@@ -90,28 +90,11 @@ void ms__cl_send_demand(const struct ms_chunk_set *need, bool whole)
     ms__cl_send_demand_ex(need, whole, false);
 }
 
-/*
- * A command that names more than this process may hold: keep in `own` every chunk that must be
- * resident (regions not always mapped) and the always-mapped ones, in order, while they fit
- * `cap`; the rest runs on its host chunks (a counted miss). Returns MS_OK or MS_E_NOMEM.
- */
+/* A command that names more than this process may hold: keep what core/predict.h's
+ * ms_chunk_set_fit keeps (the rest runs on its host chunks: a counted miss). */
 static int fit_to_cap(const struct ms_chunk_set *need, struct ms_chunk_set *own, uint64_t cap)
 {
-    struct ms_rtable *rt = C.eng->rt;
-    ms_chunk_set_clear(own);
-    uint64_t used = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < need->n; i++) {
-            const struct ms_region *r = ms_region_get(rt, MS_CHUNK_REGION(need->ids[i]));
-            const struct ms_chunk *c = ms_chunk_get(rt, need->ids[i]);
-            if (!r || !c || r->amap != (pass == 1) || (pass == 1 && used + c->bytes > cap))
-                continue;
-            used += c->bytes;
-            if (ms_chunk_set_add(own, need->ids[i]))
-                return MS_E_NOMEM;
-        }
-    ms_chunk_set_normalize(own);
-    return MS_OK;
+    return ms_chunk_set_fit(C.eng->rt, need, cap, own);
 }
 
 int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool unbounded,

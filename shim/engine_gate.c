@@ -14,6 +14,7 @@
 #include <time.h>
 
 /* fault(): the budget is full of chunks other threads' commands pin for a moment: retry. */
+#define OVERFLOW_QUIET 256u /* faults without an over-budget command before prefetch resumes */
 #define RETRY_AFTER_UNPIN (-1)
 
 /* The chunks this thread's admitted command pinned (alone), until its hook returns. */
@@ -50,69 +51,11 @@ static uint64_t must_bytes(const struct ms_chunk_set *need, bool *all_ready)
     return b;
 }
 
-/*
- * E.scratch = the part of `need` a plan can make resident under the budget: every chunk that
- * must be (must_bytes); then the always-mapped ones already resident (kept: nothing moves for
- * them); then the others, smallest region first (activations and small buffers before the big
- * one whose rest stays on the host), in order within a region, while they fit. So a command
- * that names more than the budget finds the same set resident at its next launch instead of
- * churning it (on the H200, a first-fit set with prefetch made a one-buffer Llama decode move
- * 16 TB in 29222 faults).
- */
+/* E.scratch = the part of `need` a plan can make resident under the budget (core/predict.h,
+ * ms_chunk_set_fit). */
 static int fitting_part(const struct ms_chunk_set *need)
 {
-    ms_chunk_set_clear(&E.scratch);
-    uint64_t used = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < need->n; i++) {
-            const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
-            const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
-            if (!r || !c)
-                continue;
-            bool ready = ms_chunk_state_ready((enum ms_chunk_state)c->state);
-            if (pass == 0 ? r->amap : (!r->amap || !ready))
-                continue;
-            if (pass == 1 && used + c->bytes > E.budget)
-                continue;
-            used += c->bytes;
-            int e = ms_chunk_set_add(&E.scratch, need->ids[i]);
-            if (e)
-                return e;
-        }
-    /* The rest, by region size (regions of one command: a handful; a selection each round). */
-    uint32_t last = UINT32_MAX;
-    for (;;) {
-        uint64_t best_size = UINT64_MAX;
-        uint32_t best = UINT32_MAX;
-        for (size_t i = 0; i < need->n; i++) {
-            uint32_t reg = MS_CHUNK_REGION(need->ids[i]);
-            const struct ms_region *r = ms_region_get(&E.rt, reg);
-            if (!r || !r->amap || r->size >= best_size)
-                continue;
-            if (last != UINT32_MAX) {
-                const struct ms_region *l = ms_region_get(&E.rt, last);
-                if (r->size < l->size || (r->size == l->size && reg <= last))
-                    continue; /* taken in an earlier round */
-            }
-            best_size = r->size;
-            best = reg;
-        }
-        if (best == UINT32_MAX)
-            break;
-        for (size_t i = 0; i < need->n; i++) {
-            const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
-            if (MS_CHUNK_REGION(need->ids[i]) != best || !c ||
-                ms_chunk_state_ready((enum ms_chunk_state)c->state) || used + c->bytes > E.budget)
-                continue;
-            used += c->bytes;
-            int e = ms_chunk_set_add(&E.scratch, need->ids[i]);
-            if (e)
-                return e;
-        }
-        last = best;
-    }
-    ms_chunk_set_normalize(&E.scratch);
-    return MS_OK;
+    return ms_chunk_set_fit(&E.rt, need, E.budget, &E.scratch);
 }
 
 /* Plan making `want` resident, with `prefetch` bytes of the predicted future on the first
@@ -141,8 +84,12 @@ static int plan_for(const struct ms_chunk_set *want, uint64_t prefetch)
 static int fault(struct ms_chunk_set *need, bool unbounded)
 {
     uint64_t t0 = now_ns();
-    int e = plan_for(need, E.prefetch);
+    /* While commands name more than fits, prefetching the predicted future only pushes out what
+     * they keep: off until OVERFLOW_QUIET faults pass without one. */
+    bool overflowing = E.overflow_at && E.st.faults - E.overflow_at < OVERFLOW_QUIET;
+    int e = plan_for(need, overflowing ? 0 : E.prefetch);
     if (e == MS_E_NOSPACE) {
+        E.overflow_at = E.st.faults + 1;
         /* More than fits: no prefetch (it would push out what this command keeps). */
         e = fitting_part(need);
         if (e == MS_OK)

@@ -97,8 +97,9 @@ struct ms_engine_state {
      * migrates only when no other thread's is left: such a command may touch chunks it did not
      * name, and must reach the driver before the cuCtxSynchronize that covers it. */
     uint64_t admitted;
-    uint64_t mispredict; /* MSCHED_MISPREDICT percent (tests) */
-    uint64_t rng;        /* its generator */
+    uint64_t mispredict;  /* MSCHED_MISPREDICT percent (tests) */
+    uint64_t overflow_at; /* 1 + E.st.faults at the last command naming more than the budget */
+    uint64_t rng;         /* its generator */
 };
 
 /* The engine (engine_mem.c). */

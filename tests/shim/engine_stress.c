@@ -25,6 +25,8 @@
  *          lingers N ms before main returns. With STRESS_EXIT_LINGER_MS=M set, it lingers M ms
  *          in an exit handler registered before cuInit, which runs after the driver's own exit
  *          handler (the driver is shut down by then) and before libmsched's destructor.
+ *   onebuf: a decode loop over one 256 MiB weights buffer and a 32 MiB KV buffer, ops rounds
+ *          (see onebuf()). Prints "ENGINE_ONEBUF rounds=N mismatches=M".
  *   kcycle: the cycle, launching through the fill kernel's CUkernel handle (passed where a
  *          CUfunction goes, as CUDA 12+ allows): its layout must come from cuKernelGetParamInfo.
  *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
@@ -386,6 +388,64 @@ static void linger_at_exit(void)
     linger(exit_linger_ms);
 }
 
+/*
+ * onebuf: a decode loop over one big weights buffer (256 MiB: four 64 MiB chunks, a "layer"
+ * each) and a small KV buffer (32 MiB), under a budget (150 MiB) that holds the KV buffer and
+ * part of the weights. Per layer: act += W[layer] (the launch names the whole buffer: its
+ * prediction is the whole region, more than the budget), then act2 += kv. What fits of the
+ * weights should stay put and the rest be read where it is; moving weights in for every layer
+ * and the KV buffer back for every attention is churn (on the H200 it made a one-buffer Llama
+ * decode 10x slower). The data is checked against a host computation.
+ */
+static int onebuf(int rounds, CUfunction f_fill, CUfunction f_add)
+{
+    const uint64_t layer_words = 16 * MIB, n = 256 * 1024; /* 64 MiB layers, 1 MiB touched */
+    int op = -1;                                           /* CK's message */
+    CUdeviceptr w, kv, act, act2;
+    CK(p_alloc(&w, 4 * layer_words * 4));
+    CK(p_alloc(&kv, 8 * MIB * 4));
+    CK(p_alloc(&act, n * 4));
+    CK(p_alloc(&act2, n * 4));
+    uint64_t wn = 4 * layer_words, kn = 8 * MIB, an = n;
+    uint32_t s_w = 11, s_kv = 12;
+    void *fw[] = {&w, &wn, &s_w}, *fk[] = {&kv, &kn, &s_kv};
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fw, NULL));
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fk, NULL));
+    CK(p_memset(act, 0, n * 4));
+    CK(p_memset(act2, 0, n * 4));
+    (void)an;
+    for (op = 0; op < rounds; op++)
+        for (uint64_t l = 0; l < 4; l++) {
+            CUdeviceptr wl = w + l * layer_words * 4;
+            void *g[] = {&act, &wl, (void *)&n}, *a[] = {&act2, &kv, (void *)&n};
+            CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, g, NULL));
+            CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, a, NULL));
+        }
+    CK(p_sync());
+    uint32_t *h = malloc(n * 4), *h2 = malloc(n * 4);
+    if (!h || !h2)
+        return printf("FAIL: malloc\n"), 1;
+    CK(p_d2h(h, act, n * 4));
+    CK(p_d2h(h2, act2, n * 4));
+    uint64_t mismatches = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t want = 0, want2 = 0;
+        for (uint64_t l = 0; l < 4; l++)
+            want += pattern(l * layer_words + i, s_w);
+        want *= (uint32_t)rounds;
+        want2 = pattern(i, s_kv) * (uint32_t)rounds * 4;
+        mismatches += (h[i] != want) + (h2[i] != want2);
+    }
+    free(h);
+    free(h2);
+    CK(p_free(w));
+    CK(p_free(kv));
+    CK(p_free(act));
+    CK(p_free(act2));
+    printf("ENGINE_ONEBUF rounds=%d mismatches=%llu\n", rounds, (unsigned long long)mismatches);
+    return mismatches == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *rel = getenv("STRESS_EXIT_RELEASE_MS"), *ex = getenv("STRESS_EXIT_LINGER_MS");
@@ -457,6 +517,8 @@ int main(int argc, char **argv)
         }
         f_fill = (CUfunction)k;
     }
+    if (argc > 3 && strcmp(argv[3], "onebuf") == 0)
+        return onebuf(ops, f_fill, f_add);
     if (argc > 3 && (strcmp(argv[3], "cycle") == 0 || strcmp(argv[3], "kcycle") == 0)) {
         /* A loop over every buffer in the same order, ops times: the access pattern of decode
          * steps and training iterations, where OPT keeps a fixed part resident. */

@@ -242,6 +242,54 @@ static void alloc_failure(void **state)
     }
 }
 
+/* ms_chunk_set_fit: must-chunks first, resident small chunks kept, smallest region first, a big
+ * region's resident chunks before its others, and its others only into free memory. */
+static void fit_within(void **unused)
+{
+    (void)unused;
+    struct ms_rtable rt;
+    ms_rtable_init(&rt);
+    uint32_t big, kv, act, vmm;
+    const uint64_t M = MS_MIB;
+    assert_int_equal(ms_region_add(&rt, 0, 0x10000000000ull, 256 * M, MS_RK_DEVICE, 0, &big),
+                     MS_OK);
+    assert_int_equal(ms_region_add(&rt, 0, 0x20000000000ull, 32 * M, MS_RK_DEVICE, 0, &kv), MS_OK);
+    assert_int_equal(ms_region_add(&rt, 0, 0x30000000000ull, 2 * M, MS_RK_DEVICE, 0, &act), MS_OK);
+    assert_int_equal(ms_region_add(&rt, 0, 0x40000000000ull, 8 * M, MS_RK_VMM, 0, &vmm), MS_OK);
+    ms_region_get(&rt, big)->amap = ms_region_get(&rt, kv)->amap = true;
+    ms_region_get(&rt, act)->amap = true;
+    /* big's chunk 2 and kv resident (as the seam would leave them). */
+    ms_chunk_id c2 = MS_CHUNK_ID(big, 2), k0 = MS_CHUNK_ID(kv, 0);
+    assert_int_equal(ms_chunk_apply(&rt, c2, MS_CE_MAP_FRESH), MS_OK);
+    assert_int_equal(ms_chunk_apply(&rt, k0, MS_CE_MAP_FRESH), MS_OK);
+    struct ms_chunk_set need, out;
+    ms_chunk_set_init(&need);
+    ms_chunk_set_init(&out);
+    for (uint32_t k = 0; k < 4; k++)
+        assert_int_equal(ms_chunk_set_add(&need, MS_CHUNK_ID(big, k)), MS_OK);
+    assert_int_equal(ms_chunk_set_add(&need, MS_CHUNK_ID(act, 0)), MS_OK);
+    assert_int_equal(ms_chunk_set_add(&need, MS_CHUNK_ID(vmm, 0)), MS_OK);
+    ms_chunk_set_normalize(&need);
+    /* cap 150 MiB, 96 resident (big 2, kv): vmm (8, must) + act (2) + big 2 (resident, 64);
+     * another big chunk would need memory kv holds: not taken. */
+    assert_int_equal(ms_chunk_set_fit(&rt, &need, 150 * M, &out), MS_OK);
+    assert_int_equal(out.n, 3);
+    assert_true(ms_chunk_set_has(&out, MS_CHUNK_ID(vmm, 0)));
+    assert_true(ms_chunk_set_has(&out, MS_CHUNK_ID(act, 0)));
+    assert_true(ms_chunk_set_has(&out, c2));
+    /* A larger cap with room: one more big chunk (in order), then no more room. */
+    assert_int_equal(ms_chunk_set_fit(&rt, &need, 200 * M, &out), MS_OK);
+    assert_int_equal(out.n, 4);
+    assert_true(ms_chunk_set_has(&out, MS_CHUNK_ID(big, 0)));
+    /* A cap below the must-chunks still lists them (the caller refuses). */
+    assert_int_equal(ms_chunk_set_fit(&rt, &need, 4 * M, &out), MS_OK);
+    assert_true(ms_chunk_set_has(&out, MS_CHUNK_ID(vmm, 0)));
+    assert_int_equal(ms_chunk_set_fit(&rt, &need, 150 * M, &need), MS_E_INVAL);
+    ms_chunk_set_fini(&need);
+    ms_chunk_set_fini(&out);
+    ms_rtable_fini(&rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +298,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(ranges, setup, teardown),
         cmocka_unit_test_setup_teardown(random_against_brute_force, setup, teardown),
         cmocka_unit_test_setup_teardown(alloc_failure, setup, teardown),
+        cmocka_unit_test(fit_within),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
