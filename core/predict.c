@@ -237,7 +237,9 @@ int ms_chunk_set_fit(struct ms_rtable *rt, const struct ms_chunk_set *need, uint
             if (!r || !c)
                 continue;
             bool ready = ms_chunk_state_ready((enum ms_chunk_state)c->state);
-            if (pass == 0 ? r->amap : (!r->amap || !ready || big_region(r, cap)))
+            /* must: not always mapped, or EMPTY (mapped nowhere until populated) */
+            bool must = !r->amap || c->state == MS_CS_EMPTY;
+            if (pass == 0 ? !must : (must || !ready || big_region(r, cap)))
                 continue;
             if (pass == 1 && used + c->bytes > cap)
                 continue;
@@ -270,7 +272,8 @@ int ms_chunk_set_fit(struct ms_rtable *rt, const struct ms_chunk_set *need, uint
         bool big = big_region(ms_region_get(rt, best), cap);
         for (size_t i = 0; i < need->n; i++) {
             const struct ms_chunk *c = ms_chunk_get(rt, need->ids[i]);
-            if (MS_CHUNK_REGION(need->ids[i]) != best || !c || used + c->bytes > cap)
+            if (MS_CHUNK_REGION(need->ids[i]) != best || !c || c->state == MS_CS_EMPTY ||
+                used + c->bytes > cap)
                 continue;
             bool ready = ms_chunk_state_ready((enum ms_chunk_state)c->state);
             if (ready && !big)

@@ -78,7 +78,8 @@ int64_t ms_predict_range(const struct ms_rtable *rt, uint32_t task, struct ms_ra
 
 /*
  * The part of `need` a command can have resident under `cap` bytes, into *out (cleared first,
- * normalized): every chunk of a region that is not always mapped (it must be resident); then
+ * normalized): every chunk of a region that is not always mapped, and every EMPTY chunk (mapped
+ * nowhere yet), since those must be resident; then
  * the always-mapped chunks already resident in regions smaller than cap / 2 (kept: nothing
  * moves for them); then region by region, smallest first (activations and small buffers before
  * a big one whose rest runs from the host), a big region's resident chunks before its others,

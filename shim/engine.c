@@ -288,7 +288,8 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     uint32_t id = 0;
     int e = MS_OK;
     struct ms_host_set hs = {0};
-    if (r == CUDA_SUCCESS && E.backing == BACK_VMM && !ms__eng_fits(span)) {
+    bool daemon = E.mode == MODE_DAEMON;
+    if (r == CUDA_SUCCESS && E.backing == BACK_VMM && !daemon && !ms__eng_fits(span)) {
         /* No room on the device: the allocation starts on host chunks, made without the lock
          * (pinning: seconds for GiBs) before its region exists. */
         ms_unlock(&E.lock);
@@ -301,7 +302,14 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     if (r == CUDA_SUCCESS && e == MS_OK) {
         e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, NULL, &id);
         if (e == MS_OK && E.backing == BACK_VMM) {
-            e = hs.c ? ms__eng_region_adopt_host(id, &hs) : ms__eng_region_place_device(id);
+            /* With the daemon, device memory is the daemon's to grant: the region stays EMPTY
+             * (mapped nowhere, no host memory) until its first POPULATE maps it fresh; every
+             * command that may touch an EMPTY chunk waits for it (its chunks are needed, not
+             * preferred: ms_chunk_set_fit, ms__eng_need_everything). */
+            if (daemon)
+                ms_region_get(&E.rt, id)->amap = true;
+            else
+                e = hs.c ? ms__eng_region_adopt_host(id, &hs) : ms__eng_region_place_device(id);
             if (e != MS_OK) {
                 say("cannot map a new allocation of %llu MiB: %s (%s)",
                     (unsigned long long)(span / MS_MIB), ms_strerror(e),

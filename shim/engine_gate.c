@@ -34,7 +34,8 @@ static _Thread_local uint64_t my_admitted;
 #include <unistd.h>
 
 /* Chunks of `need` that must be resident for correctness: those of regions that are not
- * always mapped (the application's own VMM mappings). The rest is performance. */
+ * always mapped (the application's own VMM mappings) and EMPTY ones (mapped nowhere yet). The
+ * rest is performance. */
 static uint64_t must_bytes(const struct ms_chunk_set *need, bool *all_ready)
 {
     uint64_t b = 0;
@@ -42,7 +43,7 @@ static uint64_t must_bytes(const struct ms_chunk_set *need, bool *all_ready)
     for (size_t i = 0; i < need->n; i++) {
         const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
         const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
-        if (!r || !c || r->amap)
+        if (!r || !c || (r->amap && c->state != MS_CS_EMPTY))
             continue;
         b += c->bytes;
         if (!ms_chunk_state_ready((enum ms_chunk_state)c->state))

@@ -401,15 +401,19 @@ int ms__eng_predict(const struct ms_chunk_set *need, uint64_t next_cap,
 }
 
 /* E.need = what a command of unknown reach needs (lock held; E.need cleared by the caller):
- * every chunk of every region that is not always mapped. Always-mapped regions are reachable
- * wherever their chunks are, so an unbounded command runs on what is resident. */
+ * every chunk of every region that is not always mapped, and every EMPTY chunk (mapped nowhere
+ * yet: a daemon task's new allocation). Always-mapped chunks are reachable wherever they are,
+ * so an unbounded command runs on what is resident. */
 int ms__eng_need_everything(void)
 {
     E.st.unbounded++;
     int e = MS_OK;
-    for (size_t i = 0; i < E.rt.nslots && e == MS_OK; i++)
-        if (E.rt.regions[i].live && !E.rt.regions[i].amap)
-            e = ms__eng_add_region_chunks(&E.need, (uint32_t)i);
+    for (size_t i = 0; i < E.rt.nslots && e == MS_OK; i++) {
+        const struct ms_region *r = &E.rt.regions[i];
+        for (uint32_t k = 0; r->live && k < r->nchunks && e == MS_OK; k++)
+            if (!r->amap || r->chunks[k].state == MS_CS_EMPTY) /* EMPTY: mapped nowhere yet */
+                e = ms_chunk_set_add(&E.need, MS_CHUNK_ID((uint32_t)i, k));
+    }
     ms_chunk_set_normalize(&E.need);
     return e;
 }
