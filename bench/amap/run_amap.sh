@@ -16,6 +16,7 @@
 # OUT/amap-logs.tgz; OUT/amap.txt has one line per comparison ("SAME"/"DIFF", wall seconds) and
 # the engine's summary lines. Exit status 0 when every comparison is SAME.
 # MSCHED, MSCHEDD: the binaries (default build/bin/...). Builds what it needs (make, nvcc).
+# PAIR_TIMEOUT: seconds each of the two daemon runs may take (default 300; status 124 when cut).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
@@ -32,6 +33,7 @@ BIN=$ROOT/build/amap
 mkdir -p "$BIN"
 ARCH=${NVCC_ARCH:--arch=sm_90}
 export PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+PAIR_TIMEOUT=${PAIR_TIMEOUT:-300}
 bad=0
 
 say() { echo "$*" | tee -a "$REPORT"; }
@@ -93,7 +95,7 @@ for part in $PARTS; do
         L=(python3 bench/workloads/llama_onebuf.py --weights-gib 7 --kv-gib 0.5 --new 32 --compat)
         timed llama-native "${L[@]}"
         say "llama native: rc=$RC wall=${WALL}s"
-        timed llama-half "$MSCHED" run --no-daemon --budget 3584MiB --verbose -- "${L[@]}"
+        timed llama-half timeout "$PAIR_TIMEOUT" "$MSCHED" run --no-daemon --budget 3584MiB --verbose -- "${L[@]}"
         say "llama alone under 3.5 GiB: rc=$RC wall=${WALL}s"
         summary llama-half
         compare llama-native llama-half '^RESULT .*'
@@ -104,7 +106,7 @@ for part in $PARTS; do
         for _ in $(seq 1 100); do [ -S "$sockdir/gpu0.sock" ] && break; sleep 0.1; done
         t0=$(date +%s.%N)
         for i in 1 2; do
-            MSCHED_SOCKET=$sockdir/gpu0.sock "$MSCHED" run --verbose -- "${L[@]}" \
+            MSCHED_SOCKET=$sockdir/gpu0.sock timeout "$PAIR_TIMEOUT" "$MSCHED" run --verbose -- "${L[@]}" \
                 >"$LOGS/llama-pair$i.out" 2>"$LOGS/llama-pair$i.err" &
             eval "p$i=\$!"
         done
