@@ -11,8 +11,12 @@
  *   (cuStreamIsCapturing then says INVALIDATED, and cuStreamEndCapture fails with
  *   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). This is how PyTorch's torch.cuda.graph failed under
  *   the engine on the H200 (a fault's cuCtxSynchronize during capture), and CI must see it.
- *   Copies and memsets on a capturing stream are not recorded (the fake's graphs hold kernel
- *   nodes only): they invalidate the capture and return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+ *   Device-to-device copies and 1D memsets on a capturing stream are recorded as graph nodes,
+ *   copies after the check the real driver makes at capture time: every device address they
+ *   name must be memory (mapped); one that is not fails with CUDA_ERROR_INVALID_VALUE and
+ *   invalidates the capture (on the H200, cu_graph's captured cudaMemcpyAsync of memory the
+ *   engine had not mapped yet failed so). Other copies and memsets on a capturing stream
+ *   invalidate the capture and return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
  *   The legacy stream (NULL) cannot capture.
  *
  * Invariants (under ms__fk_lock): at most MAX_CAPTURES captures; each capturing stream appears
@@ -172,6 +176,72 @@ CUresult ms__fk_capture_launch(CUstream s, CUfunction f, const unsigned grid[3],
                                     .kernelParams = args};
     CUgraphNode n;
     return cuGraphAddKernelNode_v2(&n, g, NULL, 0, &p);
+}
+
+/* The capture of s (unlocked copy of its state): NULL when s does not capture. */
+static bool capture_of(CUstream s, CUgraph *g, bool *bad)
+{
+    if (!s)
+        return false;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct capture *c = find(s);
+    if (c) {
+        *g = c->graph;
+        *bad = c->invalidated;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return c != NULL;
+}
+
+/* Is every byte of [p, p + n) memory (an allocation or a mapping)? Invalidates the capture of s
+ * when not. */
+static bool named_memory(CUstream s, uint64_t p, uint64_t n)
+{
+    bool ok = true;
+    pthread_mutex_lock(&ms__fk_lock);
+    for (uint64_t cur = p; ok && cur < p + n;) {
+        struct ms__fk_ptr info;
+        ok = ms__fk_ptr_info(cur, &info) == CUDA_SUCCESS && info.base + info.size > cur;
+        if (ok)
+            cur = info.base + info.size;
+    }
+    if (!ok) {
+        struct capture *c = find(s);
+        if (c)
+            c->invalidated = true;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return ok;
+}
+
+CUresult ms__fk_capture_copy(CUstream s, uint64_t dst, uint64_t src, uint64_t bytes,
+                             bool *captured)
+{
+    CUgraph g = NULL;
+    bool bad = false;
+    *captured = capture_of(s, &g, &bad);
+    if (!*captured)
+        return CUDA_SUCCESS;
+    if (bad)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (!named_memory(s, dst, bytes) || !named_memory(s, src, bytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    return ms__fk_graph_add_copy(g, dst, src, bytes);
+}
+
+CUresult ms__fk_capture_fill(CUstream s, uint64_t dst, uint32_t value, unsigned elem, uint64_t n,
+                             bool *captured)
+{
+    CUgraph g = NULL;
+    bool bad = false;
+    *captured = capture_of(s, &g, &bad);
+    if (!*captured)
+        return CUDA_SUCCESS;
+    if (bad)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    /* Not checked at capture time: on the H200, cu_graph's captured memset of memory the
+     * engine had not mapped was accepted (the copy after it was not). */
+    return ms__fk_graph_add_fill(g, dst, value, elem, n);
 }
 
 CUresult ms__fk_capture_other(CUstream s)

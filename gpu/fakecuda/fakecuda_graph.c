@@ -1,18 +1,21 @@
 /*
- * fakecuda_graph.c - the fake driver's CUDA graphs: kernel nodes only, enough to test that an
- * interposer gates graph launches.
+ * fakecuda_graph.c - the fake driver's CUDA graphs: kernel nodes, and the device-to-device
+ * copies and 1D memsets a stream capture records, enough to test that an interposer gates
+ * graph launches.
  *
  * Design
- *   A graph is a list of kernel nodes whose parameters were copied at cuGraphAddKernelNode
- *   (as the driver does); dependencies are accepted and ignored (the fake runs nodes in the
- *   order they were added, synchronously, which is one valid order for a graph built in that
- *   order). cuGraphInstantiateWithFlags snapshots the nodes; cuGraphLaunch(_ptsz) runs the
- *   snapshot's kernels through the ordinary launch path (so they count as launches and fault
- *   on non-resident memory, like any kernel). Handles are checked against live lists.
- *   Nodes can be listed (cuGraphGetNodes), typed (always kernel) and read back
- *   (cuGraphKernelNodeGetParams_v2: kernelParams point into the graph's copy), as an
- *   interposer walking a graph at instantiation does. A node handle is (graph slot + 1) << 32
- *   | (index + 1).
+ *   A graph is a list of nodes: kernels whose parameters were copied at cuGraphAddKernelNode
+ *   (as the driver does), copies and memsets (added by a capture, ms__fk_graph_add_copy /
+ *   _fill); dependencies are accepted and ignored (the fake runs nodes in the order they were
+ *   added, synchronously, which is one valid order for a graph built in that order).
+ *   cuGraphInstantiateWithFlags snapshots the nodes; cuGraphLaunch(_ptsz) runs the snapshot's
+ *   kernels through the ordinary launch path and its copies and memsets through the ordinary
+ *   copy and memset paths (so they count, and fault on non-resident memory, like any
+ *   command). Handles are checked against live lists. Nodes can be listed (cuGraphGetNodes),
+ *   typed (cuGraphNodeGetType) and read back (cuGraphKernelNodeGetParams_v2: kernelParams
+ *   point into the graph's copy; cuGraphMemcpyNodeGetParams, cuGraphMemsetNodeGetParams), as
+ *   an interposer walking a graph at instantiation does. A node handle is (graph slot + 1)
+ *   << 32 | (index + 1).
  *
  * Invariants (under ms__fk_lock): every live graph and exec is in its list; an exec owns copies
  * of its nodes' parameter buffers, independent of the graph.
@@ -24,7 +27,13 @@
 
 #define MAX_GRAPHS 256u
 
+enum node_kind { NODE_KERNEL, NODE_COPY, NODE_FILL };
+
 struct node {
+    enum node_kind kind;
+    uint64_t dst, src, n; /* copies: bytes; memsets: elements of `elem` bytes */
+    uint32_t value;
+    unsigned elem;
     CUfunction f;
     unsigned grid[3], block[3], smem;
     void *buf;
@@ -109,38 +118,10 @@ CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
-                                         const CUgraphNode *dependencies, size_t numDependencies,
-                                         const CUDA_KERNEL_NODE_PARAMS_v2 *p)
+/* Append a node to a live graph (its buffers become the graph's on success). */
+static CUresult append(CUgraph hGraph, const struct node *nd, CUgraphNode *out)
 {
-    (void)dependencies;
-    (void)numDependencies;
-    CUresult rc = ms__fk_ready();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!phGraphNode || !p || !p->func || p->extra)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct node nd = {p->func,
-                      {p->gridDimX, p->gridDimY, p->gridDimZ},
-                      {p->blockDimX, p->blockDimY, p->blockDimZ},
-                      p->sharedMemBytes,
-                      NULL,
-                      0,
-                      NULL};
-    rc = ms__fk_pack_params(p->func, p->kernelParams, &nd.buf, &nd.bytes);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    size_t np = 0;
-    const size_t *off = NULL;
-    if (ms__fk_param_offsets(p->func, &np, &off) == CUDA_SUCCESS && np) {
-        nd.ptrs = calloc(np, sizeof(*nd.ptrs));
-        if (!nd.ptrs) {
-            free(nd.buf);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        for (size_t i = 0; i < np; i++)
-            nd.ptrs[i] = (char *)nd.buf + off[i];
-    }
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&ms__fk_lock);
     struct fk_graph *g = (struct fk_graph *)hGraph;
     if (!live(graphs, g)) {
@@ -156,16 +137,64 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
         }
     }
     if (rc == CUDA_SUCCESS) {
-        g->nodes[g->n] = nd;
-        *phGraphNode = (CUgraphNode)(uintptr_t)(((uint64_t)slot_of(g) + 1) << 32 | (g->n + 1));
+        g->nodes[g->n] = *nd;
+        *out = (CUgraphNode)(uintptr_t)(((uint64_t)slot_of(g) + 1) << 32 | (g->n + 1));
         g->n++;
     }
     pthread_mutex_unlock(&ms__fk_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS_v2 *p)
+{
+    (void)dependencies;
+    (void)numDependencies;
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phGraphNode || !p || !p->func || p->extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct node nd = {.kind = NODE_KERNEL,
+                      .f = p->func,
+                      .grid = {p->gridDimX, p->gridDimY, p->gridDimZ},
+                      .block = {p->blockDimX, p->blockDimY, p->blockDimZ},
+                      .smem = p->sharedMemBytes};
+    rc = ms__fk_pack_params(p->func, p->kernelParams, &nd.buf, &nd.bytes);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    size_t np = 0;
+    const size_t *off = NULL;
+    if (ms__fk_param_offsets(p->func, &np, &off) == CUDA_SUCCESS && np) {
+        nd.ptrs = calloc(np, sizeof(*nd.ptrs));
+        if (!nd.ptrs) {
+            free(nd.buf);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        for (size_t i = 0; i < np; i++)
+            nd.ptrs[i] = (char *)nd.buf + off[i];
+    }
+    rc = append(hGraph, &nd, phGraphNode);
     if (rc != CUDA_SUCCESS) {
         free(nd.buf);
         free(nd.ptrs);
     }
     return rc;
+}
+
+CUresult ms__fk_graph_add_copy(CUgraph g, uint64_t dst, uint64_t src, uint64_t bytes)
+{
+    struct node nd = {.kind = NODE_COPY, .dst = dst, .src = src, .n = bytes};
+    CUgraphNode h;
+    return append(g, &nd, &h);
+}
+
+CUresult ms__fk_graph_add_fill(CUgraph g, uint64_t dst, uint32_t value, unsigned elem, uint64_t n)
+{
+    struct node nd = {.kind = NODE_FILL, .dst = dst, .n = n, .value = value, .elem = elem};
+    CUgraphNode h;
+    return append(g, &nd, &h);
 }
 
 CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
@@ -198,12 +227,59 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     if (rc != CUDA_SUCCESS)
         return rc;
     pthread_mutex_lock(&ms__fk_lock);
-    bool ok = type && node_of(hNode);
+    struct node *nd = type ? node_of(hNode) : NULL;
+    if (nd)
+        *type = nd->kind == NODE_COPY   ? CU_GRAPH_NODE_TYPE_MEMCPY
+                : nd->kind == NODE_FILL ? CU_GRAPH_NODE_TYPE_MEMSET
+                                        : CU_GRAPH_NODE_TYPE_KERNEL;
     pthread_mutex_unlock(&ms__fk_lock);
-    if (!ok)
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *p)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!p)
         return CUDA_ERROR_INVALID_VALUE;
-    *type = CU_GRAPH_NODE_TYPE_KERNEL;
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct node *nd = node_of(hNode);
+    bool ok = nd && nd->kind == NODE_COPY;
+    if (ok) {
+        memset(p, 0, sizeof(*p));
+        p->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        p->srcDevice = (CUdeviceptr)nd->src;
+        p->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        p->dstDevice = (CUdeviceptr)nd->dst;
+        p->WidthInBytes = (size_t)nd->n;
+        p->Height = 1;
+        p->Depth = 1;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *p)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct node *nd = node_of(hNode);
+    bool ok = nd && nd->kind == NODE_FILL;
+    if (ok) {
+        memset(p, 0, sizeof(*p));
+        p->dst = (CUdeviceptr)nd->dst;
+        p->value = nd->value;
+        p->elementSize = nd->elem;
+        p->width = (size_t)nd->n;
+        p->height = 1;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *p)
@@ -215,6 +291,8 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NO
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&ms__fk_lock);
     struct node *nd = node_of(hNode);
+    if (nd && nd->kind != NODE_KERNEL)
+        nd = NULL;
     if (nd) {
         memset(p, 0, sizeof(*p));
         p->func = nd->f;
@@ -290,9 +368,20 @@ static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream)
         return CUDA_ERROR_INVALID_VALUE;
     /* The exec is not destroyed while it runs (destroying a launched exec is the caller's
      * error with the real driver too). */
-    for (size_t i = 0; i < e->n && rc == CUDA_SUCCESS; i++)
-        rc = ms__fk_launch_packed(e->nodes[i].f, e->nodes[i].grid, e->nodes[i].block,
-                                  e->nodes[i].smem, hStream, e->nodes[i].buf, e->nodes[i].bytes);
+    for (size_t i = 0; i < e->n && rc == CUDA_SUCCESS; i++) {
+        const struct node *nd = &e->nodes[i];
+        if (nd->kind == NODE_COPY)
+            rc = cuMemcpyDtoDAsync_v2(nd->dst, nd->src, nd->n, hStream);
+        else if (nd->kind == NODE_FILL && nd->elem == 1)
+            rc = cuMemsetD8Async(nd->dst, (unsigned char)nd->value, nd->n, hStream);
+        else if (nd->kind == NODE_FILL && nd->elem == 2)
+            rc = cuMemsetD16Async(nd->dst, (unsigned short)nd->value, nd->n, hStream);
+        else if (nd->kind == NODE_FILL)
+            rc = cuMemsetD32Async(nd->dst, nd->value, nd->n, hStream);
+        else
+            rc = ms__fk_launch_packed(nd->f, nd->grid, nd->block, nd->smem, hStream, nd->buf,
+                                      nd->bytes);
+    }
     return rc;
 }
 

@@ -60,12 +60,23 @@ CUresult ms__fk_check_range(uint64_t p, uint64_t n, bool unified, bool write);
 /* Stream capture (fakecuda_capture.c). A synchronization (of stream s, or with `context` of
  * the whole context): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when it breaks an active capture
  * (which is then invalidated), else CUDA_SUCCESS. A launch on s: *captured when s captures
- * (the launch was recorded, or failed as the returned code says). A copy or memset on s:
+ * (the launch was recorded, or failed as the returned code says). A device-to-device copy or
+ * a 1D memset on s (capture_copy, capture_fill): *captured when s captures; recorded as a node,
+ * a copy only when every device address it names is memory (mapped), else
+ * CUDA_ERROR_INVALID_VALUE and the capture invalidated, as the real driver checks a captured copy's pointers at capture
+ * time (cu_graph failed so on the H200). Any other copy or memset on s (capture_other):
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the capture invalidated) when s captures. */
 CUresult ms__fk_capture_sync(CUstream s, bool context);
 CUresult ms__fk_capture_launch(CUstream s, CUfunction f, const unsigned grid[3],
                                const unsigned block[3], unsigned smem, void **args, bool *captured);
+CUresult ms__fk_capture_copy(CUstream s, uint64_t dst, uint64_t src, uint64_t bytes,
+                             bool *captured);
+CUresult ms__fk_capture_fill(CUstream s, uint64_t dst, uint32_t value, unsigned elem, uint64_t n,
+                             bool *captured);
 CUresult ms__fk_capture_other(CUstream s);
+/* Graph nodes a capture records (fakecuda_graph.c); g live. */
+CUresult ms__fk_graph_add_copy(CUgraph g, uint64_t dst, uint64_t src, uint64_t bytes);
+CUresult ms__fk_graph_add_fill(CUgraph g, uint64_t dst, uint32_t value, unsigned elem, uint64_t n);
 
 /* Pointer queries (fakecuda_ptr.c): the allocation or VMM mapping holding p (ms__fk_lock held);
  * CUDA_ERROR_INVALID_VALUE where nothing is mapped, as on the real driver. */

@@ -376,12 +376,17 @@ static CUresult copy(uint64_t dst, char dk, uint64_t src, char sk, size_t n, CUs
     CUresult rc = ms__fk_ready();
     if (rc == CUDA_SUCCESS)
         rc = ms__fk_stream_ok(s);
-    if (rc == CUDA_SUCCESS)
-        rc = ms__fk_capture_other(s); /* not recorded by the fake: breaks a capture */
     if (rc != CUDA_SUCCESS)
         return rc;
     if (n > 0 && (dst == 0 || src == 0))
         return CUDA_ERROR_INVALID_VALUE;
+    bool captured = false;
+    if (dk != 'h' && sk != 'h')
+        rc = ms__fk_capture_copy(s, dst, src, n, &captured); /* recorded as a graph node */
+    else
+        rc = ms__fk_capture_other(s); /* not recorded by the fake: breaks a capture */
+    if (rc != CUDA_SUCCESS || captured)
+        return rc;
     pthread_mutex_lock(&ms__fk_lock);
     if (dk != 'h')
         rc = ms__fk_check_range(dst, n, dk == 'u', true);
@@ -675,6 +680,13 @@ static CUresult fill(CUdeviceptr dst, uint32_t v, unsigned elem, size_t n, size_
         return CUDA_ERROR_INVALID_VALUE;
     if (n == 0 || rows == 0)
         return CUDA_SUCCESS;
+    bool captured = false;
+    if (rows == 1)
+        rc = ms__fk_capture_fill(s, dst, v, elem, n, &captured); /* recorded as a graph node */
+    else
+        rc = ms__fk_capture_other(s); /* not recorded by the fake: breaks a capture */
+    if (rc != CUDA_SUCCESS || captured)
+        return rc;
     uint64_t ext = (rows - 1) * (uint64_t)pitch + n * elem;
     pthread_mutex_lock(&ms__fk_lock);
     rc = ms__fk_check_range(dst, ext, false, true);

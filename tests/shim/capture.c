@@ -5,10 +5,14 @@
  *
  * Three 24 MiB buffers under a 64 MiB budget: the first is written, then pushed out by the
  * other two; a stream captures two kernels on the first (a fill, then an add of the second
- * buffer into it); the capture must end with a graph, the graph is instantiated and launched
- * twice, and the first buffer read back must hold fill + 2 x second. Prints "CAPTURE ok" or
- * what failed; exit 0 only on ok. MS_FAKECUDA names the fake driver (kernels are host
- * functions registered with it).
+ * buffer into it), then a memset of a fourth buffer that nothing touched before and a copy of
+ * the first buffer's second half into it (the driver checks a captured copy's pointers at
+ * capture time: on the H200, cu_graph's captured copy of memory the engine had not mapped
+ * yet failed with "invalid argument"); the capture must end with a graph, the graph is
+ * instantiated and launched twice, the first buffer read back must hold fill + 2 x second,
+ * and the fourth the memset's value in its first half and the first buffer's second half in
+ * its second. Prints "CAPTURE ok" or what failed; exit 0 only on ok. MS_FAKECUDA names the
+ * fake driver (kernels are host functions registered with it).
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -69,6 +73,8 @@ int main(void)
     CUresult (*end)(CUstream, CUgraph *), (*inst)(CUgraphExec *, CUgraph, unsigned long long);
     CUresult (*glaunch)(CUgraphExec, CUstream), (*ssync)(CUstream);
     CUresult (*d2h)(void *, CUdeviceptr, size_t);
+    CUresult (*memset32)(CUdeviceptr, unsigned, size_t, CUstream);
+    CUresult (*d2d)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                        unsigned, CUstream, void **, void **);
     CUresult (*reg)(const char *, ms_fake_kernel_fn, const size_t *, size_t, void *, CUfunction *);
@@ -85,6 +91,8 @@ int main(void)
     SYM(glaunch, "cuGraphLaunch");
     SYM(ssync, "cuStreamSynchronize");
     SYM(d2h, "cuMemcpyDtoH_v2");
+    SYM(memset32, "cuMemsetD32Async");
+    SYM(d2d, "cuMemcpyDtoDAsync_v2");
     SYM(launch, "cuLaunchKernel");
     *(void **)&reg = dlsym(fh, "ms_fake_register_kernel");
     if (!reg) {
@@ -101,10 +109,11 @@ int main(void)
     const size_t fill_p[] = {8, 4}, add_p[] = {8, 8};
     CK(reg("fill", k_fill, fill_p, 2, NULL, &f_fill));
     CK(reg("add", k_add, add_p, 2, NULL, &f_add));
-    CUdeviceptr a, b, c;
+    CUdeviceptr a, b, c, d;
     CK(alloc(&a, SZ));
     CK(alloc(&b, SZ));
     CK(alloc(&c, SZ));
+    CK(alloc(&d, SZ)); /* not touched before the capture */
     uint32_t va = 1000, vb = 7, vc = 3;
     void *pa[] = {&a, &va}, *pb[] = {&b, &vb}, *pc[] = {&c, &vc};
     CK(launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, pa, NULL));
@@ -117,6 +126,8 @@ int main(void)
     void *add[] = {&a, &b};
     CK(launch(f_fill, 1, 1, 1, 1, 1, 1, 0, s, pa, NULL));
     CK(launch(f_add, 1, 1, 1, 1, 1, 1, 0, s, add, NULL));
+    CK(memset32(d, 0xdecaf, WORDS, s));
+    CK(d2d(d + SZ / 2, a + SZ / 2, SZ / 2, s));
     CUgraph g;
     CK(end(s, &g));
     CUgraphExec e;
@@ -134,6 +145,15 @@ int main(void)
             printf("CAPTURE failed: word %llu is %u\n", (unsigned long long)i, host[i]);
             return 1;
         }
+    CK(d2h(host, d, SZ));
+    for (uint64_t i = 0; i < WORDS; i++) {
+        uint32_t want = i < WORDS / 2 ? 0xdecafu : (va + (uint32_t)i) + (vb + (uint32_t)i);
+        if (host[i] != want) {
+            printf("CAPTURE failed: word %llu of the fourth buffer is %u, not %u\n",
+                   (unsigned long long)i, host[i], want);
+            return 1;
+        }
+    }
     free(host);
     printf("CAPTURE ok\n");
     return 0;
