@@ -213,6 +213,23 @@ int ms_region_mark_host(struct ms_rtable *rt, uint32_t region)
     return MS_OK;
 }
 
+int ms_chunk_mark_host(struct ms_rtable *rt, ms_chunk_id id, uint64_t host)
+{
+    struct ms_region *r = ms_region_get(rt, MS_CHUNK_REGION(id));
+    struct ms_chunk *c = ms_chunk_get(rt, id);
+    if (!r || !r->live || !c)
+        return MS_E_NOTFOUND;
+    if (!r->amap || host == 0)
+        return MS_E_INVAL;
+    if (c->state != MS_CS_EMPTY)
+        return MS_E_STATE;
+    c->host = host;
+    c->state = MS_CS_HOST;
+    rt->count[MS_CS_EMPTY]--;
+    rt->count[MS_CS_HOST]++;
+    return MS_OK;
+}
+
 int ms_region_remove(struct ms_rtable *rt, uint32_t region)
 {
     struct ms_region *r = ms_region_get(rt, region);

@@ -168,6 +168,15 @@ int ms_region_add(struct ms_rtable *rt, uint32_t task, uint64_t base, uint64_t s
 int ms_region_mark_host(struct ms_rtable *rt, uint32_t region);
 
 /*
+ * One EMPTY chunk of an always-mapped region was mapped to the host chunk `host` (a seam token,
+ * not 0) by the caller: it goes EMPTY -> HOST holding that token (I9). MS_E_NOTFOUND for an
+ * unknown chunk or dead region, MS_E_INVAL for a region that is not amap or a 0 token,
+ * MS_E_STATE for a chunk that is not EMPTY; nothing changes on error. Like
+ * ms_region_mark_host, not an event of the state machine: the chunk was never populated.
+ */
+int ms_chunk_mark_host(struct ms_rtable *rt, ms_chunk_id id, uint64_t host);
+
+/*
  * Remove a region. Every chunk must be EMPTY or HOST (the caller unmapped resident ones):
  * otherwise MS_E_BUSY and nothing changes. MS_E_NOTFOUND for a dead or unknown slot.
  */

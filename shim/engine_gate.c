@@ -257,6 +257,10 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
          * wherever it is. */
         rc = ms_client_gate(&need, &own, false, s, alone);
         if (!*alone) {
+            /* Admitted, refused, or (with chunks missing) recorded by a stream capture: what a
+             * captured command names must be memory now (ms__eng_map_empty_host). */
+            if (rc == CUDA_SUCCESS && !ms__eng_all_ready(need))
+                rc = ms__eng_cuerr(ms__eng_map_empty_host(need));
             ms_chunk_set_fini(&own);
             return rc;
         }
@@ -283,7 +287,7 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
      * resident now (the graph's launches are gated on its reach), and a fault's synchronization
      * would invalidate the capture (on the H200: cuBLAS inside torch.cuda.graph failed). */
     if ((E.strict || !ms__eng_all_ready(need)) && ms_client_capturing(s))
-        return CUDA_SUCCESS;
+        return ms__eng_cuerr(ms__eng_map_empty_host(need));
     if (E.strict && (rc = strict_evict(need)) != CUDA_SUCCESS)
         return rc;
     /* Waiting for another thread's pins releases the lock, and `need` may be the shared

@@ -133,6 +133,14 @@ MS_HIDDEN void ms__eng_host_unmake(struct ms_host_set *h);
 /* Lock held: a new region (all EMPTY, laid out as h) takes h's host chunks: always mapped, every
  * chunk HOST. On success h is emptied; on error (MS_E_INVAL, MS_E_STATE) nothing changes. */
 MS_HIDDEN int ms__eng_region_adopt_host(uint32_t id, struct ms_host_set *h);
+/* Lock held (released while pinning): every EMPTY chunk of an always-mapped region in `need`
+ * (a daemon-mode allocation before its first POPULATE: mapped nowhere) gets a host chunk mapped
+ * at its address and becomes HOST, for a command a stream capture records: the driver checks a
+ * captured copy's pointers at capture time, and a capture can neither wait for the daemon nor
+ * synchronize. `need` is read before the lock is released, never after. A chunk that stopped
+ * being EMPTY meanwhile keeps its state (its host chunk is freed). Errors: MS_E_NOMEM, the
+ * seam's (some chunks may then be HOST already, each correctly mapped). */
+MS_HIDDEN int ms__eng_map_empty_host(const struct ms_chunk_set *need);
 MS_HIDDEN void ms__eng_add_exec_stats(const struct ms_exec_stats *x);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
 MS_HIDDEN int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s);

@@ -309,6 +309,75 @@ void ms__eng_host_unmake(struct ms_host_set *h)
     memset(h, 0, sizeof(*h));
 }
 
+int ms__eng_map_empty_host(const struct ms_chunk_set *need)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < need->n; i++) {
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
+        if (c && r && r->amap && c->state == MS_CS_EMPTY)
+            n++;
+    }
+    if (n == 0)
+        return MS_OK;
+    struct ms_gpu_chunk *g = ms_calloc(n, sizeof(*g));
+    ms_chunk_id *ids = ms_calloc(n, sizeof(*ids));
+    if (!g || !ids) {
+        ms_free(g);
+        ms_free(ids);
+        return MS_E_NOMEM;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < need->n && k < n; i++) {
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
+        if (!c || !r || !r->amap || c->state != MS_CS_EMPTY)
+            continue;
+        ids[k] = need->ids[i];
+        g[k++] = (struct ms_gpu_chunk){
+            .va = r->base + ms_region_chunk_offset(r, MS_CHUNK_INDEX(need->ids[i])),
+            .bytes = c->bytes};
+    }
+    /* Pinning takes milliseconds per chunk: not under the lock. */
+    ms_unlock(&E.lock);
+    int e = MS_OK;
+    size_t made = 0;
+    for (; made < n && e == MS_OK; made++) {
+        ms__host_pin_begin();
+        e = E.ops->host_new(E.ops->impl, &g[made], 1);
+        ms__host_pin_end();
+    }
+    if (e != MS_OK)
+        made--; /* the failed one holds nothing */
+    ms_lock(&E.lock);
+    size_t used = 0;
+    for (size_t j = 0; j < made; j++) {
+        const struct ms_chunk *c = ms_chunk_get(&E.rt, ids[j]);
+        const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(ids[j]));
+        /* Still the same EMPTY chunk (a freed region's slot may hold another by now). */
+        bool same = c && r && r->live && r->amap && c->state == MS_CS_EMPTY &&
+                    c->bytes == g[j].bytes &&
+                    r->base + ms_region_chunk_offset(r, MS_CHUNK_INDEX(ids[j])) == g[j].va;
+        int m = same && e == MS_OK ? E.ops->host_map(E.ops->impl, &g[j], 1) : MS_E_STATE;
+        if (m == MS_OK && (m = ms_chunk_mark_host(&E.rt, ids[j], g[j].hchunk)) != MS_OK)
+            E.ops->host_unmap(E.ops->impl, &g[j], 1);
+        if (m == MS_OK) {
+            used++;
+            E.st.host_chunks++;
+            E.st.host_bytes += g[j].bytes;
+            g[j].hchunk = 0;
+        } else if (same && m != MS_E_STATE && e == MS_OK) {
+            e = m;
+        }
+    }
+    for (size_t j = 0; j < made; j++)
+        if (g[j].hchunk)
+            E.ops->host_free(E.ops->impl, &g[j], 1);
+    ms_free(g);
+    ms_free(ids);
+    return e;
+}
+
 int ms__eng_region_adopt_host(uint32_t id, struct ms_host_set *h)
 {
     struct ms_region *r = ms_region_get(&E.rt, id);

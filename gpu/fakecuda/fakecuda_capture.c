@@ -214,8 +214,7 @@ static bool named_memory(CUstream s, uint64_t p, uint64_t n)
     return ok;
 }
 
-CUresult ms__fk_capture_copy(CUstream s, uint64_t dst, uint64_t src, uint64_t bytes,
-                             bool *captured)
+CUresult ms__fk_capture_copy(CUstream s, uint64_t dst, uint64_t src, uint64_t bytes, bool *captured)
 {
     CUgraph g = NULL;
     bool bad = false;

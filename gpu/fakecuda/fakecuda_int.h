@@ -63,9 +63,10 @@ CUresult ms__fk_check_range(uint64_t p, uint64_t n, bool unified, bool write);
  * (the launch was recorded, or failed as the returned code says). A device-to-device copy or
  * a 1D memset on s (capture_copy, capture_fill): *captured when s captures; recorded as a node,
  * a copy only when every device address it names is memory (mapped), else
- * CUDA_ERROR_INVALID_VALUE and the capture invalidated, as the real driver checks a captured copy's pointers at capture
- * time (cu_graph failed so on the H200). Any other copy or memset on s (capture_other):
- * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the capture invalidated) when s captures. */
+ * CUDA_ERROR_INVALID_VALUE and the capture invalidated, as the real driver checks a captured copy's
+ * pointers at capture time (cu_graph failed so on the H200). Any other copy or memset on s
+ * (capture_other): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the capture invalidated) when s
+ * captures. */
 CUresult ms__fk_capture_sync(CUstream s, bool context);
 CUresult ms__fk_capture_launch(CUstream s, CUfunction f, const unsigned grid[3],
                                const unsigned block[3], unsigned smem, void **args, bool *captured);

@@ -211,6 +211,38 @@ static void mark_host(void **unused)
     ms_rtable_fini(&rt);
 }
 
+/* One never-populated chunk of an always-mapped region moves to a host chunk (a stream capture
+ * naming it under the daemon): only EMPTY chunks of amap regions, with a token, and I9 holds. */
+static void chunk_mark_host(void **unused)
+{
+    (void)unused;
+    struct ms_rtable rt;
+    ms_rtable_init(&rt);
+    uint32_t r, plain;
+    assert_int_equal(ms_region_add(&rt, 1, 0, 512 * MS_MIB, MS_RK_DEVICE, 0, &r), MS_OK);
+    assert_int_equal(ms_region_add(&rt, 1, 1024 * MS_MIB, 2 * MS_MIB, MS_RK_DEVICE, 0, &plain),
+                     MS_OK);
+    ms_region_get(&rt, r)->amap = true;
+    assert_true(ms_region_get(&rt, r)->nchunks > 1);
+    ms_chunk_id id = MS_CHUNK_ID(r, 1);
+    assert_int_equal(ms_chunk_mark_host(&rt, id, 0), MS_E_INVAL);
+    assert_int_equal(ms_chunk_mark_host(&rt, MS_CHUNK_ID(plain, 0), 7), MS_E_INVAL);
+    assert_int_equal(ms_chunk_mark_host(&rt, MS_CHUNK_ID(r + 5, 0), 7), MS_E_NOTFOUND);
+    assert_int_equal(ms_chunk_get(&rt, id)->state, MS_CS_EMPTY);
+    assert_int_equal(ms_chunk_mark_host(&rt, id, 7), MS_OK);
+    assert_int_equal(ms_chunk_get(&rt, id)->state, MS_CS_HOST);
+    assert_int_equal(ms_chunk_get(&rt, id)->host, 7);
+    assert_int_equal(ms_chunk_get(&rt, MS_CHUNK_ID(r, 0))->state, MS_CS_EMPTY);
+    assert_int_equal(rt.count[MS_CS_HOST], 1);
+    CHECK(&rt);
+    assert_int_equal(ms_chunk_mark_host(&rt, id, 8), MS_E_STATE);
+    assert_int_equal(ms_chunk_get(&rt, id)->host, 7);
+    /* It populates by copying in, like any HOST chunk. */
+    assert_int_equal(ms_chunk_apply(&rt, id, MS_CE_POP_START), MS_OK);
+    CHECK(&rt);
+    ms_rtable_fini(&rt);
+}
+
 static void pins_block_eviction(void **unused)
 {
     (void)unused;
@@ -346,6 +378,7 @@ int main(void)
         cmocka_unit_test(overlap_and_lookup),
         cmocka_unit_test(state_machine_exhaustive),
         cmocka_unit_test(mark_host),
+        cmocka_unit_test(chunk_mark_host),
         cmocka_unit_test(pins_block_eviction),
         cmocka_unit_test(alloc_failures),
         cmocka_unit_test(random_walk),
