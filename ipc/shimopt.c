@@ -61,6 +61,11 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
     [MS_OPT_MISPREDICT] = {"MSCHED_MISPREDICT", NULL, "PERCENT", NULL, MS_OT_UINT, 0, 100, false,
         NULL, "0", "tests: drop this percent of every command's predicted chunks (alone;\n"
         "with MSCHED_STRICT=1 they run on the host: slower, never wrong)"},
+    [MS_OPT_HOST_LIMIT] = {"MSCHED_HOST_LIMIT", "--host-limit", "SIZE", NULL, MS_OT_SIZE, MS_GRAN,
+        UINT64_MAX, true, NULL, "", "pinned host memory that holds this process's memory off the\n"
+        "device may take at most this (default: half the machine's RAM;\n"
+        "0: no limit); beyond it allocations that do not fit the device fail\n"
+        "and commands run on what is resident"},
     [MS_OPT_CUPTI] = {"MSCHED_CUPTI", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the CUPTI library the accuracy probe loads (default: searched)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",

@@ -47,6 +47,7 @@ enum ms_shimopt {
     MS_OPT_SOCKET,
     MS_OPT_SERVICE_USER,
     MS_OPT_MISPREDICT,
+    MS_OPT_HOST_LIMIT,
     MS_OPT_COUNT
 };
 

@@ -132,6 +132,15 @@ static void leave_daemon_at_exit(void)
         ms_client_shutdown();
 }
 
+/* MSCHED_HOST_LIMIT, or half the machine's RAM when it is not set (0: no limit). */
+static uint64_t host_limit(void)
+{
+    if (ms__shim_opt_set(MS_OPT_HOST_LIMIT))
+        return ms__shim_opt(MS_OPT_HOST_LIMIT);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
+}
+
 /*
  * Start on the first allocation, in the caller's (current) context. Lock held. With a daemon
  * (its socket exists) the engine connects first; without one, it runs alone under
@@ -176,6 +185,8 @@ static bool start(void)
             missing = "cuMemPrefetchAsync_v2 or cuMemAllocManaged in the driver";
     } else if (e == MS_OK) {
         e = ms_gpu_cuda_new(&E.api, ms_hash_ptx, 0, &E.gpu);
+        if (e == MS_OK)
+            ms_gpu_cuda_set_host_limit(E.gpu, host_limit());
     }
     if (e != MS_OK) {
         say("memory engine disabled: %s", missing ? missing : ms_strerror(e));
@@ -295,9 +306,11 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
         ms_unlock(&E.lock);
         e = ms__eng_host_make(va, bytes, &hs);
         ms_lock(&E.lock);
-        if (e != MS_OK)
-            say("cannot back a new allocation of %llu MiB with host memory: %s (%s)",
-                (unsigned long long)(span / MS_MIB), ms_strerror(e), ms_gpu_cuda_host_error(E.gpu));
+        if (e != MS_OK) {
+            const char *why = ms_gpu_cuda_host_error(E.gpu);
+            say("cannot back a new allocation of %llu MiB with host memory: %s",
+                (unsigned long long)(span / MS_MIB), why[0] ? why : ms_strerror(e));
+        }
     }
     if (r == CUDA_SUCCESS && e == MS_OK) {
         e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, NULL, &id);
@@ -535,17 +548,47 @@ static void print_misses(const struct ms_engine_stats *s)
                                     (unsigned long long)E.refs[best].misses);
         E.refs[best].misses = 0; /* the summary is the last reader */
     }
-    ms_unlock(&E.lock);
     if (len && len < sizeof(top) - 1)
-        snprintf(top + len, sizeof(top) - len, ")");
+        len += (size_t)snprintf(top + len, sizeof(top) - len, ")");
+    /* The kernels missed most (by launches). */
+    char kern[3 * (KMISS_NAME + 48)] = "";
+    size_t klen = 0;
+    for (int k = 0; k < 3; k++) {
+        struct kmiss *best = NULL;
+        for (size_t i = 0; i < KMISS_MAX; i++)
+            if (E.kmiss[i].name[0] && E.kmiss[i].launches &&
+                (!best || E.kmiss[i].launches > best->launches))
+                best = &E.kmiss[i];
+        if (!best)
+            break;
+        if (klen < sizeof(kern))
+            klen += (size_t)snprintf(
+                kern + klen, sizeof(kern) - klen, "%s%s: %llu launches, %llu chunks",
+                k ? "; " : " (kernels: ", best->name, (unsigned long long)best->launches,
+                (unsigned long long)best->chunks);
+        best->launches = 0; /* the summary is the last reader */
+    }
+    if (klen && klen < sizeof(kern) - 1)
+        snprintf(kern + klen, sizeof(kern) - klen, ")");
+    struct ms_gpu_cuda_host_stats hs = {0};
+    if (E.gpu && E.backing == BACK_VMM)
+        ms_gpu_cuda_host_stats(E.gpu, &hs);
+    ms_unlock(&E.lock);
+    char lim[160] = "";
+    if (hs.limit_hits || s->host_limited)
+        snprintf(lim, sizeof(lim),
+                 "; the host memory limit (%llu MiB) refused %llu host chunks, %llu faults moved "
+                 "nothing",
+                 (unsigned long long)(hs.limit / MS_MIB), (unsigned long long)hs.limit_hits,
+                 (unsigned long long)s->host_limited);
     fprintf(stderr,
-            "msched[%d]: misses: %llu commands ran with %llu named chunks on the host%s, %llu of "
-            "unknown reach with allocations on the host; %llu host chunks made (%llu MiB), %llu "
-            "allocations started on the host (%.3f s making their host chunks)\n",
+            "msched[%d]: misses: %llu commands ran with %llu named chunks on the host%s%s, %llu "
+            "of unknown reach with allocations on the host; %llu host chunks made (%llu MiB), "
+            "%llu allocations started on the host (%.3f s making their host chunks)%s\n",
             (int)getpid(), (unsigned long long)s->miss_cmds, (unsigned long long)s->miss_chunks,
-            top, (unsigned long long)s->miss_unbounded, (unsigned long long)s->host_chunks,
+            top, kern, (unsigned long long)s->miss_unbounded, (unsigned long long)s->host_chunks,
             (unsigned long long)(s->host_bytes / MS_MIB), (unsigned long long)s->host_placed,
-            (double)s->host_ns / 1e9);
+            (double)s->host_ns / 1e9, lim);
 }
 
 void ms_engine_exit(bool verbose)

@@ -122,12 +122,29 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     MS_REAL(cuCtxSynchronize)();
     struct ms_exec_stats st;
     memset(&st, 0, sizeof(st));
+    struct ms_gpu_cuda_host_stats h0, h1;
+    ms_gpu_cuda_host_stats(E.gpu, &h0);
     e = ms__eng_exec_plan(E.budget, &st);
+    ms_gpu_cuda_host_stats(E.gpu, &h1);
     E.st.faults++;
     ms__eng_add_exec_stats(&st);
     E.st.migrate_ns += now_ns() - t0;
+    if (e == MS_E_NOSPACE && h1.limit_hits > h0.limit_hits) {
+        /* The victims' host chunks are over the host memory limit: nothing moved, everything
+         * is mapped where it was, so the command runs on what is resident (a miss, slower). */
+        must_bytes(need, &must_ready);
+        if (must_ready) {
+            if (!E.st.host_limited++)
+                say("host chunks refused (%s): commands run on what is resident; raise "
+                    "MSCHED_HOST_LIMIT to let memory move",
+                    ms_gpu_cuda_host_error(E.gpu));
+            return CUDA_SUCCESS;
+        }
+    }
     if (e != MS_OK) {
-        say("migration failed: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+        say("migration failed: %s (%s)", ms_strerror(e),
+            h1.limit_hits > h0.limit_hits ? ms_gpu_cuda_host_error(E.gpu)
+                                          : ms_gpu_cuda_last_error(E.gpu));
         return ms__eng_cuerr(e);
     }
     must_bytes(need, &must_ready);
@@ -372,7 +389,10 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
         if (e == MS_OK)
             e = ms__eng_add_refs(&E.need);
     }
+    E.last_missed = 0;
     int rc = e == MS_OK ? ms__eng_gate(&E.need, unbounded, l->stream) : ms__eng_cuerr(e);
+    if (rc == CUDA_SUCCESS && E.last_missed)
+        ms__eng_kernel_missed(l->name, E.last_missed);
     if (rc == CUDA_SUCCESS && ms_acc_on())
         ms_acc_begin(&E.rt, &E.need, l->name, unbounded);
     ms_unlock(&E.lock);

@@ -56,6 +56,15 @@ struct graph_reach {
     } * reg;
 };
 
+/* Kernels whose launches ran with named chunks on the host (the exit summary's "most" list):
+ * a small table by name, the least-missed entry replaced when it is full. */
+#define KMISS_MAX 32
+#define KMISS_NAME 64
+struct kmiss {
+    char name[KMISS_NAME]; /* "" = free; truncated */
+    uint64_t launches, chunks;
+};
+
 enum mode { MODE_ALONE = 0, MODE_DAEMON, MODE_FAILED };
 /* How regions are backed (MSCHED_ENGINE): VMM chunks, or managed memory moved by prefetches
  * (UNIFIED) or brought in by the GPU's page faults (DEMAND, the demand-paging baseline). */
@@ -100,6 +109,8 @@ struct ms_engine_state {
     uint64_t mispredict;  /* MSCHED_MISPREDICT percent (tests) */
     uint64_t overflow_at; /* 1 + E.st.faults at the last command naming more than the budget */
     uint64_t rng;         /* its generator */
+    uint64_t last_missed; /* chunks the last admitted command named that were on the host */
+    struct kmiss kmiss[KMISS_MAX];
 };
 
 /* The engine (engine_mem.c). */
@@ -142,6 +153,8 @@ MS_HIDDEN int ms__eng_region_adopt_host(uint32_t id, struct ms_host_set *h);
  * seam's (some chunks may then be HOST already, each correctly mapped). */
 MS_HIDDEN int ms__eng_map_empty_host(const struct ms_chunk_set *need);
 MS_HIDDEN void ms__eng_add_exec_stats(const struct ms_exec_stats *x);
+/* A launch of kernel `name` ran with `chunks` named chunks on the host (lock held). */
+MS_HIDDEN void ms__eng_kernel_missed(const char *name, uint64_t chunks);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
 MS_HIDDEN int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s);
 MS_HIDDEN int ms__eng_add_refs(struct ms_chunk_set *s);

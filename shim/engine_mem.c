@@ -226,7 +226,30 @@ void ms__eng_admitted(const struct ms_chunk_set *need)
         E.st.miss_cmds++;
         E.st.miss_chunks += missed;
     }
+    E.last_missed = missed;
     ms_history_append(&E.hist, need);
+}
+
+void ms__eng_kernel_missed(const char *name, uint64_t chunks)
+{
+    if (!name || !name[0])
+        name = "(unnamed kernel)";
+    struct kmiss *slot = NULL, *least = &E.kmiss[0];
+    for (size_t i = 0; i < KMISS_MAX && !slot; i++) {
+        struct kmiss *k = &E.kmiss[i];
+        if (!k->name[0] || strncmp(k->name, name, KMISS_NAME - 1) == 0)
+            slot = k;
+        else if (k->launches < least->launches)
+            least = k;
+    }
+    if (!slot) { /* full: the least-missed kernel makes room (its counts carry on) */
+        slot = least;
+        slot->name[0] = '\0';
+    }
+    if (!slot->name[0])
+        snprintf(slot->name, sizeof(slot->name), "%s", name);
+    slot->launches++;
+    slot->chunks += chunks;
 }
 
 void ms__eng_add_exec_stats(const struct ms_exec_stats *x)

@@ -50,9 +50,11 @@ struct ms_gpu_cuda {
     struct hchunk **hpool; /* released host chunks, shadow-mapped, for reuse */
     size_t nhpool, caphpool;
     uint64_t hpooled_bytes, hpool_limit;
+    uint64_t host_limit; /* pinned bytes host chunks may hold (live + pooled + pending); 0: none */
+    uint64_t hpending;   /* bytes of host chunks being created now */
     struct ms_gpu_cuda_host_stats hst;
     pthread_mutex_t hmu;            /* the host chunk pool, hst and herr */
-    char herr[128], herr_copy[128]; /* the host calls' last error (herr_copy: the caller's) */
+    char herr[192], herr_copy[192]; /* the host calls' last error (herr_copy: the caller's) */
     char last_err[128];
 };
 
@@ -313,6 +315,9 @@ static size_t hpool_drain(struct ms_gpu_cuda *g)
     return n;
 }
 
+static int hchunk_create_new(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out);
+
+/* A host chunk of `bytes`: from the pool, else a new one within the host memory limit. */
 static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out)
 {
     pthread_mutex_lock(&g->hmu);
@@ -326,7 +331,38 @@ static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **
             return MS_OK;
         }
     }
+    bool over =
+        g->host_limit && g->hst.live_bytes + g->hpooled_bytes + g->hpending + bytes > g->host_limit;
     pthread_mutex_unlock(&g->hmu);
+    if (over && hpool_drain(g)) {
+        pthread_mutex_lock(&g->hmu);
+        over = g->hst.live_bytes + g->hpooled_bytes + g->hpending + bytes > g->host_limit;
+        pthread_mutex_unlock(&g->hmu);
+    }
+    pthread_mutex_lock(&g->hmu);
+    if (over) {
+        g->hst.limit_hits++;
+        snprintf(g->herr, sizeof(g->herr),
+                 "the host memory limit: %llu MiB of host chunks held, %llu MiB more asked, "
+                 "limit %llu MiB (MSCHED_HOST_LIMIT)",
+                 (unsigned long long)((g->hst.live_bytes + g->hpending) >> 20),
+                 (unsigned long long)(bytes >> 20), (unsigned long long)(g->host_limit >> 20));
+    } else {
+        g->hpending += bytes;
+    }
+    pthread_mutex_unlock(&g->hmu);
+    if (over)
+        return MS_E_NOSPACE;
+    int e = hchunk_create_new(g, bytes, out);
+    pthread_mutex_lock(&g->hmu);
+    g->hpending -= bytes;
+    pthread_mutex_unlock(&g->hmu);
+    return e;
+}
+
+/* Create a host chunk (pin, reserve its shadow, map it there). */
+static int hchunk_create_new(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out)
+{
     uint64_t t0 = c_now(g);
     struct hchunk *hc = calloc(1, sizeof(*hc));
     if (!hc)
@@ -451,6 +487,13 @@ static int c_host_map(void *impl, const struct ms_gpu_chunk *c, size_t n)
     return MS_OK;
 }
 
+void ms_gpu_cuda_set_host_limit(struct ms_gpu_cuda *g, uint64_t bytes)
+{
+    pthread_mutex_lock(&g->hmu);
+    g->host_limit = bytes;
+    pthread_mutex_unlock(&g->hmu);
+}
+
 const char *ms_gpu_cuda_host_error(struct ms_gpu_cuda *g)
 {
     pthread_mutex_lock(&g->hmu);
@@ -464,6 +507,7 @@ void ms_gpu_cuda_host_stats(struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats
     pthread_mutex_lock(&g->hmu);
     *out = g->hst;
     out->pooled_bytes = g->hpooled_bytes;
+    out->limit = g->host_limit;
     pthread_mutex_unlock(&g->hmu);
 }
 

@@ -22,7 +22,9 @@
  *   device handle there; unmap does the reverse, and maps the device handle back if the host
  *   chunk cannot be mapped (the chunk is never left unmapped). Released host chunks go to a
  *   second pool (up to host_pool_limit bytes) with their shadow mappings, for the next
- *   host_new of the same size: creating one pins memory at about 3.4 GB/s.
+ *   host_new of the same size: creating one pins memory at about 3.4 GB/s. All the pinned
+ *   memory host chunks hold (live, pooled, being created) stays within a host memory limit
+ *   (ms_gpu_cuda_set_host_limit): beyond it host_new fails (MS_E_NOSPACE), never the host.
  *
  *   hash: a GPU kernel (gpu/cuda/hash.ptx, loaded when ms_gpu_cuda_new gets its text) reduces
  *   each chunk to a 64-bit value; a batch of chunks is one zeroing, one launch per chunk, one
@@ -118,8 +120,14 @@ struct ms_gpu_cuda_host_stats {
     uint64_t created, created_bytes, create_ns; /* made by cuMemCreate, and the time it took */
     uint64_t reused;                            /* taken from the pool */
     uint64_t pooled_bytes;
+    uint64_t limit;      /* the host memory limit (0: none) */
+    uint64_t limit_hits; /* host chunks refused at the limit */
 };
 void ms_gpu_cuda_host_stats(struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats *out);
+/* Bound the pinned host memory host chunks hold (handed out, pooled, and being created) to
+ * `bytes` (0: no bound). At the bound host_new drains the pool, then fails with MS_E_NOSPACE
+ * and ms_gpu_cuda_host_error says "the host memory limit: ...". Thread-safe. */
+void ms_gpu_cuda_set_host_limit(struct ms_gpu_cuda *g, uint64_t bytes);
 /* The host chunk calls' last error as "cuXxx: CUDA_ERROR_YYY" (a copy owned by g: valid until
  * the next call of this function), or "". Thread-safe like those calls. */
 const char *ms_gpu_cuda_host_error(struct ms_gpu_cuda *g);

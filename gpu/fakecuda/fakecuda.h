@@ -111,9 +111,10 @@ struct ms_fake_stats {
      * device reaches over the bus, not device memory, so neither in used_bytes nor limited by
      * total_bytes (vmm_creates, vmm_releases, vmm_maps and vmm_unmaps count them too). A
      * handle is live until it is released and its last mapping is gone. */
-    uint64_t host_handles;      /* live host handles */
-    uint64_t host_handle_bytes; /* their bytes */
-    uint64_t host_creates;      /* host handles ever created */
+    uint64_t host_handles;           /* live host handles */
+    uint64_t host_handle_bytes;      /* their bytes */
+    uint64_t host_handle_peak_bytes; /* the most host_handle_bytes ever was */
+    uint64_t host_creates;           /* host handles ever created */
     /* The oracle's record of kernels reaching host memory: at every launch that runs (direct,
      * or a graph's node), each parameter of pointer size (8 bytes, registered sizes only)
      * whose value lies inside a mapping of a host handle. Allowed (the real driver lets a

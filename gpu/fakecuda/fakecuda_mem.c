@@ -873,6 +873,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         if (host) {
             ms__fk_stats.host_handles++;
             ms__fk_stats.host_handle_bytes += size;
+            if (ms__fk_stats.host_handle_bytes > ms__fk_stats.host_handle_peak_bytes)
+                ms__fk_stats.host_handle_peak_bytes = ms__fk_stats.host_handle_bytes;
             ms__fk_stats.host_creates++;
         } else {
             ms__fk_stats.used_bytes += size;

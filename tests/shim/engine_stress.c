@@ -46,7 +46,10 @@
  *          ask for (an exportable handle type, GPUDirect RDMA capability where the GPU has
  *          it): they are still virtualized, and exporting one must be refused.
  *          Prints "ENGINE_VMM rounds=N ipc=I export=X mismatches=M".
- * Prints "ENGINE_STRESS ops=N buffers=B mismatches=M" and exits 0 only with no mismatch.
+ * STRESS_OOM_OK=1: an allocation refused with CUDA_ERROR_OUT_OF_MEMORY is skipped (counted in
+ * ooms) instead of failing the run.
+ * Prints "ENGINE_STRESS ops=N buffers=B launches=L ooms=O mismatches=M" and exits 0 only with
+ * no mismatch.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -657,7 +660,9 @@ int main(int argc, char **argv)
         return graph_mode(ops, h, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "vmm") == 0)
         return vmm_mode(ops, h, f_fill);
-    uint64_t mismatches = 0, launches = 0;
+    uint64_t mismatches = 0, launches = 0, ooms = 0;
+    const char *oe = getenv("STRESS_OOM_OK");
+    bool oom_ok = oe && strcmp(oe, "1") == 0;
     uint32_t *tmp = malloc(16u * MIB), *tmp2 = malloc(16u * MIB);
     for (op = 0; op < ops; op++) {
         int i = (int)(rnd() % NBUF), j = (int)(rnd() % NBUF);
@@ -669,7 +674,13 @@ int main(int argc, char **argv)
                 free(b[i].shadow);
             }
             b[i].words = 1 + rnd() % (4u * MIB / 4);
-            CK(buf_alloc(i, &b[i].d, b[i].words * 4));
+            CUresult ar = buf_alloc(i, &b[i].d, b[i].words * 4);
+            if (ar == CUDA_ERROR_OUT_OF_MEMORY && oom_ok) {
+                b[i].d = 0; /* refused as a full device would refuse it: go on without it */
+                ooms++;
+                continue;
+            }
+            CK(ar);
             b[i].shadow = malloc(b[i].words * 4);
             uint32_t seed = (uint32_t)rnd();
             void *args[] = {&b[i].d, &b[i].words, &seed};
@@ -820,8 +831,8 @@ int main(int argc, char **argv)
     }
     free(tmp);
     free(tmp2);
-    printf("ENGINE_STRESS ops=%d buffers=%d launches=%llu mismatches=%llu\n", ops, nbuf,
-           (unsigned long long)launches, (unsigned long long)mismatches);
+    printf("ENGINE_STRESS ops=%d buffers=%d launches=%llu ooms=%llu mismatches=%llu\n", ops, nbuf,
+           (unsigned long long)launches, (unsigned long long)ooms, (unsigned long long)mismatches);
     /* The fake's unified-memory record (what a unified or demand engine did to managed memory). */
     ms_fake_get_stats_fn stats;
     *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
@@ -829,10 +840,11 @@ int main(int argc, char **argv)
         struct ms_fake_stats st;
         stats(&st);
         printf("FAKE allocs=%llu host_registered=%llu host_handles=%llu host_creates=%llu "
-               "host_mapped_launches=%llu\n",
+               "host_mapped_launches=%llu host_handle_peak_bytes=%llu\n",
                (unsigned long long)st.allocs, (unsigned long long)st.host_registered,
                (unsigned long long)st.host_handles, (unsigned long long)st.host_creates,
-               (unsigned long long)st.host_mapped_launches);
+               (unsigned long long)st.host_mapped_launches,
+               (unsigned long long)st.host_handle_peak_bytes);
         printf("UM faults=%llu kernel_faults=%llu prefetch_in_mib=%llu prefetch_out_mib=%llu "
                "device_max_mib=%llu\n",
                (unsigned long long)st.um_faults, (unsigned long long)st.um_kernel_faults,

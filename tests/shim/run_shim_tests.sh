@@ -482,6 +482,25 @@ else
     fail engine/over-budget-commands "rc=$rc misses=$misses $(grep -E 'ENGINE|misses|refused' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# The host memory limit (MSCHED_HOST_LIMIT): host chunks never pin more than it. An allocation
+# that fits neither the budget nor the limit is refused with CUDA_ERROR_OUT_OF_MEMORY and one
+# line naming the limit (STRESS_OOM_OK: the program goes on without it); an eviction whose host
+# chunks would pass it moves nothing and the command runs on what is resident. No mismatch, and
+# the fake never held more host-located handles than the limit allows.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_HOST_LIMIT=24MiB STRESS_OOM_OK=1 MSCHED_VERBOSE=1 "$T/engine_stress" 300 "$seed" 2>&1)
+rc=$?
+ooms=$(grep -o "ooms=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+refused=$(grep -o "limit (24 MiB) refused [0-9]*" <<<"$out" | grep -o "[0-9]*$")
+peak=$(grep -o "host_handle_peak_bytes=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+if [ $rc -eq 0 ] && grep -q "mismatches=0" <<<"$out" && [ "${ooms:-0}" -gt 0 ] &&
+    [ "${refused:-0}" -gt 0 ] && grep -q "cannot back a new allocation .*MSCHED_HOST_LIMIT" <<<"$out" &&
+    [ -n "$peak" ] && [ "$peak" -le $((24 << 20)) ]; then
+    pass "engine/host-limit (seed $seed: $refused host chunks refused, $ooms allocations refused, peak $((peak >> 20)) MiB)"
+else
+    fail engine/host-limit "rc=$rc ooms=$ooms refused=$refused peak=$peak $(grep -E 'ENGINE|misses|cannot' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+
 # One big weights buffer that every "layer" names whole (more than the budget) beside a KV buffer
 # that fits: what fits of the buffer stays resident and the rest is read from host chunks; before
 # the fitting set was chosen to keep what is resident and grow only into free memory, this loop
