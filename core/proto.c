@@ -104,6 +104,7 @@ const char *ms_task_state_name(unsigned state)
     static const char *const names[MS_TS_COUNT] = {
         [MS_TS_IDLE] = "idle",       [MS_TS_WAITING] = "waiting",   [MS_TS_LOADING] = "loading",
         [MS_TS_RUNNING] = "running", [MS_TS_STOPPING] = "stopping", [MS_TS_DROPPED] = "dropped",
+        [MS_TS_STALLED] = "stalled",
     };
     return state < MS_TS_COUNT ? names[state] : "unknown";
 }

@@ -101,6 +101,7 @@ enum ms_task_state {
     MS_TS_RUNNING,  /* holds the GPU (RUN) */
     MS_TS_STOPPING, /* told to STOP, not yet STOPPED */
     MS_TS_DROPPED,  /* disconnected by the daemon; its memory stays charged until it exits */
+    MS_TS_STALLED,  /* did not answer STOP in time: out of the schedule, its memory set aside */
     MS_TS_COUNT
 };
 

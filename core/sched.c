@@ -36,6 +36,7 @@
 
 #include "timeline.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,10 @@ struct ms_stask {
     uint64_t limit; /* 0 = none */
     char name[MS_PROTO_NAME_MAX + 1];
     bool ghost;        /* dropped; memory charged until its process exits; pins its chunks */
+    bool stalled;      /* did not stop or migrate in time; its resident chunks pinned (stall) */
+    bool stall_demand; /* stalled, and a DEMAND came after its last IDLE */
+    bool stall_stop;   /* stalled holding RUN: only its STOPPED ends the stall */
+    uint64_t stalled_at;
     bool runnable;     /* DEMAND more recent than IDLE */
     bool dirty_demand; /* DEMAND arrived while holding RUN: maybe an incremental migration */
     uint64_t idle_at;  /* when its last IDLE arrived (0: none since its last DEMAND) */
@@ -117,7 +122,7 @@ void ms_sched_config_default(struct ms_sched_config *c)
     c->slice_max_ns = 4000000000ull; /* 4 s */
     c->switch_frac_pct = 10;
     c->cost = NULL;
-    c->stop_timeout_ns = 10000000000ull;  /* 10 s */
+    c->stop_timeout_ns = 3000000000ull;   /* 3 s */
     c->order_timeout_ns = 60000000000ull; /* 60 s without progress */
     c->horizon = 8;
     c->early_run = false;
@@ -238,10 +243,11 @@ static int chunk_apply(struct ms_sched *s, struct ms_stask *t, ms_chunk_id id,
     return MS_OK;
 }
 
+/* An order of a task that is not stalled is in progress (a stalled task's wait for it). */
 static bool any_order_active(const struct ms_sched *s)
 {
     for (size_t i = 0; i < s->ntasks; i++)
-        if (s->tasks[i]->evict.active || s->tasks[i]->pop.active)
+        if (!s->tasks[i]->stalled && (s->tasks[i]->evict.active || s->tasks[i]->pop.active))
             return true;
     return false;
 }
@@ -318,6 +324,23 @@ static void push_send(struct ms_sched *s, uint32_t task, struct ms_msg *msg)
     a->task = task;
     a->msg = *msg;
     memset(msg, 0, sizeof(*msg));
+}
+
+/* Queue a log line about task (best effort: without room it is lost, nothing else). */
+static void push_note(struct ms_sched *s, uint32_t task, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void push_note(struct ms_sched *s, uint32_t task, const char *fmt, ...)
+{
+    if (reserve_actions(s, 1))
+        return;
+    struct ms_action *a = &s->acts[s->nacts++];
+    memset(a, 0, sizeof(*a));
+    a->kind = MS_ACT_NOTE;
+    a->task = task;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->why, sizeof(a->why), fmt, ap);
+    va_end(ap);
 }
 
 /* Queue a message without arrays; MS_E_NOMEM when there is no room. */
@@ -449,6 +472,17 @@ static void remove_task(struct ms_sched *s, struct ms_stask *t)
     task_free(t);
 }
 
+/* Pin t's resident chunks (on) so that no plan counts on them, or unpin all of them. */
+static void pin_resident(struct ms_sched *s, struct ms_stask *t, bool on)
+{
+    for (size_t i = 0; i < t->nrmap; i++) {
+        struct ms_region *r = &s->rt.regions[t->rmap[i].slot];
+        for (uint32_t k = 0; k < r->nchunks; k++)
+            r->chunks[k].pins =
+                on && ms_chunk_state_resident((enum ms_chunk_state)r->chunks[k].state) ? 1 : 0;
+    }
+}
+
 /*
  * Make t a ghost: out of the schedule, its orders forgotten (chunks in motion stay IN or OUT:
  * nobody will report them), its resident chunks pinned so no plan counts on them.
@@ -460,13 +494,65 @@ static void ghostify(struct ms_sched *s, struct ms_stask *t)
     order_reset(&t->pop);
     ms_chunk_set_clear(&t->next_ws);
     ms_chunk_set_clear(&t->recent_ws);
-    for (size_t i = 0; i < t->nrmap; i++) {
-        struct ms_region *r = &s->rt.regions[t->rmap[i].slot];
-        for (uint32_t k = 0; k < r->nchunks; k++)
-            r->chunks[k].pins =
-                ms_chunk_state_resident((enum ms_chunk_state)r->chunks[k].state) ? 1 : 0;
-    }
+    t->stalled = false;
+    pin_resident(s, t, true);
     t->ghost = true;
+}
+
+/*
+ * t did not answer its STOP within stop_timeout, or its own orders of the migration in
+ * progress (it runs and migrates, or it is being loaded) made no progress for that long:
+ * stopped (Ctrl-Z), hung, or draining a very long kernel. It leaves the schedule and its
+ * resident chunks are pinned: capacity set aside, so the others run in the rest of the budget
+ * instead of waiting for it. Its session stays; its orders stay (a later reply is applied as
+ * usual; no plan resets them) but have no deadline while it is stalled. The stall ends
+ * (unstall) with its STOPPED when it held RUN (stall_stop), else with any message from it: it
+ * then waits for memory like any task.
+ */
+static void stall(struct ms_sched *s, uint64_t now, struct ms_stask *t)
+{
+    t->stall_stop = s->cur == t->id; /* it holds RUN (stopping, or running and migrating) */
+    if (t->stall_stop)
+        t->run_ns += now - t->run_since;
+    leave_schedule(s, t);
+    t->stalled = true;
+    t->stall_demand = true; /* it was running: it has work */
+    t->stalled_at = now;
+    pin_resident(s, t, true);
+    s->stalls++;
+    push_note(s, t->id,
+              "did not %s within %llu ms (stopped or hung): its %llu MiB stay resident, set "
+              "aside; the others run in the rest of the budget until it answers",
+              t->stall_stop && !t->pop.active && !t->evict.active ? "stop" : "stop or migrate",
+              (unsigned long long)(s->cfg.stop_timeout_ns / 1000000ull),
+              (unsigned long long)(t->resident >> 20));
+}
+
+/* When the migration of the task being loaded (or running and migrating) stalls it: its own
+ * eviction or population owed and without progress for stop_timeout after the order's last
+ * progress (UINT64_MAX: none owed, or stop_timeout is not shorter than order_timeout, which
+ * then drops it as before). */
+static uint64_t pop_stall_at(const struct ms_sched *s, const struct ms_stask *t)
+{
+    uint64_t at = UINT64_MAX;
+    if (s->cfg.stop_timeout_ns >= s->cfg.order_timeout_ns)
+        return at;
+    const struct ms_sorder *o[2] = {&t->evict, &t->pop};
+    for (int i = 0; i < 2; i++)
+        if (owes(o[i], i == 0) && o[i]->deadline >= s->cfg.order_timeout_ns)
+            at = MS_MIN(at, o[i]->deadline - s->cfg.order_timeout_ns + s->cfg.stop_timeout_ns);
+    return at;
+}
+
+static void unstall(struct ms_sched *s, uint64_t now, struct ms_stask *t)
+{
+    pin_resident(s, t, false);
+    t->stalled = false;
+    t->runnable = t->stall_demand;
+    t->dirty_demand = false;
+    push_note(s, t->id, "%s after %.1f s stalled: it waits for memory again",
+              t->stall_stop ? "answered its STOP" : "answered again",
+              (double)(now - t->stalled_at) / 1e9);
 }
 
 /* Protocol violation or limit: ERROR (best effort) then DROP. */
@@ -739,6 +825,10 @@ static int on_demand(struct ms_sched *s, struct ms_stask *t, const struct ms_msg
         t->gap_known = true;
         t->idle_at = 0;
     }
+    if (t->stalled) { /* scheduled again only once its STOPPED comes */
+        t->stall_demand = true;
+        return MS_OK;
+    }
     t->runnable = true;
     if (s->cur == t->id || s->next == t->id)
         t->dirty_demand = true;
@@ -789,6 +879,8 @@ static int on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, boo
     }
     o->runs_done = p->runs_done;
     o->deadline = now + s->cfg.order_timeout_ns;
+    if (t->stalled)
+        pin_resident(s, t, true); /* S6: exactly its resident chunks, as they are now */
     if (o->runs_done == o->nruns) {
         uint64_t took = now > o->t0 ? now - o->t0 : 0;
         if (mine && evict && took >= s->sw_evict_ns) {
@@ -1153,8 +1245,11 @@ static int dispatch(struct ms_sched *s, uint64_t now, struct ms_stask *t, bool i
     struct ms_msg *msgs = NULL;
     struct ms_stask **owners = NULL;
 
-    /* Fill: entries of every owner's EVICT order and t's POPULATE order. */
+    /* Fill: entries of every owner's EVICT order and t's POPULATE order (a stalled task keeps
+     * its orders: its chunks in motion are settled by its late replies). */
     for (size_t i = 0; i < s->ntasks; i++) {
+        if (s->tasks[i]->stalled)
+            continue;
         order_reset(&s->tasks[i]->evict);
         order_reset(&s->tasks[i]->pop);
     }
@@ -1264,6 +1359,8 @@ undo:
     ms_free(msgs);
     ms_free(owners);
     for (size_t i = 0; i < s->ntasks; i++) {
+        if (s->tasks[i]->stalled)
+            continue;
         order_reset(&s->tasks[i]->evict);
         order_reset(&s->tasks[i]->pop);
     }
@@ -1518,7 +1615,7 @@ static void settle(struct ms_sched *s, uint64_t now)
         /* Credit populations as far as memory allows. */
         for (size_t i = 0; i < s->ntasks; i++) {
             struct ms_stask *t = s->tasks[i];
-            if (!t->pop.active || t->pop.granted == t->pop.n)
+            if (!t->pop.active || t->pop.granted == t->pop.n || t->stalled)
                 continue;
             if (reserve_actions(s, 1)) {
                 s->retry = true;
@@ -1609,10 +1706,14 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         case MS_MSG_IDLE:
             t->runnable = false;
             t->dirty_demand = false;
+            t->stall_demand = false;
             t->idle_at = now;
             break;
         case MS_MSG_STOPPED:
-            if (s->phase == MS_PH_STOPPING && s->cur == t->id && m->stopped.epoch == t->run_epoch) {
+            if (t->stalled && t->stall_stop && m->stopped.epoch == t->run_epoch) {
+                unstall(s, now, t);
+            } else if (s->phase == MS_PH_STOPPING && s->cur == t->id &&
+                       m->stopped.epoch == t->run_epoch) {
                 t->run_ns += now - t->run_since;
                 if (s->in_switch) {
                     s->stop_pending = now > s->switch_t0 ? now - s->switch_t0 : 0;
@@ -1643,6 +1744,12 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         settle(s, now);
         return rc;
     }
+    if (t->stalled && !t->stall_stop && !owes(&t->evict, true) && !owes(&t->pop, false)) {
+        /* It talks again, it held no RUN, and every chunk its orders set in motion is settled:
+         * what is left of its population was never credited (nothing moved), so it goes. */
+        order_reset(&t->pop);
+        unstall(s, now, t);
+    }
     settle(s, now);
     return MS_OK;
 }
@@ -1653,10 +1760,26 @@ void ms_sched_tick(struct ms_sched *s, uint64_t now)
     if (s->phase == MS_PH_STOPPING && now >= s->stop_by) {
         struct ms_stask *t = find_live(s, s->cur);
         if (t)
-            fail_task(s, now, t, MS_E_STATE, "did not stop in time");
+            stall(s, now, t);
+    }
+    if (s->phase == MS_PH_MIGRATING) {
+        /* The task being loaded (or the running one, migrating) made no progress on its own
+         * orders for stop_timeout: stopped or hung. One that holds RUN gets the STOP it will
+         * answer when it resumes. */
+        struct ms_stask *t = find_live(s, s->next);
+        uint64_t by = t ? pop_stall_at(s, t) : UINT64_MAX;
+        if (t && now >= by) {
+            struct ms_msg m;
+            ms_msg_init(&m, MS_MSG_STOP);
+            m.stop.epoch = t->run_epoch;
+            if (s->cur != t->id || send_simple(s, t->id, &m) == MS_OK)
+                stall(s, now, t);
+        }
     }
     for (size_t i = 0; i < s->ntasks; i++) {
         struct ms_stask *t = s->tasks[i];
+        if (t->stalled)
+            continue; /* its orders wait for it, like its STOP */
         if ((owes(&t->evict, true) && now >= t->evict.deadline) ||
             (owes(&t->pop, false) && now >= t->pop.deadline))
             fail_task(s, now, t, MS_E_STATE, "a migration order made no progress in time");
@@ -1682,8 +1805,15 @@ uint64_t ms_sched_deadline(const struct ms_sched *s)
     }
     if (s->phase == MS_PH_STOPPING)
         d = MS_MIN(d, s->stop_by);
+    if (s->phase == MS_PH_MIGRATING) {
+        const struct ms_stask *t = find_task(s, s->next);
+        if (t)
+            d = MS_MIN(d, pop_stall_at(s, t));
+    }
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct ms_stask *t = s->tasks[i];
+        if (t->stalled)
+            continue;
         if (owes(&t->evict, true))
             d = MS_MIN(d, t->evict.deadline);
         if (owes(&t->pop, false))
@@ -1700,6 +1830,8 @@ static uint8_t state_of(const struct ms_sched *s, const struct ms_stask *t)
 {
     if (t->ghost)
         return MS_TS_DROPPED;
+    if (t->stalled)
+        return MS_TS_STALLED;
     if (s->cur == t->id) {
         if (s->phase == MS_PH_STOPPING)
             return MS_TS_STOPPING;
@@ -1840,9 +1972,12 @@ int ms_sched_check(const struct ms_sched *s, char *why, size_t whylen)
                 bool resident = ms_chunk_state_resident((enum ms_chunk_state)r->chunks[c].state);
                 if (resident)
                     res += r->chunks[c].bytes;
-                if ((r->chunks[c].pins != 0) != (t->ghost && resident))
+                if ((r->chunks[c].pins != 0) != ((t->ghost || t->stalled) && resident))
                     SFAIL(6, "S6: chunk %u of %stask %u's region %u has %u pins", c,
-                          t->ghost ? "ghost " : "", t->id, t->rmap[k].rid, r->chunks[c].pins);
+                          t->ghost     ? "ghost "
+                          : t->stalled ? "stalled "
+                                       : "",
+                          t->id, t->rmap[k].rid, r->chunks[c].pins);
             }
         }
         if (res != t->resident)
@@ -1851,6 +1986,8 @@ int ms_sched_check(const struct ms_sched *s, char *why, size_t whylen)
         const struct ms_sorder *ev = &t->evict, *po = &t->pop;
         if (t->ghost && (ev->active || po->active || t->runnable))
             SFAIL(4, "S4: ghost %u has orders or work", t->id);
+        if (t->stalled && (t->runnable || t->ghost || s->cur == t->id || s->next == t->id))
+            SFAIL(4, "S4: stalled task %u is in the schedule", t->id);
         if (ev->active) {
             size_t from = ev->runs_done ? ev->run_end[ev->runs_done - 1] : 0;
             for (size_t k = from; k < ev->n; k++) {

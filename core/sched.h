@@ -68,6 +68,13 @@
  *   leaves the schedule the same way but keeps its memory charged as a ghost until its process
  *   is known to have exited: a hung process still holds what it mapped.
  *
+ *   Stalls: a task that does not answer its STOP within stop_timeout (stopped with Ctrl-Z,
+ *   hung, or draining a very long kernel) is not dropped: it leaves the schedule, its resident
+ *   chunks are pinned (capacity set aside: the others run in the rest of the budget), its
+ *   orders lose their deadlines, and its DEMANDs are kept without making it runnable. Its
+ *   STOPPED (of the stopped slice's epoch) ends the stall: the pins go, and it waits for memory
+ *   like any task. Status shows it as "stalled"; each stall and its end is an MS_ACT_NOTE.
+ *
  * Invariants (ms_sched_check verifies them; tests call it after every event)
  *   S1  ms_rtable_check passes and every live region belongs to a live task
  *   S2  rt.resident_bytes <= budget (unless the budget was lowered and no migration since)
@@ -75,7 +82,7 @@
  *   S4  at most one task holds RUN; phase, cur and next agree (see sched.c)
  *   S5  every valid, unreported entry of an EVICT order is an OUT chunk of the order's task;
  *       every credited, unreported entry of a POPULATE order is an IN or DIRTY chunk
- *   S6  between calls, exactly the resident chunks of ghosts are pinned
+ *   S6  between calls, exactly the resident chunks of ghosts and stalled tasks are pinned
  *
  * Ownership: the scheduler owns its table, tasks and queued actions; an action handed out by
  * ms_sched_next_action belongs to the caller (free its message with ms_msg_free). Errors
@@ -101,7 +108,7 @@ struct ms_sched_config {
     uint64_t slice_max_ns;      /* ADAPTIVE: longest slice (>= slice_ns) */
     uint32_t switch_frac_pct;   /* ADAPTIVE: switch cost at most this % of the slice, 1..100 */
     const struct ms_cost *cost; /* cost profile for predictions; NULL = ms_cost_h200 */
-    uint64_t stop_timeout_ns;   /* STOP .. STOPPED, else the task is dropped */
+    uint64_t stop_timeout_ns;   /* STOP .. STOPPED, else the task is stalled (see below) */
     uint64_t order_timeout_ns;  /* an order without progress for this long drops its task */
     uint32_t horizon;           /* timeline entries the planner looks ahead, >= 1 */
     bool early_run;             /* send RUN with the POPULATE instead of after it */
@@ -115,6 +122,7 @@ struct ms_sched_config {
 enum ms_action_kind {
     MS_ACT_SEND = 1, /* send msg to task's session */
     MS_ACT_DROP,     /* close task's session; the task is a ghost (or gone, after BYE) */
+    MS_ACT_NOTE,     /* log `why` about task (a change the operator should see) */
 };
 
 struct ms_action {
@@ -122,7 +130,7 @@ struct ms_action {
     uint32_t task;
     struct ms_msg msg; /* SEND: owned by the action's receiver */
     int32_t err;       /* DROP: why, an MS_E_* code */
-    char why[128];     /* DROP: one line for the log */
+    char why[128];     /* DROP, NOTE: one line for the log */
 };
 
 struct ms_stask;  /* a task (sched.c) */
@@ -183,6 +191,7 @@ struct ms_sched {
     uint32_t sw_evict_task;
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;
+    uint64_t stalls;       /* tasks that did not answer a STOP within stop_timeout */
     uint64_t idle_holds;   /* times an idle task kept the GPU while others waited */
     uint64_t idle_resumes; /* ... and demanded again before its hold ran out */
 

@@ -858,6 +858,8 @@ static void run_actions(struct ms_daemon *d)
                 s->task = MS_TASK_NONE;
                 session_finish(d, s);
             }
+        } else if (a.kind == MS_ACT_NOTE) {
+            ms_log_warn("task %u (pid %u): %s", a.task, s ? (unsigned)s->pid : 0u, a.why);
         }
         ms_msg_free(&a.msg);
     }

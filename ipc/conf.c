@@ -42,7 +42,7 @@ static const struct ms_conf_opt opts[] = {
     {"evict", MS_CT_EVICT, OFF(evict), 0, 0, true, "eviction policy: opt, lru or whole"},
     {"cost", MS_CT_COST, OFF(cost), 0, 0, true, "cost profile for predictions (h200, rtx5080)"},
     {"stop_timeout", MS_CT_DURATION, OFF(stop_timeout_ns), NS_MS, 600 * NS_S, true,
-     "a task that does not stop within this is dropped"},
+     "a task that does not stop within this is stalled: its memory set aside, the others run"},
     {"order_timeout", MS_CT_DURATION, OFF(order_timeout_ns), NS_MS, 3600 * NS_S, true,
      "a migration order without progress for this long drops its task"},
     {"horizon", MS_CT_UINT, OFF(horizon), 1, 1024, true, "timeline entries the planner looks at"},

@@ -67,6 +67,7 @@ struct fshim {
     uint64_t pop_credit, pop_used;
     /* behaviour */
     bool hold_evict, hold_pop, hold_stop; /* leave these orders unanswered */
+    int notes;                            /* MS_ACT_NOTE lines about it */
     /* the last EVICT left unanswered (answer_evict replies to it) */
     struct ms_run held_runs[256];
     uint32_t held_n, held_epoch;
@@ -283,8 +284,14 @@ static void pump(struct world *w)
         struct fshim *f = shim_of(w, a.task);
         if (getenv("SCHED_DEBUG"))
             fprintf(stderr, "t=%llu %s -> %u\n", (unsigned long long)w->now,
-                    a.kind == MS_ACT_SEND ? ms_msg_type_name(a.msg.type) : "DROP", a.task);
-        if (a.kind == MS_ACT_SEND) {
+                    a.kind == MS_ACT_SEND   ? ms_msg_type_name(a.msg.type)
+                    : a.kind == MS_ACT_NOTE ? a.why
+                                            : "DROP",
+                    a.task);
+        if (a.kind == MS_ACT_NOTE) {
+            if (f)
+                f->notes++;
+        } else if (a.kind == MS_ACT_SEND) {
             if (w->nlog < MAXLOG)
                 w->log[w->nlog++] = (struct logent){.task = a.task, .type = a.msg.type};
             if (f)
@@ -1106,15 +1113,16 @@ static void test_timeouts(void **state)
     assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STOPPING);
     advance(&w, 49 * MS);
     assert_true(a->alive);
-    advance(&w, 2 * MS); /* 50 ms stop timeout */
-    expect_dropped(&w, a, MS_E_STATE);
-    /* a's process may still hold its 4 chunks: b gets what is left, cut to fit. */
-    assert_ptr_equal(running(&w), b);
+    advance(&w, 2 * MS); /* 50 ms stop timeout: stalled (test_stalled_task), not dropped */
+    assert_true(a->alive);
+    assert_int_equal(a->drops, 0);
+    /* a's process still holds its 4 chunks: b gets what is left, cut to fit. */
+    assert_true(b->running);
     assert_int_equal(ms_sched_task_resident(&w.s, a->task), 4 * CH);
     assert_true(ms_sched_task_resident(&w.s, b->task) <= 4 * CH);
     struct ms_msg st;
     assert_int_equal(ms_sched_status(&w.s, w.now, &st), MS_OK);
-    assert_int_equal(st.status.tasks[0].state, MS_TS_DROPPED);
+    assert_int_equal(st.status.tasks[0].state, MS_TS_STALLED);
     ms_msg_free(&st);
     kill_task(&w, a); /* the process exits: its memory is free */
     assert_int_equal(ms_sched_task_state(&w.s, a->task), -1);
@@ -1187,8 +1195,8 @@ static void test_switch_record(void **state)
     assert_true(w.s.last_switch.ns >= w.s.last_switch.pop_ns);
     world_fini(&w);
 
-    /* An outgoing task that never answers its STOP is dropped at stop_timeout (50 ms here):
-     * the switch names it, and the wait is its drain. */
+    /* An outgoing task that never answers its STOP stalls at stop_timeout (50 ms here): the
+     * switch names it, and the wait is its drain. */
     world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 16 * CH);
     a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
     b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
@@ -1197,10 +1205,73 @@ static void test_switch_record(void **state)
     a->hold_stop = true;
     advance_to_deadline(&w, 1000 * MS); /* STOP to a, never answered */
     advance(&w, 60 * MS);
-    expect_dropped(&w, a, MS_E_STATE);
-    assert_ptr_equal(running(&w), b);
+    assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STALLED);
+    assert_true(b->running);
     assert_int_equal(w.s.last_switch.from, a->task);
     assert_true(w.s.last_switch.stop_ns >= 50 * MS);
+    world_fini(&w);
+}
+
+/*
+ * A task stopped with Ctrl-Z while it holds the GPU (its STOP unanswered): past stop_timeout it
+ * stalls instead of stalling everyone. Its resident memory is set aside (pinned), the others
+ * run in the rest of the budget, it is not dropped and gets nothing; its orders do not time
+ * out. When it answers (SIGCONT), it waits for memory like any task and runs again.
+ */
+static void test_stalled_task(void **state)
+{
+    (void)state;
+    struct world w;
+    uint32_t four[] = {4}, two[] = {2};
+    /* Budget 8 chunks: a holds 4; b (4) fits beside them, c (2) too, so both run in the rest. */
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 8 * CH);
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    struct fshim *c = add_task(&w, "c", MS_PRIO_BE, 0, two, 1);
+    demand_all(&w, a);
+    advance_to_deadline(&w, 10 * MS);
+    assert_true(a->running);
+    assert_int_equal(a->resident, 4 * CH);
+    demand_all(&w, b);
+    demand_all(&w, c);
+    a->hold_stop = true;                /* Ctrl-Z */
+    advance_to_deadline(&w, 1000 * MS); /* the slice ends: STOP to a, never answered */
+    assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STOPPING);
+    int runs_a = a->runs_got;
+    advance(&w, 60 * MS); /* past stop_timeout */
+    assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STALLED);
+    assert_int_equal(a->drops, 0);
+    assert_true(a->alive);
+    assert_int_equal(a->notes, 1);
+    assert_int_equal(w.s.stalls, 1);
+    /* The others take turns in the 4 chunks left; a's memory is never ordered out. */
+    int ran_b = 0, ran_c = 0;
+    for (int i = 0; i < 40; i++) {
+        advance_to_deadline(&w, 1000 * MS);
+        ran_b += b->running;
+        ran_c += c->running;
+        if (!b->running)
+            demand_all(&w, b);
+        if (!c->running)
+            demand_all(&w, c);
+        assert_int_equal(a->resident, 4 * CH);
+        assert_int_equal(a->runs_got, runs_a);
+        assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STALLED);
+    }
+    assert_true(ran_b > 0 && ran_c > 0);
+    /* Orders do not time out on it either: a stays, well past order_timeout (500 ms). */
+    assert_int_equal(a->drops, 0);
+    /* SIGCONT: a answers its STOP, waits for memory like any task, and runs again. */
+    answer_stop(&w, a);
+    assert_int_equal(a->notes, 2);
+    assert_int_not_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STALLED);
+    for (int i = 0; i < 40 && a->runs_got == runs_a; i++) {
+        advance_to_deadline(&w, 1000 * MS);
+        if (!b->running)
+            demand_all(&w, b);
+    }
+    assert_true(a->runs_got > runs_a);
+    assert_int_equal(a->drops, 0);
     world_fini(&w);
 }
 
@@ -1335,6 +1406,7 @@ static uint64_t hold_scenario(uint64_t hold_ns, int pop, int busy, int gap, int 
     world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 8 * CH);
     w.s.cfg.slice_ns = 1000 * MS;
     w.s.cfg.idle_hold_ns = hold_ns;
+    w.s.cfg.stop_timeout_ns = 1000 * MS; /* populations take `pop` ms: slow, not stalled */
     uint32_t six[] = {6};
     struct fshim *t[3];
     int left[3], pop_ms[3] = {0, 0, 0};
@@ -1756,6 +1828,7 @@ int main(void)
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_stop_time),
+        cmocka_unit_test(test_stalled_task),
         cmocka_unit_test(test_switch_record),
         cmocka_unit_test(test_idle_hold),
         cmocka_unit_test(test_idle_hold_effect),
