@@ -50,7 +50,15 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-enum ms_ev_kind { MS_EV_LISTEN = 1, MS_EV_SIGNAL, MS_EV_SESSION, MS_EV_PIDFD, MS_EV_GHOST };
+enum ms_ev_kind {
+    MS_EV_LISTEN = 1,
+    MS_EV_SIGNAL,
+    MS_EV_SESSION,
+    MS_EV_PIDFD,
+    MS_EV_GHOST,
+    MS_EV_HTTP_LISTEN, /* the metrics endpoint's socket (httpd.c) */
+    MS_EV_HTTP,        /* one metrics connection */
+};
 
 struct ms_ev {
     int kind; /* enum ms_ev_kind */
@@ -82,8 +90,14 @@ struct ms_ghost {
     uint32_t task;
     int pidfd;
     pid_t pid;
+    uint64_t warn_at; /* closed its connection: warn if it still runs then (0: no warning due) */
     struct ms_ghost *next;
 };
+
+#define MS_SWITCH_HIST_BUCKETS 13
+#define MS_MOVED_HIST_BUCKETS 10
+
+struct ms_http_conn;
 
 struct ms_daemon_stats {
     uint64_t sessions_total;
@@ -97,6 +111,12 @@ struct ms_daemon_stats {
     uint64_t idle_holds, idle_resumes; /* the scheduler's, copied when read */
     uint64_t slow_switches; /* switches longer than MS_SLOW_SWITCH_NS (each one logged) */
     uint64_t switch_seen;   /* the last switch looked at (sched.last_switch.seq) */
+    /* histograms of every switch seen (note_switch): its duration and the bytes it moved
+     * (out + in); bucket i counts those <= the bound i of metrics.c, the last one all */
+    uint64_t switch_hist[MS_SWITCH_HIST_BUCKETS], switch_hist_sum_ns;
+    uint64_t moved_hist[MS_MOVED_HIST_BUCKETS], moved_hist_sum;
+    uint64_t switch_hist_count;
+    uint64_t http_requests, http_refused; /* metrics connections accepted, refused (busy) */
 };
 
 struct ms_daemon {
@@ -116,6 +136,10 @@ struct ms_daemon {
     long socket_gid, admin_gid; /* resolved socket_group and admin_group; -1: none */
     /* accept paused for lack of descriptors until accept_resume (0: accepting) */
     uint64_t accept_resume, accept_backoff_ns;
+    int http_fd; /* the metrics endpoint (-1: none) */
+    struct ms_ev http_ev;
+    struct ms_http_conn *http_conns;
+    size_t nhttp;
     bool stop;
     int exit_code;
     struct ms_daemon_stats st;
@@ -133,8 +157,22 @@ int ms_daemon_run(struct ms_daemon *d);
 void ms_daemon_fini(struct ms_daemon *d);
 
 /* Prometheus text exposition of a STATUS message and the daemon's own counters into out
- * (replacing its contents), at most MS_PROTO_MAX_PAYLOAD bytes. Errors: MS_E_NOMEM. */
+ * (replacing its contents), at most MS_PROTO_MAX_PAYLOAD bytes. uids[i] is the uid of
+ * st->tasks[i]'s process (-1: unknown; uids NULL: none known). Errors: MS_E_NOMEM. */
 int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats *ds,
-                    size_t nsessions, struct ms_buf *out);
+                    size_t nsessions, const long *uids, struct ms_buf *out);
+/* The daemon's metrics now (the text of METRICS and of GET /metrics). Errors: MS_E_NOMEM. */
+int ms_daemon_metrics(struct ms_daemon *d, struct ms_buf *out);
+/* Record a finished switch in the histograms. */
+void ms_metrics_observe_switch(struct ms_daemon_stats *ds, uint64_t ns, uint64_t bytes);
+
+/* The metrics endpoint (httpd.c): set up when metrics_listen is set (MS_E_INVAL, MS_E_IO with
+ * why), its events, its earliest deadline (UINT64_MAX: none), timeouts, and closing. */
+int ms_httpd_init(struct ms_daemon *d, char *why, size_t whylen);
+void ms_httpd_on_listen(struct ms_daemon *d);
+void ms_httpd_on_conn(struct ms_daemon *d, struct ms_ev *ev, uint32_t events);
+uint64_t ms_httpd_deadline(const struct ms_daemon *d);
+void ms_httpd_tick(struct ms_daemon *d, uint64_t now);
+void ms_httpd_fini(struct ms_daemon *d);
 
 #endif /* MS_DAEMON_H */

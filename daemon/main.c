@@ -45,6 +45,8 @@ static void usage(FILE *f)
         "      --evict E           opt, lru or whole\n"
         "      --log-file FILE     log to FILE (background default: the socket path + .log)\n"
         "      --log-level L       error, warn (default), info or debug\n"
+        "      --metrics-listen [HOST:]PORT  serve Prometheus metrics at GET /metrics\n"
+        "                          (a port alone: 127.0.0.1)\n"
         "  -v, -vv                 log level info, debug\n"
         "      --set KEY=VALUE     set any option; every option is also a flag --KEY VALUE\n"
         "      --check             verify the scheduler's invariants after every event-loop pass\n"

@@ -10,6 +10,7 @@
 #include "ipc/conf.h"
 
 #include "core/cost.h"
+#include "ipc/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,6 +76,9 @@ static const struct ms_conf_opt opts[] = {
      "highest priority a client that is not an admin may ask for (rt is 10)"},
     {"max_user_weight", MS_CT_UINT, OFF(max_user_weight), 1, 1000, true,
      "highest weight a client that is not an admin may ask for"},
+    {"metrics_listen", MS_CT_STRING, OFF(metrics_listen), 0, 0, false,
+     "serve Prometheus metrics over HTTP at GET /metrics on [HOST:]PORT (a port alone: "
+     "127.0.0.1; \"\": off)"},
 };
 
 void ms_conf_default(struct ms_conf *c)
@@ -363,6 +367,13 @@ int ms_conf_check(const struct ms_conf *c, char *why, size_t whylen)
     if (c->slice_max_ns < c->slice_ns) {
         WHY("slice_max must be at least slice");
         return MS_E_INVAL;
+    }
+    if (c->metrics_listen[0]) {
+        struct sockaddr_storage sa;
+        socklen_t salen;
+        int rc = ms_http_parse_addr(c->metrics_listen, &sa, &salen, why, whylen);
+        if (rc)
+            return rc;
     }
     struct ms_sched_config sc;
     ms_conf_to_sched(c, &sc);

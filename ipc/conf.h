@@ -64,6 +64,7 @@ struct ms_conf {
     char admin_group[64];       /* members may change the configuration ("" = none) */
     uint32_t max_user_priority; /* highest priority a non-admin client may ask for */
     uint32_t max_user_weight;   /* highest weight a non-admin client may ask for */
+    char metrics_listen[64];    /* "" = no HTTP metrics endpoint; else [HOST:]PORT */
 };
 
 enum ms_conf_type {

@@ -7,10 +7,11 @@
 #   python3         the shim's code generator (scripts/gen_shim.py)
 #   python3-matplotlib  the evaluation page's plots (bench/paper/make_page.py)
 #   python3-jsonschema  validates `msched status --json` against docs/status.schema.json (tests)
+#   curl            scrapes mschedd's HTTP metrics endpoint in the tests (daemon_metrics_http)
 # The CUDA toolkit (nvcc, cuda.h) is expected at /usr/local/cuda for the shim; without it the
 # shim and its tests are skipped. Needs root (or sudo) for apt-get; does nothing if all is there.
 set -eu
-pkgs="libcmocka-dev clang clang-format libncurses-dev python3 python3-matplotlib python3-jsonschema make gcc"
+pkgs="libcmocka-dev clang clang-format libncurses-dev python3 python3-matplotlib python3-jsonschema curl make gcc"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
