@@ -140,6 +140,10 @@ struct ms_daemon {
     struct ms_ev http_ev;
     struct ms_http_conn *http_conns;
     size_t nhttp;
+    /* socket activation: the inherited listening socket + 1 (0: none; then the daemon binds) */
+    int inherit_fd1;
+    /* SIGHUP: the configuration as the file and the flags give it now (main.c; NULL: none) */
+    int (*reload)(struct ms_conf *out, char *why, size_t whylen);
     bool stop;
     int exit_code;
     struct ms_daemon_stats st;
@@ -165,6 +169,14 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
 int ms_daemon_metrics(struct ms_daemon *d, struct ms_buf *out);
 /* Record a finished switch in the histograms. */
 void ms_metrics_observe_switch(struct ms_daemon_stats *ds, uint64_t ns, uint64_t bytes);
+
+/* The service manager (sdnotify.c): send a notification ("READY=1", ...) to $NOTIFY_SOCKET
+ * if set (MS_OK when unset; MS_E_IO, MS_E_INVAL on failure); RELOADING=1 with the time; the
+ * socket-activated listening socket, with its path into path: its fd, -1 when none was passed,
+ * -2 when what was passed is not a listening Unix stream socket. */
+int ms_sd_notify(const char *state);
+int ms_sd_notify_reloading(void);
+int ms_sd_listen_fd(char *path, size_t len);
 
 /* The metrics endpoint (httpd.c): set up when metrics_listen is set (MS_E_INVAL, MS_E_IO with
  * why), its events, its earliest deadline (UINT64_MAX: none), timeouts, and closing. */

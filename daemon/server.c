@@ -756,16 +756,66 @@ static void on_listen(struct ms_daemon *d)
     }
 }
 
+/*
+ * SIGHUP: the configuration file and the command line again (d->reload). Options that may
+ * change at run time take their new values at once, as CONFIG_SET would set them; the others
+ * keep theirs, with a warning naming each that differs (a restart applies it). A file that
+ * does not parse changes nothing.
+ */
+static void reload_config(struct ms_daemon *d)
+{
+    if (!d->reload)
+        return;
+    ms_sd_notify_reloading();
+    struct ms_conf c;
+    char why[400];
+    if (d->reload(&c, why, sizeof(why)) != MS_OK) {
+        ms_log_warn("SIGHUP: configuration not reloaded, the running one stays: %s", why);
+        ms_sd_notify("READY=1\nSTATUS=configuration not reloaded (see the log)");
+        return;
+    }
+    size_t n, changed = 0, fixed = 0;
+    const struct ms_conf_opt *o = ms_conf_opts(&n);
+    for (size_t i = 0; i < n; i++) {
+        char now[MS_PROTO_VALUE_MAX + 1], want[MS_PROTO_VALUE_MAX + 1];
+        if (ms_conf_get(&d->conf, o[i].name, now, sizeof(now)) != MS_OK ||
+            ms_conf_get(&c, o[i].name, want, sizeof(want)) != MS_OK || strcmp(now, want) == 0)
+            continue;
+        if (!o[i].runtime) {
+            /* "" for socket and log_file: the default the daemon resolved at start */
+            if (o[i].type == MS_CT_STRING && !want[0] &&
+                (strcmp(o[i].name, "socket") == 0 || strcmp(o[i].name, "log_file") == 0))
+                continue;
+            ms_log_warn("SIGHUP: %s = %s takes effect at a restart (keeping %s)", o[i].name, want,
+                        now);
+            fixed++;
+            continue;
+        }
+        if (ms_conf_set(&d->conf, o[i].name, want, true, why, sizeof(why)) != MS_OK) {
+            ms_log_warn("SIGHUP: %s", why);
+            continue;
+        }
+        apply_option(d, o[i].name);
+        ms_log_info("configuration: %s = %s (reloaded)", o[i].name, want);
+        changed++;
+    }
+    ms_log_info("SIGHUP: configuration reloaded: %zu option(s) changed, %zu wait for a restart",
+                changed, fixed);
+    ms_sd_notify("READY=1\nSTATUS=configuration reloaded");
+}
+
 static void on_signal(struct ms_daemon *d)
 {
     struct signalfd_siginfo si;
     while (read(d->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
             ms_log_info("signal %u: shutting down", si.ssi_signo);
+            ms_sd_notify("STOPPING=1");
             d->stop = true;
         } else if (si.ssi_signo == SIGHUP) {
             ms_log_reopen();
             ms_log_info("SIGHUP: log reopened");
+            reload_config(d);
         }
     }
 }
@@ -957,8 +1007,12 @@ static int resolve_group(const char *name, long *out, char *why, size_t whylen)
 int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
 {
     struct ms_conf conf = d->conf;
+    int inherit_fd1 = d->inherit_fd1;
+    int (*reload)(struct ms_conf *, char *, size_t) = d->reload;
     memset(d, 0, sizeof(*d));
     d->conf = conf;
+    d->inherit_fd1 = inherit_fd1;
+    d->reload = reload;
     d->epfd = d->listen_fd = d->signal_fd = d->lock_fd = d->http_fd = -1;
     d->socket_gid = d->admin_gid = -1;
     d->listen_ev.kind = MS_EV_LISTEN;
@@ -1001,7 +1055,10 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
         snprintf(why, whylen, "bad scheduler configuration");
         return rc;
     }
-    rc = ms_ipc_listen_group(d->sock_path, d->socket_gid, &d->listen_fd);
+    if (d->inherit_fd1 > 0) /* socket activation: the manager's socket, bound and listening */
+        d->listen_fd = d->inherit_fd1 - 1;
+    else
+        rc = ms_ipc_listen_group(d->sock_path, d->socket_gid, &d->listen_fd);
     if (rc) {
         snprintf(why, whylen, "cannot listen on %s: %s", d->sock_path, strerror(errno));
         return rc;
@@ -1203,7 +1260,8 @@ void ms_daemon_fini(struct ms_daemon *d)
     }
     if (d->listen_fd >= 0) {
         close(d->listen_fd);
-        unlink(d->sock_path);
+        if (!d->inherit_fd1) /* an inherited socket is the manager's: it stays */
+            unlink(d->sock_path);
     }
     if (d->signal_fd >= 0)
         close(d->signal_fd);
