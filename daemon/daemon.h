@@ -4,10 +4,11 @@
  * Design
  *   One thread, one epoll loop (docs/style.md §14). Everything the loop watches is a struct
  *   ms_ev whose `kind` says what it is: the listening socket, the signalfd, a client session's
- *   socket, a session's pidfd, or the pidfd of a ghost (a task the scheduler dropped whose
- *   process still lives and may hold device memory). The scheduler (core/sched.h) decides; this
- *   code only moves bytes between sockets and the scheduler and turns its actions into sends
- *   and closes.
+ *   socket, a session's pidfd, the pidfd of a ghost (a task the scheduler dropped whose
+ *   process still lives and may hold device memory), or the HTTP metrics endpoint's listening
+ *   socket and its connections (httpd.c, bounded and never blocking the loop). The scheduler
+ * (core/sched.h) decides; this code only moves bytes between sockets and the scheduler and turns
+ * its actions into sends and closes.
  *
  *   A session is one client connection. It becomes a task session when it says HELLO; before
  *   that (the CLI) it may ask for STATUS, METRICS and CONFIG. Sessions are in one doubly linked
@@ -27,6 +28,10 @@
  *   descriptors: accepting pauses, 50 ms doubling to 1 s, instead of spinning). One session's
  *   messages are handled at most MSGS_PER_PASS per loop pass, so a flood cannot starve the
  *   others; a client that does not read its replies is dropped once session_out_max wait.
+ *
+ *   Under a service manager (sdnotify.c): the listening socket may be inherited (socket
+ *   activation, inherit_fd1), readiness and reloads are notified, and SIGHUP rebuilds the
+ *   configuration through d->reload and applies what may change at run time.
  *
  * Glossary
  *   closing  a session that will be closed once its queued output is written (after an ERROR

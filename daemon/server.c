@@ -19,7 +19,9 @@
  *   session that does not read its last messages is closed after a grace second. The input
  *   side never buffers more than one maximal frame (ipc/conn.c). A task session that closes
  *   while its process still runs (its pidfd not readable) becomes a ghost too: the process
- *   still holds its memory.
+ *   still holds its memory. That is also how every process ends whose shim closes its session
+ *   from its library destructor, so it is logged at info level; only a ghost whose process
+ *   still runs GHOST_WARN_NS later gets a warning.
  */
 #include "daemon/daemon.h"
 
