@@ -43,7 +43,7 @@ started() {
 # wait_log FILE PATTERN: until FILE has a line matching PATTERN (bounded).
 wait_log() {
     local i
-    for i in $(seq 1 100); do
+    for i in $(seq 1 200); do
         grep -q -- "$2" "$1" 2>/dev/null && return 0
         sleep 0.05
     done
