@@ -10,6 +10,11 @@
  * the child is listening (or failed), so `mschedd && msched status` always finds it, and
  * failures such as "another daemon is running" are printed by the parent and reflected in its
  * exit status. Exit status: 0, 1 for a runtime failure, 2 for a bad command line.
+ *
+ * Under a service manager (daemon/sdnotify.c): a socket passed by socket activation is used,
+ * and its path becomes the socket option; READY=1 is sent once the daemon serves. The command
+ * line and the file's name are kept so that SIGHUP can rebuild the configuration the same way
+ * (reload_conf: defaults, the file as it is now, the flags).
  */
 #include "daemon/daemon.h"
 
