@@ -13,7 +13,9 @@
 #
 # Installing: `make install` (PREFIX=/usr/local, DESTDIR, BINDIR, LIBDIR, MANDIR) puts msched and
 # mschedd in BINDIR, libmsched in LIBDIR/msched/, man pages generated from the help text, bash
-# completion and the LICENSE; `make uninstall` removes exactly those; `make package` builds a
+# completion, the LICENSE, the systemd units in SYSTEMDUNITDIR (mschedd.service with BINDIR and
+# SYSCONFDIR filled in, mschedd.socket) and SYSCONFDIR/msched/msched.conf unless one is there;
+# `make uninstall` removes exactly those (the configuration file only if unchanged); `make package` builds a
 # Debian package with packaging/build-deb.sh.
 
 CC      ?= cc
@@ -206,6 +208,16 @@ DATADIR ?= $(PREFIX)/share
 MANDIR  ?= $(DATADIR)/man
 DOCDIR  ?= $(DATADIR)/doc/msched
 BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+# systemd: the units, and the configuration file the service reads (in /etc whatever PREFIX is:
+# `msched config set --save` writes /etc/msched/msched.conf by default)
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR ?= /etc
+UNITS := $(BUILD)/systemd/mschedd.service packaging/systemd/mschedd.socket
+
+$(BUILD)/systemd/mschedd.service: packaging/systemd/mschedd.service.in
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $< >$@.tmp && mv $@.tmp $@
+.PHONY: $(BUILD)/systemd/mschedd.service
 SHIM_INSTALL := $(wildcard $(CUDA_HOME)/include/cuda.h)
 MAN_PAGES := $(BUILD)/man/msched.1 $(BUILD)/man/mschedd.1
 
@@ -213,8 +225,13 @@ $(MAN_PAGES) &: $(MSCHED) $(MSCHEDD) packaging/gen-man.sh
 	$(if $(Q),@echo "  MAN   $(BUILD)/man")
 	$(Q)packaging/gen-man.sh $(BUILD)/bin $(BUILD)/man
 
-install: all $(MAN_PAGES)
+install: all $(MAN_PAGES) $(UNITS)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(DOCDIR)
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/msched
+	install -m 644 $(UNITS) $(DESTDIR)$(SYSTEMDUNITDIR)/
+	@# the configuration file is the administrator's once it is there
+	[ -e $(DESTDIR)$(SYSCONFDIR)/msched/msched.conf ] || \
+	    install -m 644 packaging/systemd/msched.conf $(DESTDIR)$(SYSCONFDIR)/msched/msched.conf
 	install -m 755 $(MSCHED) $(MSCHEDD) $(DESTDIR)$(BINDIR)/
 	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 packaging/bash-completion/msched $(DESTDIR)$(BASHCOMPDIR)/msched
@@ -237,6 +254,11 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/msched $(DESTDIR)$(BINDIR)/mschedd
 	rm -f $(DESTDIR)$(MANDIR)/man1/msched.1 $(DESTDIR)$(MANDIR)/man1/mschedd.1
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/msched $(DESTDIR)$(BASHCOMPDIR)/mschedd
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/mschedd.service $(DESTDIR)$(SYSTEMDUNITDIR)/mschedd.socket
+	@# the configuration file goes only if nobody changed it
+	if cmp -s packaging/systemd/msched.conf $(DESTDIR)$(SYSCONFDIR)/msched/msched.conf; then \
+	    rm -f $(DESTDIR)$(SYSCONFDIR)/msched/msched.conf; fi
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/msched 2>/dev/null
 	rm -f $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md
 	-rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null
 	rm -f $(DESTDIR)$(LIBDIR)/msched/libcuda.so.1 $(DESTDIR)$(LIBDIR)/msched/libcuda.so \

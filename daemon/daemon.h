@@ -4,10 +4,11 @@
  * Design
  *   One thread, one epoll loop (docs/style.md §14). Everything the loop watches is a struct
  *   ms_ev whose `kind` says what it is: the listening socket, the signalfd, a client session's
- *   socket, a session's pidfd, or the pidfd of a ghost (a task the scheduler dropped whose
- *   process still lives and may hold device memory). The scheduler (core/sched.h) decides; this
- *   code only moves bytes between sockets and the scheduler and turns its actions into sends
- *   and closes.
+ *   socket, a session's pidfd, the pidfd of a ghost (a task the scheduler dropped whose
+ *   process still lives and may hold device memory), or the HTTP metrics endpoint's listening
+ *   socket and its connections (httpd.c, bounded and never blocking the loop). The scheduler
+ * (core/sched.h) decides; this code only moves bytes between sockets and the scheduler and turns
+ * its actions into sends and closes.
  *
  *   A session is one client connection. It becomes a task session when it says HELLO; before
  *   that (the CLI) it may ask for STATUS, METRICS and CONFIG. Sessions are in one doubly linked
@@ -27,6 +28,10 @@
  *   descriptors: accepting pauses, 50 ms doubling to 1 s, instead of spinning). One session's
  *   messages are handled at most MSGS_PER_PASS per loop pass, so a flood cannot starve the
  *   others; a client that does not read its replies is dropped once session_out_max wait.
+ *
+ *   Under a service manager (sdnotify.c): the listening socket may be inherited (socket
+ *   activation, inherit_fd1), readiness and reloads are notified, and SIGHUP rebuilds the
+ *   configuration through d->reload and applies what may change at run time.
  *
  * Glossary
  *   closing  a session that will be closed once its queued output is written (after an ERROR
@@ -50,7 +55,15 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-enum ms_ev_kind { MS_EV_LISTEN = 1, MS_EV_SIGNAL, MS_EV_SESSION, MS_EV_PIDFD, MS_EV_GHOST };
+enum ms_ev_kind {
+    MS_EV_LISTEN = 1,
+    MS_EV_SIGNAL,
+    MS_EV_SESSION,
+    MS_EV_PIDFD,
+    MS_EV_GHOST,
+    MS_EV_HTTP_LISTEN, /* the metrics endpoint's socket (httpd.c) */
+    MS_EV_HTTP,        /* one metrics connection */
+};
 
 struct ms_ev {
     int kind; /* enum ms_ev_kind */
@@ -82,8 +95,14 @@ struct ms_ghost {
     uint32_t task;
     int pidfd;
     pid_t pid;
+    uint64_t warn_at; /* closed its connection: warn if it still runs then (0: no warning due) */
     struct ms_ghost *next;
 };
+
+#define MS_SWITCH_HIST_BUCKETS 13
+#define MS_MOVED_HIST_BUCKETS 10
+
+struct ms_http_conn;
 
 struct ms_daemon_stats {
     uint64_t sessions_total;
@@ -97,6 +116,12 @@ struct ms_daemon_stats {
     uint64_t idle_holds, idle_resumes; /* the scheduler's, copied when read */
     uint64_t slow_switches; /* switches longer than MS_SLOW_SWITCH_NS (each one logged) */
     uint64_t switch_seen;   /* the last switch looked at (sched.last_switch.seq) */
+    /* histograms of every switch seen (note_switch): its duration and the bytes it moved
+     * (out + in); bucket i counts those <= the bound i of metrics.c, the last one all */
+    uint64_t switch_hist[MS_SWITCH_HIST_BUCKETS], switch_hist_sum_ns;
+    uint64_t moved_hist[MS_MOVED_HIST_BUCKETS], moved_hist_sum;
+    uint64_t switch_hist_count;
+    uint64_t http_requests, http_refused; /* metrics connections accepted, refused (busy) */
 };
 
 struct ms_daemon {
@@ -116,6 +141,14 @@ struct ms_daemon {
     long socket_gid, admin_gid; /* resolved socket_group and admin_group; -1: none */
     /* accept paused for lack of descriptors until accept_resume (0: accepting) */
     uint64_t accept_resume, accept_backoff_ns;
+    int http_fd; /* the metrics endpoint (-1: none) */
+    struct ms_ev http_ev;
+    struct ms_http_conn *http_conns;
+    size_t nhttp;
+    /* socket activation: the inherited listening socket + 1 (0: none; then the daemon binds) */
+    int inherit_fd1;
+    /* SIGHUP: the configuration as the file and the flags give it now (main.c; NULL: none) */
+    int (*reload)(struct ms_conf *out, char *why, size_t whylen);
     bool stop;
     int exit_code;
     struct ms_daemon_stats st;
@@ -133,8 +166,30 @@ int ms_daemon_run(struct ms_daemon *d);
 void ms_daemon_fini(struct ms_daemon *d);
 
 /* Prometheus text exposition of a STATUS message and the daemon's own counters into out
- * (replacing its contents), at most MS_PROTO_MAX_PAYLOAD bytes. Errors: MS_E_NOMEM. */
+ * (replacing its contents), at most MS_PROTO_MAX_PAYLOAD bytes. uids[i] is the uid of
+ * st->tasks[i]'s process (-1: unknown; uids NULL: none known). Errors: MS_E_NOMEM. */
 int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats *ds,
-                    size_t nsessions, struct ms_buf *out);
+                    size_t nsessions, const long *uids, struct ms_buf *out);
+/* The daemon's metrics now (the text of METRICS and of GET /metrics). Errors: MS_E_NOMEM. */
+int ms_daemon_metrics(struct ms_daemon *d, struct ms_buf *out);
+/* Record a finished switch in the histograms. */
+void ms_metrics_observe_switch(struct ms_daemon_stats *ds, uint64_t ns, uint64_t bytes);
+
+/* The service manager (sdnotify.c): send a notification ("READY=1", ...) to $NOTIFY_SOCKET
+ * if set (MS_OK when unset; MS_E_IO, MS_E_INVAL on failure); RELOADING=1 with the time; the
+ * socket-activated listening socket, with its path into path: its fd, -1 when none was passed,
+ * -2 when what was passed is not a listening Unix stream socket. */
+int ms_sd_notify(const char *state);
+int ms_sd_notify_reloading(void);
+int ms_sd_listen_fd(char *path, size_t len);
+
+/* The metrics endpoint (httpd.c): set up when metrics_listen is set (MS_E_INVAL, MS_E_IO with
+ * why), its events, its earliest deadline (UINT64_MAX: none), timeouts, and closing. */
+int ms_httpd_init(struct ms_daemon *d, char *why, size_t whylen);
+void ms_httpd_on_listen(struct ms_daemon *d);
+void ms_httpd_on_conn(struct ms_daemon *d, struct ms_ev *ev, uint32_t events);
+uint64_t ms_httpd_deadline(const struct ms_daemon *d);
+void ms_httpd_tick(struct ms_daemon *d, uint64_t now);
+void ms_httpd_fini(struct ms_daemon *d);
 
 #endif /* MS_DAEMON_H */

@@ -11,6 +11,12 @@
  * are counted, and once the window is over one line says "N similar lines suppressed" with the
  * site's format. Debug lines are never limited (they are asked for). The sites are kept in a
  * small table; when it is full the oldest window is closed early.
+ *
+ * Journal. Under systemd, stderr is a stream to journald, which stamps every line with the
+ * time, the pid and a priority itself; $JOURNAL_STREAM names that stream ("DEV:INODE"). When
+ * it is the descriptor the log writes to (fd 2), lines carry no time or pid of their own and
+ * start with a syslog priority prefix "<N>" (3 error, 4 warn, 6 info, 7 debug) that journald
+ * turns into the entry's priority, so `journalctl -p warning` shows warnings and errors.
  */
 #include "daemon/log.h"
 
@@ -18,7 +24,9 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +34,7 @@
 static int log_fd = 2;
 static enum ms_log_level log_level = MS_LOG_WARN;
 static char log_path[256];
+static bool journal; /* fd 2 is $JOURNAL_STREAM (ms_log_detect_journal) */
 
 #define MS_LOG_BURST 20
 #define MS_LOG_WINDOW_NS (10 * 1000000000ull)
@@ -160,6 +169,18 @@ void ms_log_close(void)
     log_fd = 2;
 }
 
+bool ms_log_detect_journal(void)
+{
+    journal = false;
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    char extra;
+    struct stat st;
+    if (js && sscanf(js, "%llu:%llu%c", &dev, &ino, &extra) == 2 && fstat(2, &st) == 0)
+        journal = (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+    return journal;
+}
+
 void ms_log_set_level(enum ms_log_level level)
 {
     log_level = level;
@@ -185,14 +206,21 @@ void ms_log(enum ms_log_level level, const char *fmt, ...)
 static void write_line(enum ms_log_level level, const char *fmt, va_list ap)
 {
     char line[1024];
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    struct tm tm;
-    localtime_r(&tv.tv_sec, &tm);
-    int n = (int)strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
-    n += snprintf(line + n, sizeof(line) - (size_t)n,
-                  ".%03d mschedd[%d] %s: ", (int)(tv.tv_usec / 1000), (int)getpid(),
-                  ms_log_level_name(level));
+    int n;
+    if (journal && log_fd == 2) {
+        static const int prio[] = {3, 4, 6, 7}; /* error, warn, info, debug */
+        n = snprintf(line, sizeof(line), "<%d>%s: ", prio[level <= MS_LOG_DEBUG ? level : 3],
+                     ms_log_level_name(level));
+    } else {
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        struct tm tm;
+        localtime_r(&tv.tv_sec, &tm);
+        n = (int)strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
+        n += snprintf(line + n, sizeof(line) - (size_t)n,
+                      ".%03d mschedd[%d] %s: ", (int)(tv.tv_usec / 1000), (int)getpid(),
+                      ms_log_level_name(level));
+    }
     int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
     if (m < 0)
         m = 0;

@@ -5,7 +5,8 @@
  *   Levels error < warn < info < debug; the default shows warnings and errors only (quiet by
  *   default). Each line is "2026-12-02T12:49:03.123 mschedd[1234] warn: text" and is written
  *   with one write(2) so lines from a daemon and its shell tests do not interleave mid-line.
- *   ms_log_reopen() re-opens the file after a rotation (SIGHUP).
+ *   ms_log_reopen() re-opens the file after a rotation (SIGHUP). Under systemd, when stderr is
+ *   the journal ($JOURNAL_STREAM), a line is "<4>warn: text" instead: journald stamps it.
  *
  *   Rate limit: each call site (its format string) writes at most 20 lines per 10 s window at
  *   levels error to info; the rest are counted and summed up in one "N similar lines
@@ -27,6 +28,9 @@ int ms_log_open(const char *path);
 int ms_log_reopen(void);
 void ms_log_close(void);
 void ms_log_set_level(enum ms_log_level level);
+/* Whether stderr is $JOURNAL_STREAM; if so, lines written to stderr get a "<N>" priority prefix
+ * and no time or pid (journald adds them). Call after the log's descriptor is settled. */
+bool ms_log_detect_journal(void);
 bool ms_log_enabled(enum ms_log_level level);
 void ms_log(enum ms_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Not rate-limited: for lines bounded by the daemon's own pace (a switch), never a client's. */

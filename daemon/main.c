@@ -10,6 +10,11 @@
  * the child is listening (or failed), so `mschedd && msched status` always finds it, and
  * failures such as "another daemon is running" are printed by the parent and reflected in its
  * exit status. Exit status: 0, 1 for a runtime failure, 2 for a bad command line.
+ *
+ * Under a service manager (daemon/sdnotify.c): a socket passed by socket activation is used,
+ * and its path becomes the socket option; READY=1 is sent once the daemon serves. The command
+ * line and the file's name are kept so that SIGHUP can rebuild the configuration the same way
+ * (reload_conf: defaults, the file as it is now, the flags).
  */
 #include "daemon/daemon.h"
 
@@ -45,12 +50,44 @@ static void usage(FILE *f)
         "      --evict E           opt, lru or whole\n"
         "      --log-file FILE     log to FILE (background default: the socket path + .log)\n"
         "      --log-level L       error, warn (default), info or debug\n"
+        "      --metrics-listen [HOST:]PORT  serve Prometheus metrics at GET /metrics\n"
+        "                          (a port alone: 127.0.0.1)\n"
         "  -v, -vv                 log level info, debug\n"
         "      --set KEY=VALUE     set any option; every option is also a flag --KEY VALUE\n"
         "      --check             verify the scheduler's invariants after every event-loop pass\n"
         "      --help-options      list every option with its default\n"
         "  -h, --help              this text\n"
         "      --version\n");
+}
+
+static int parse_args(int argc, char **argv, struct ms_conf *c, bool *foreground,
+                      const char **config, int pass);
+
+/* The command line and the file, kept for SIGHUP (reload_conf). */
+static int saved_argc;
+static char **saved_argv;
+static const char *saved_config;
+
+/* The configuration as defaults, the file and the flags give it now. */
+static int reload_conf(struct ms_conf *out, char *why, size_t whylen)
+{
+    struct ms_conf c;
+    ms_conf_default(&c);
+    if (saved_config) {
+        int rc = ms_conf_load(&c, saved_config, why, whylen);
+        if (rc)
+            return rc;
+    }
+    bool fg = false;
+    const char *cfg = NULL;
+    if (parse_args(saved_argc, saved_argv, &c, &fg, &cfg, 1) != 0) {
+        snprintf(why, whylen, "the command line no longer applies");
+        return MS_E_INVAL;
+    }
+    int rc = ms_conf_check(&c, why, whylen);
+    if (!rc)
+        *out = c;
+    return rc;
 }
 
 static void list_options(void)
@@ -270,9 +307,25 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
 
+    /* Socket activation: the manager's socket, and so its path, win over the configuration. */
+    char act[MS_IPC_PATH_MAX];
+    int act_fd = ms_sd_listen_fd(act, sizeof(act));
+    if (act_fd == -2) {
+        fprintf(stderr, "mschedd: the socket passed by the service manager (LISTEN_FDS) is not "
+                        "a listening Unix stream socket with a path\n");
+        return EXIT_RUNTIME;
+    }
+    if (act_fd >= 0)
+        snprintf(conf.socket, sizeof(conf.socket), "%s", act);
+    saved_argc = argc;
+    saved_argv = argv;
+    saved_config = config;
+
     struct ms_daemon d;
     memset(&d, 0, sizeof(d));
     d.conf = conf;
+    d.inherit_fd1 = act_fd + 1;
+    d.reload = reload_conf;
     /* The socket's directory comes first: the default log lives in it, and on a fresh machine
      * (a new XDG_RUNTIME_DIR, no /tmp/msched-UID) nothing else has created it. */
     char sock[MS_IPC_PATH_MAX + 8];
@@ -303,6 +356,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "mschedd: %s\n", msg + 1);
         return EXIT_RUNTIME;
     }
+    if (foreground && !d.conf.log_file[0])
+        ms_log_detect_journal();
     if (!foreground && d.conf.log_file[0]) {
         int fd = open(d.conf.log_file, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
         if (fd >= 0) {
@@ -324,6 +379,10 @@ int main(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     tell_parent(ready, "0");
+    char status[MS_IPC_PATH_MAX + 80];
+    snprintf(status, sizeof(status), "READY=1\nSTATUS=serving GPU %u on %s%s", d.conf.gpu,
+             d.sock_path, act_fd >= 0 ? " (socket activated)" : "");
+    ms_sd_notify(status);
     rc = ms_daemon_run(&d);
     ms_daemon_fini(&d);
     ms_log_info("stopped");

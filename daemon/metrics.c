@@ -2,9 +2,12 @@
  * metrics.c - the Prometheus text exposition (format 0.0.4) of the daemon's status.
  *
  * Every family has HELP and TYPE lines; counters end in _total; units are bytes and seconds as
- * Prometheus recommends. Per-task series carry the labels gpu, task, pid and name; label values
- * are escaped (backslash, double quote, newline) as the format requires. The text is cut at a
- * line boundary if it would exceed one protocol payload (thousands of tasks).
+ * Prometheus recommends. Per-task series carry the labels gpu, task, pid, name and uid (the
+ * numeric uid of the task's process, from its connection's credentials: a user name would need
+ * an NSS lookup that may block the loop); label values are escaped (backslash, double quote,
+ * newline) as the format requires. Two histograms cover every switch: its duration and the
+ * bytes it moved (evicted plus populated), with cumulative le buckets, _sum and _count. The
+ * text is cut at a line boundary if it would exceed one protocol payload (thousands of tasks).
  */
 #include "daemon/daemon.h"
 
@@ -68,14 +71,76 @@ static double sec(uint64_t ns)
     return (double)ns / 1e9;
 }
 
+/* The histograms' upper bounds (the last bucket is +Inf). */
+static const uint64_t switch_le_ns[MS_SWITCH_HIST_BUCKETS - 1] = {
+    1000000ull,   5000000ull,   10000000ull,   25000000ull,   50000000ull,   100000000ull,
+    250000000ull, 500000000ull, 1000000000ull, 2500000000ull, 5000000000ull, 10000000000ull,
+};
+static const uint64_t moved_le[MS_MOVED_HIST_BUCKETS - 1] = {
+    0,          MS_MIB,     16 * MS_MIB, 64 * MS_MIB, 256 * MS_MIB,
+    1 * MS_GIB, 4 * MS_GIB, 16 * MS_GIB, 64 * MS_GIB,
+};
+
+void ms_metrics_observe_switch(struct ms_daemon_stats *ds, uint64_t ns, uint64_t bytes)
+{
+    size_t i = 0;
+    while (i < MS_SWITCH_HIST_BUCKETS - 1 && ns > switch_le_ns[i])
+        i++;
+    ds->switch_hist[i]++;
+    size_t k = 0;
+    while (k < MS_MOVED_HIST_BUCKETS - 1 && bytes > moved_le[k])
+        k++;
+    ds->moved_hist[k]++;
+    ds->switch_hist_sum_ns += ns;
+    ds->moved_hist_sum += bytes;
+    ds->switch_hist_count++;
+}
+
+static void histograms(struct out *o, unsigned g, const struct ms_daemon_stats *ds)
+{
+    family(o, "msched_switch_duration_seconds", "histogram",
+           "Duration of each context switch (STOP sent to RUN sent).");
+    uint64_t cum = 0;
+    for (size_t i = 0; i < MS_SWITCH_HIST_BUCKETS; i++) {
+        cum += ds->switch_hist[i];
+        if (i + 1 < MS_SWITCH_HIST_BUCKETS)
+            put(o, "msched_switch_duration_seconds_bucket{gpu=\"%u\",le=\"%g\"} %llu\n", g,
+                sec(switch_le_ns[i]), (unsigned long long)cum);
+        else
+            put(o, "msched_switch_duration_seconds_bucket{gpu=\"%u\",le=\"+Inf\"} %llu\n", g,
+                (unsigned long long)cum);
+    }
+    put(o, "msched_switch_duration_seconds_sum{gpu=\"%u\"} %.6f\n", g, sec(ds->switch_hist_sum_ns));
+    put(o, "msched_switch_duration_seconds_count{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->switch_hist_count);
+    family(o, "msched_switch_moved_bytes", "histogram",
+           "Bytes each context switch moved (evicted plus populated).");
+    cum = 0;
+    for (size_t i = 0; i < MS_MOVED_HIST_BUCKETS; i++) {
+        cum += ds->moved_hist[i];
+        if (i + 1 < MS_MOVED_HIST_BUCKETS)
+            put(o, "msched_switch_moved_bytes_bucket{gpu=\"%u\",le=\"%llu\"} %llu\n", g,
+                (unsigned long long)moved_le[i], (unsigned long long)cum);
+        else
+            put(o, "msched_switch_moved_bytes_bucket{gpu=\"%u\",le=\"+Inf\"} %llu\n", g,
+                (unsigned long long)cum);
+    }
+    put(o, "msched_switch_moved_bytes_sum{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->moved_hist_sum);
+    put(o, "msched_switch_moved_bytes_count{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->switch_hist_count);
+}
+
 int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats *ds,
-                    size_t nsessions, struct ms_buf *out)
+                    size_t nsessions, const long *uids, struct ms_buf *out)
 {
     out->len = 0;
     struct out o = {.b = out, .err = 0};
     unsigned g = st->gpu;
     unsigned long long u;
 
+    family(&o, "msched_up", "gauge", "1: the daemon answers.");
+    put(&o, "msched_up{gpu=\"%u\"} 1\n", g);
     family(&o, "msched_budget_bytes", "gauge", "Device memory all tasks together may hold.");
     put(&o, "msched_budget_bytes{gpu=\"%u\"} %llu\n", g, (unsigned long long)st->budget);
     family(&o, "msched_resident_bytes", "gauge", "Device memory the tasks hold now.");
@@ -134,6 +199,15 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
            "Connections that were not tasks, closed for saying nothing (hello_timeout).");
     put(&o, "msched_idle_connections_closed_total{gpu=\"%u\"} %llu\n", g,
         (unsigned long long)ds->idle_closed);
+    family(&o, "msched_http_connections_total", "counter",
+           "Connections to the HTTP metrics endpoint accepted.");
+    put(&o, "msched_http_connections_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->http_requests);
+    family(&o, "msched_http_connections_refused_total", "counter",
+           "Connections to the HTTP metrics endpoint refused (too many at once).");
+    put(&o, "msched_http_connections_refused_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->http_refused);
+    histograms(&o, g, ds);
 
     static const struct {
         const char *name, *type, *help;
@@ -151,9 +225,11 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
         for (uint32_t i = 0; i < st->ntasks; i++) {
             const struct ms_task_status *t = &st->tasks[i];
             char name[2 * MS_PROTO_NAME_MAX + 2];
-            char labels[700];
-            snprintf(labels, sizeof(labels), "gpu=\"%u\",task=\"%u\",pid=\"%u\",name=\"%s\"", g,
-                     t->task, t->pid, esc(t->name, name, sizeof(name)));
+            char labels[700], uid[32] = "";
+            if (uids && uids[i] >= 0)
+                snprintf(uid, sizeof(uid), ",uid=\"%ld\"", uids[i]);
+            snprintf(labels, sizeof(labels), "gpu=\"%u\",task=\"%u\",pid=\"%u\",name=\"%s\"%s", g,
+                     t->task, t->pid, esc(t->name, name, sizeof(name)), uid);
             switch (f) {
             case 0:
                 put(&o, "%s{%s} %llu\n", per[f].name, labels, (unsigned long long)t->resident);

@@ -19,7 +19,9 @@
  *   session that does not read its last messages is closed after a grace second. The input
  *   side never buffers more than one maximal frame (ipc/conn.c). A task session that closes
  *   while its process still runs (its pidfd not readable) becomes a ghost too: the process
- *   still holds its memory.
+ *   still holds its memory. That is also how every process ends whose shim closes its session
+ *   from its library destructor, so it is logged at info level; only a ghost whose process
+ *   still runs GHOST_WARN_NS later gets a warning.
  */
 #include "daemon/daemon.h"
 
@@ -47,6 +49,7 @@
 #define RECYCLE_AGE_NS (200 * 1000000ull)     /* quiet this long before it may be recycled */
 #define ACCEPT_BACKOFF_MIN_NS (50 * 1000000ull)
 #define ACCEPT_BACKOFF_MAX_NS (1000 * 1000000ull)
+#define GHOST_WARN_NS (2 * 1000000000ull) /* a closed task's process still runs after this */
 
 static struct ms_session *graveyard;
 
@@ -130,6 +133,12 @@ static void session_close(struct ms_daemon *d, struct ms_session *s, bool died)
                                "closed its connection while its process runs") == MS_OK) {
             ms_log_info("task %u (pid %d) closed its connection but still runs", task, (int)s->pid);
             task_dropped(d, s, task); /* takes s->pidfd over */
+            /* A process on its way out (its shim closes the session from its destructor, before
+             * the kernel has taken its memory) exits within moments; one that does not is
+             * worth a warning (ghost_check). */
+            for (struct ms_ghost *g = d->ghosts; g; g = g->next)
+                if (g->task == task && !g->warn_at)
+                    g->warn_at = now_ns() + GHOST_WARN_NS;
         } else {
             ms_log_info("task %u (pid %d) is gone; its memory is released", task, (int)s->pid);
             ms_sched_task_gone(&d->sched, now_ns(), task);
@@ -252,20 +261,38 @@ static void do_status(struct ms_daemon *d, struct ms_session *s, const struct ms
     ms_msg_free(&r);
 }
 
-static void do_metrics(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
+int ms_daemon_metrics(struct ms_daemon *d, struct ms_buf *out)
 {
-    struct ms_msg st, r;
-    struct ms_buf text;
-    ms_buf_init(&text);
+    struct ms_msg st;
     int rc = ms_sched_status(&d->sched, now_ns(), &st);
+    if (rc)
+        return rc;
     st.status.daemon_pid = (uint32_t)getpid();
     st.status.gpu = d->conf.gpu;
     d->st.switch_stop_ns = d->sched.stop_ns_total;
     d->st.idle_holds = d->sched.idle_holds;
     d->st.idle_resumes = d->sched.idle_resumes;
-    if (!rc)
-        rc = ms_metrics_text(&st.status, &d->st, d->nsessions, &text);
+    long *uids = ms_calloc(st.status.ntasks ? st.status.ntasks : 1, sizeof(*uids));
+    if (!uids) {
+        ms_msg_free(&st);
+        return MS_E_NOMEM;
+    }
+    for (uint32_t i = 0; i < st.status.ntasks; i++) {
+        const struct ms_session *s = session_of_task(d, st.status.tasks[i].task);
+        uids[i] = s ? (long)s->uid : -1;
+    }
+    rc = ms_metrics_text(&st.status, &d->st, d->nsessions, uids, out);
+    ms_free(uids);
     ms_msg_free(&st);
+    return rc;
+}
+
+static void do_metrics(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
+{
+    struct ms_msg r;
+    struct ms_buf text;
+    ms_buf_init(&text);
+    int rc = ms_daemon_metrics(d, &text);
     ms_msg_init(&r, MS_MSG_METRICS);
     if (!rc) {
         r.metrics.text = ms_malloc(text.len + 1);
@@ -731,16 +758,66 @@ static void on_listen(struct ms_daemon *d)
     }
 }
 
+/*
+ * SIGHUP: the configuration file and the command line again (d->reload). Options that may
+ * change at run time take their new values at once, as CONFIG_SET would set them; the others
+ * keep theirs, with a warning naming each that differs (a restart applies it). A file that
+ * does not parse changes nothing.
+ */
+static void reload_config(struct ms_daemon *d)
+{
+    if (!d->reload)
+        return;
+    ms_sd_notify_reloading();
+    struct ms_conf c;
+    char why[400];
+    if (d->reload(&c, why, sizeof(why)) != MS_OK) {
+        ms_log_warn("SIGHUP: configuration not reloaded, the running one stays: %s", why);
+        ms_sd_notify("READY=1\nSTATUS=configuration not reloaded (see the log)");
+        return;
+    }
+    size_t n, changed = 0, fixed = 0;
+    const struct ms_conf_opt *o = ms_conf_opts(&n);
+    for (size_t i = 0; i < n; i++) {
+        char now[MS_PROTO_VALUE_MAX + 1], want[MS_PROTO_VALUE_MAX + 1];
+        if (ms_conf_get(&d->conf, o[i].name, now, sizeof(now)) != MS_OK ||
+            ms_conf_get(&c, o[i].name, want, sizeof(want)) != MS_OK || strcmp(now, want) == 0)
+            continue;
+        if (!o[i].runtime) {
+            /* "" for socket and log_file: the default the daemon resolved at start */
+            if (o[i].type == MS_CT_STRING && !want[0] &&
+                (strcmp(o[i].name, "socket") == 0 || strcmp(o[i].name, "log_file") == 0))
+                continue;
+            ms_log_warn("SIGHUP: %s = %s takes effect at a restart (keeping %s)", o[i].name, want,
+                        now);
+            fixed++;
+            continue;
+        }
+        if (ms_conf_set(&d->conf, o[i].name, want, true, why, sizeof(why)) != MS_OK) {
+            ms_log_warn("SIGHUP: %s", why);
+            continue;
+        }
+        apply_option(d, o[i].name);
+        ms_log_info("configuration: %s = %s (reloaded)", o[i].name, want);
+        changed++;
+    }
+    ms_log_info("SIGHUP: configuration reloaded: %zu option(s) changed, %zu wait for a restart",
+                changed, fixed);
+    ms_sd_notify("READY=1\nSTATUS=configuration reloaded");
+}
+
 static void on_signal(struct ms_daemon *d)
 {
     struct signalfd_siginfo si;
     while (read(d->signal_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
             ms_log_info("signal %u: shutting down", si.ssi_signo);
+            ms_sd_notify("STOPPING=1");
             d->stop = true;
         } else if (si.ssi_signo == SIGHUP) {
             ms_log_reopen();
             ms_log_info("SIGHUP: log reopened");
+            reload_config(d);
         }
     }
 }
@@ -758,6 +835,18 @@ static void ghost_gone(struct ms_daemon *d, struct ms_ghost *g)
         pp = &(*pp)->next;
     *pp = g->next;
     free(g);
+}
+
+/* Warn once about a task that closed its connection GHOST_WARN_NS ago and still runs. */
+static void ghost_check(struct ms_daemon *d, uint64_t now)
+{
+    for (struct ms_ghost *g = d->ghosts; g; g = g->next)
+        if (g->warn_at && now >= g->warn_at) {
+            g->warn_at = 0;
+            ms_log_warn("task %u (pid %d) closed its connection %.0f s ago and still runs; its "
+                        "memory stays charged until it exits",
+                        g->task, (int)g->pid, (double)GHOST_WARN_NS / 1e9);
+        }
 }
 
 /* The scheduler dropped s's task. Its memory stays charged until its process exits. */
@@ -804,6 +893,7 @@ static void note_switch(struct ms_daemon *d)
     if (w->seq == d->st.switch_seen)
         return;
     d->st.switch_seen = w->seq;
+    ms_metrics_observe_switch(&d->st, w->ns, w->in + w->out);
     if (w->ns < MS_SLOW_SWITCH_NS)
         return;
     d->st.slow_switches++;
@@ -849,7 +939,7 @@ static void run_actions(struct ms_daemon *d)
                 }
             }
         } else if (a.kind == MS_ACT_DROP) {
-            if (a.err)
+            if (a.err && a.err != MS_E_IO) /* MS_E_IO: a closed socket (session_close) */
                 ms_log_warn("task %u dropped: %s", a.task, a.why);
             else
                 ms_log_info("task %u %s", a.task, a.why);
@@ -921,9 +1011,13 @@ static int resolve_group(const char *name, long *out, char *why, size_t whylen)
 int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
 {
     struct ms_conf conf = d->conf;
+    int inherit_fd1 = d->inherit_fd1;
+    int (*reload)(struct ms_conf *, char *, size_t) = d->reload;
     memset(d, 0, sizeof(*d));
     d->conf = conf;
-    d->epfd = d->listen_fd = d->signal_fd = d->lock_fd = -1;
+    d->inherit_fd1 = inherit_fd1;
+    d->reload = reload;
+    d->epfd = d->listen_fd = d->signal_fd = d->lock_fd = d->http_fd = -1;
     d->socket_gid = d->admin_gid = -1;
     d->listen_ev.kind = MS_EV_LISTEN;
     d->signal_ev.kind = MS_EV_SIGNAL;
@@ -965,7 +1059,10 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
         snprintf(why, whylen, "bad scheduler configuration");
         return rc;
     }
-    rc = ms_ipc_listen_group(d->sock_path, d->socket_gid, &d->listen_fd);
+    if (d->inherit_fd1 > 0) /* socket activation: the manager's socket, bound and listening */
+        d->listen_fd = d->inherit_fd1 - 1;
+    else
+        rc = ms_ipc_listen_group(d->sock_path, d->socket_gid, &d->listen_fd);
     if (rc) {
         snprintf(why, whylen, "cannot listen on %s: %s", d->sock_path, strerror(errno));
         return rc;
@@ -985,6 +1082,9 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
         snprintf(why, whylen, "event loop setup: %s", strerror(errno));
         return MS_E_IO;
     }
+    rc = ms_httpd_init(d, why, whylen);
+    if (rc)
+        return rc;
     char b[32], sl[32], mx[32], pol[96];
     ms_format_size(d->conf.budget, b, sizeof(b));
     ms_format_duration(d->conf.slice_ns, sl, sizeof(sl));
@@ -1041,6 +1141,10 @@ int ms_daemon_run(struct ms_daemon *d)
         }
         if (d->accept_resume)
             dl = MS_MIN(dl, d->accept_resume);
+        dl = MS_MIN(dl, ms_httpd_deadline(d));
+        for (const struct ms_ghost *g = d->ghosts; g; g = g->next)
+            if (g->warn_at)
+                dl = MS_MIN(dl, g->warn_at);
         if (more)
             dl = now;
         int timeout = 1000;
@@ -1080,6 +1184,8 @@ int ms_daemon_run(struct ms_daemon *d)
                 break;
             }
             case MS_EV_GHOST: ghost_gone(d, (struct ms_ghost *)ev); break;
+            case MS_EV_HTTP_LISTEN: ms_httpd_on_listen(d); break;
+            case MS_EV_HTTP: ms_httpd_on_conn(d, ev, e); break;
             default: break; /* a session closed earlier in this batch */
             }
             run_actions(d);
@@ -1117,6 +1223,8 @@ int ms_daemon_run(struct ms_daemon *d)
             }
         }
         resume_accept(d);
+        ms_httpd_tick(d, now);
+        ghost_check(d, now);
         ms_log_tick();
         free_graveyard();
         if (d->conf.check)
@@ -1147,6 +1255,7 @@ void ms_daemon_fini(struct ms_daemon *d)
         session_close(d, s, false);
     }
     free_graveyard();
+    ms_httpd_fini(d);
     while (d->ghosts) {
         struct ms_ghost *g = d->ghosts;
         d->ghosts = g->next;
@@ -1155,7 +1264,8 @@ void ms_daemon_fini(struct ms_daemon *d)
     }
     if (d->listen_fd >= 0) {
         close(d->listen_fd);
-        unlink(d->sock_path);
+        if (!d->inherit_fd1) /* an inherited socket is the manager's: it stays */
+            unlink(d->sock_path);
     }
     if (d->signal_fd >= 0)
         close(d->signal_fd);

@@ -10,12 +10,14 @@
 #include "ipc/conf.h"
 
 #include "core/cost.h"
+#include "ipc/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define LIMIT (1ull << 60) /* whole numbers (parse_uint) */
@@ -75,6 +77,9 @@ static const struct ms_conf_opt opts[] = {
      "highest priority a client that is not an admin may ask for (rt is 10)"},
     {"max_user_weight", MS_CT_UINT, OFF(max_user_weight), 1, 1000, true,
      "highest weight a client that is not an admin may ask for"},
+    {"metrics_listen", MS_CT_STRING, OFF(metrics_listen), 0, 0, false,
+     "serve Prometheus metrics over HTTP at GET /metrics on [HOST:]PORT (a port alone: "
+     "127.0.0.1; \"\": off)"},
 };
 
 void ms_conf_default(struct ms_conf *c)
@@ -364,6 +369,13 @@ int ms_conf_check(const struct ms_conf *c, char *why, size_t whylen)
         WHY("slice_max must be at least slice");
         return MS_E_INVAL;
     }
+    if (c->metrics_listen[0]) {
+        struct sockaddr_storage sa;
+        socklen_t salen;
+        int rc = ms_http_parse_addr(c->metrics_listen, &sa, &salen, why, whylen);
+        if (rc)
+            return rc;
+    }
     struct ms_sched_config sc;
     ms_conf_to_sched(c, &sc);
     return ms_sched_config_check(&sc, why, whylen);
@@ -505,5 +517,137 @@ int ms_conf_load(struct ms_conf *c, const char *path, char *why, size_t whylen)
         WHY("%s: %s", path, inner);
     }
     free(text);
+    return rc;
+}
+
+/* The key of a configuration line (normalized, '-' as '_') into key; false for a blank line, a
+ * comment or a line without '='. */
+static bool line_key(const char *line, size_t n, char *key, size_t keylen)
+{
+    size_t i = 0;
+    while (i < n && is_space(line[i]))
+        i++;
+    if (i == n || line[i] == '#')
+        return false;
+    size_t k = 0;
+    while (i < n && key_char(line[i]) && k + 1 < keylen)
+        key[k++] = line[i] == '-' ? '_' : line[i], i++;
+    key[k] = '\0';
+    while (i < n && is_space(line[i]))
+        i++;
+    return k > 0 && i < n && line[i] == '=';
+}
+
+int ms_conf_save(const char *path, const char *key, const char *value, char *why, size_t whylen)
+{
+    if (!ms_conf_find(key)) {
+        WHY("unknown option '%s'", key);
+        return MS_E_NOTFOUND;
+    }
+    if (strchr(value, '"') || strchr(value, '\n') || strlen(value) > MS_CONF_LINE_MAX / 2) {
+        WHY("%s: this value cannot be written to the file", key);
+        return MS_E_INVAL;
+    }
+    struct stat st;
+    mode_t mode = 0644;
+    char *old = malloc(MS_CONF_FILE_MAX + 1);
+    char *out = malloc(MS_CONF_FILE_MAX + MS_CONF_LINE_MAX + 2);
+    int rc = MS_OK;
+    size_t n = 0, len = 0;
+    if (!old || !out) {
+        rc = MS_E_NOMEM;
+        goto done;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        if (fstat(fd, &st) == 0)
+            mode = st.st_mode & 07777;
+        ssize_t r;
+        while (n <= MS_CONF_FILE_MAX && (r = read(fd, old + n, MS_CONF_FILE_MAX + 1 - n)) > 0)
+            n += (size_t)r;
+        close(fd);
+        if (n > MS_CONF_FILE_MAX) {
+            WHY("%s: larger than %u bytes", path, MS_CONF_FILE_MAX);
+            rc = MS_E_NOSPACE;
+            goto done;
+        }
+    } else if (errno != ENOENT) {
+        WHY("%s: %s", path, errno == ELOOP ? "is a symbolic link (refused)" : strerror(errno));
+        rc = MS_E_IO;
+        goto done;
+    }
+    bool quote = !value[0] || strchr(value, ' ') || strchr(value, '#') || strchr(value, '\t');
+    char setting[MS_CONF_LINE_MAX + 2];
+    int sl = snprintf(setting, sizeof(setting), "%s = %s%s%s\n", key, quote ? "\"" : "", value,
+                      quote ? "\"" : "");
+    bool done_key = false;
+    for (size_t pos = 0; pos < n;) {
+        const char *line = old + pos;
+        const char *nl = memchr(line, '\n', n - pos);
+        size_t ln = nl ? (size_t)(nl - line) + 1 : n - pos;
+        pos += ln;
+        char k[64];
+        if (line_key(line, ln, k, sizeof(k)) && strcmp(k, key) == 0) {
+            if (!done_key) {
+                memcpy(out + len, setting, (size_t)sl);
+                len += (size_t)sl;
+                done_key = true;
+            }
+            continue; /* a later line for the key would override the saved one */
+        }
+        memcpy(out + len, line, ln);
+        len += ln;
+        if (!nl)
+            out[len++] = '\n';
+    }
+    if (!done_key) {
+        memcpy(out + len, setting, (size_t)sl);
+        len += (size_t)sl;
+    }
+    struct ms_conf c;
+    ms_conf_default(&c);
+    char inner[300];
+    if (len > MS_CONF_FILE_MAX) {
+        WHY("%s would be larger than %u bytes", path, MS_CONF_FILE_MAX);
+        rc = MS_E_NOSPACE;
+        goto done;
+    }
+    if ((rc = ms_conf_parse(&c, out, len, inner, sizeof(inner))) != MS_OK ||
+        (rc = ms_conf_check(&c, inner, sizeof(inner))) != MS_OK) {
+        WHY("%s would not be valid: %s", path, inner);
+        goto done;
+    }
+    /* A new file beside the old one, renamed over it: a reader sees the old or the new. */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp)) {
+        WHY("%s: path too long", path);
+        rc = MS_E_NOSPACE;
+        goto done;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0) {
+        WHY("%s: %s", tmp, strerror(errno));
+        rc = MS_E_IO;
+        goto done;
+    }
+    size_t w = 0;
+    while (w < len) {
+        ssize_t r = write(fd, out + w, len - w);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        w += (size_t)r;
+    }
+    if (w != len || fchmod(fd, mode) != 0 || fsync(fd) != 0 || close(fd) != 0 ||
+        rename(tmp, path) != 0) {
+        WHY("%s: %s", path, strerror(errno));
+        unlink(tmp);
+        rc = MS_E_IO;
+        goto done;
+    }
+done:
+    free(old);
+    free(out);
     return rc;
 }

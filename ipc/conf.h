@@ -34,6 +34,9 @@
 
 #define MS_CONF_LINE_MAX 1024
 #define MS_CONF_FILE_MAX (256u * 1024u)
+/* The configuration file of the systemd unit (packaging/systemd), and of `msched config set
+ * --save` by default. */
+#define MS_CONF_DEFAULT_PATH "/etc/msched/msched.conf"
 
 enum ms_log_level { MS_LOG_ERROR = 0, MS_LOG_WARN, MS_LOG_INFO, MS_LOG_DEBUG };
 
@@ -64,6 +67,7 @@ struct ms_conf {
     char admin_group[64];       /* members may change the configuration ("" = none) */
     uint32_t max_user_priority; /* highest priority a non-admin client may ask for */
     uint32_t max_user_weight;   /* highest weight a non-admin client may ask for */
+    char metrics_listen[64];    /* "" = no HTTP metrics endpoint; else [HOST:]PORT */
 };
 
 enum ms_conf_type {
@@ -118,6 +122,16 @@ int ms_conf_parse(struct ms_conf *c, const char *text, size_t len, char *why, si
 
 /* Read and parse a file. Errors: MS_E_IO (unreadable), MS_E_NOSPACE (too large), as above. */
 int ms_conf_load(struct ms_conf *c, const char *path, char *why, size_t whylen);
+
+/*
+ * Persist one option in the configuration file at path: the first line that sets key gets
+ * "key = value", later ones are removed, and without one the line is appended (a missing file
+ * is created, 0644). Comments and other lines stay as they are. The new text must parse and
+ * pass ms_conf_check, and replaces the file by rename (never through a link), keeping its mode.
+ * Errors: MS_E_NOTFOUND (unknown key), MS_E_INVAL (a value the file cannot carry, or an
+ * invalid result), MS_E_NOSPACE, MS_E_IO, MS_E_NOMEM; why says which.
+ */
+int ms_conf_save(const char *path, const char *key, const char *value, char *why, size_t whylen);
 
 /* The scheduler's configuration from these options. */
 void ms_conf_to_sched(const struct ms_conf *c, struct ms_sched_config *out);

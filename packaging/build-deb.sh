@@ -6,7 +6,10 @@
 # What goes in is exactly `make install DESTDIR=<stage> PREFIX=/usr`: /usr/bin/msched and mschedd,
 # libmsched in /usr/lib/msched/ (off the default library path: only `msched run` puts it in front
 # of a program's CUDA driver), the man pages (gzipped, as Debian keeps them), bash completion,
-# and /usr/share/doc/msched/copyright made from the LICENSE. The version is the one `msched
+# the systemd units in /usr/lib/systemd/system with /etc/msched/msched.conf as a conffile
+# (maintainer scripts reload systemd's view of the units and stop them on removal; nothing is
+# enabled: `systemctl enable --now mschedd.socket` does that), and
+# /usr/share/doc/msched/copyright made from the LICENSE. The version is the one `msched
 # --version` prints; Depends lists the Debian packages that own the shared libraries the
 # programs are linked with (readelf's NEEDED entries, found with ldconfig and dpkg -S), so the
 # package needs no debian/ directory and no dpkg-dev. Environment: BUILD (default build) and
@@ -88,8 +91,33 @@ Description: share one NVIDIA GPU between CUDA programs that need more memory th
  shows and changes the daemon's state, and simulates the memory policies without a GPU
  (msched demo, msched sim).
 EOF
-(cd "$root" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | sort -z | xargs -0 md5sum) \
-    >"$root/DEBIAN/md5sums"
+(cd "$root" && find . -type f ! -path './DEBIAN/*' ! -path './etc/*' -printf '%P\0' | sort -z |
+    xargs -0 md5sum) >"$root/DEBIAN/md5sums"
+[ -f "$root/etc/msched/msched.conf" ] || {
+    echo "build-deb: make install wrote no /etc/msched/msched.conf" >&2
+    exit 1
+}
+echo /etc/msched/msched.conf >"$root/DEBIAN/conffiles"
+# systemd sees new or removed units at once; a running daemon is stopped before its files go.
+cat >"$root/DEBIAN/postinst" <<'EOF'
+#!/bin/sh
+set -e
+if [ -d /run/systemd/system ]; then systemctl daemon-reload >/dev/null || true; fi
+EOF
+cat >"$root/DEBIAN/prerm" <<'EOF'
+#!/bin/sh
+set -e
+if [ -d /run/systemd/system ] && [ "$1" = remove ]; then
+    systemctl stop mschedd.socket mschedd.service >/dev/null 2>&1 || true
+fi
+EOF
+cat >"$root/DEBIAN/postrm" <<'EOF'
+#!/bin/sh
+set -e
+if [ -d /run/systemd/system ]; then systemctl daemon-reload >/dev/null || true; fi
+if [ "$1" = purge ]; then rmdir /etc/msched 2>/dev/null || true; fi
+EOF
+chmod 755 "$root/DEBIAN/postinst" "$root/DEBIAN/prerm" "$root/DEBIAN/postrm"
 
 mkdir -p "$OUT"
 deb=$OUT/msched_${version}_${arch}.deb

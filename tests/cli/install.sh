@@ -37,7 +37,9 @@ D=$T/dest
 mk install DESTDIR="$D" PREFIX=/usr
 for f in usr/bin/msched usr/bin/mschedd usr/lib/msched/libcuda.so.1 usr/lib/msched/libmsched.so \
     usr/share/man/man1/msched.1 usr/share/man/man1/mschedd.1 \
-    usr/share/bash-completion/completions/msched usr/share/doc/msched/LICENSE; do
+    usr/share/bash-completion/completions/msched usr/share/doc/msched/LICENSE \
+    usr/lib/systemd/system/mschedd.service usr/lib/systemd/system/mschedd.socket \
+    etc/msched/msched.conf; do
     [ -f "$D/$f" ] || fail "install did not write $f: $(find "$D" | sort)"
 done
 [ "$(readlink "$D/usr/lib/msched/libcuda.so")" = libcuda.so.1 ] || fail "no libcuda.so link"
@@ -52,7 +54,13 @@ if command -v groff >/dev/null; then
     [ -s "$T/groff.err" ] && fail "groff warns on msched.1: $(head -n 3 "$T/groff.err")"
 fi
 grep -q "MIT License" "$D/usr/share/doc/msched/LICENSE" || fail "LICENSE"
-pass "install: binaries, libmsched, man pages, completion, LICENSE"
+grep -q "^ExecStart=/usr/bin/mschedd --foreground --config /etc/msched/msched.conf$" \
+    "$D/usr/lib/systemd/system/mschedd.service" || fail "mschedd.service: $(grep Exec "$D/usr/lib/systemd/system/mschedd.service")"
+# An administrator's configuration survives a new install and an uninstall.
+echo "budget = 1GiB" >>"$D/etc/msched/msched.conf"
+mk install DESTDIR="$D" PREFIX=/usr
+grep -q "^budget = 1GiB$" "$D/etc/msched/msched.conf" || fail "install replaced a changed msched.conf"
+pass "install: binaries, libmsched, man pages, completion, LICENSE, systemd units, msched.conf"
 
 # complete WORDS...: what the installed completion offers for the last word.
 complete_words() {
@@ -98,8 +106,9 @@ pass "installed msched run: the program joins the installed mschedd on the fake 
 
 mk uninstall DESTDIR="$D" PREFIX=/usr
 left=$(find "$D" -not -type d)
-[ -z "$left" ] || fail "uninstall left: $left"
-pass "uninstall removes every installed file"
+[ "$left" = "$D/etc/msched/msched.conf" ] || fail "uninstall left: $left"
+rm "$D/etc/msched/msched.conf"
+pass "uninstall removes every installed file but a changed msched.conf"
 
 D2=$T/dest64
 mk install DESTDIR="$D2" PREFIX=/usr LIBDIR=/usr/lib64

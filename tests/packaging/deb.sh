@@ -6,7 +6,11 @@
 #   install   dpkg -i: msched and mschedd on the PATH in /usr/bin, their man pages found by man
 #   run       `msched demo` from the package in a scratch directory: the table and the plot;
 #             the installed `msched run` puts /usr/lib/msched first on the library path
-#   remove    dpkg -r: every file the package listed is gone, and dpkg keeps no trace of it
+#   systemd   mschedd.service (naming /usr/bin/mschedd and /etc/msched/msched.conf) and
+#             mschedd.socket in /usr/lib/systemd/system, verified by systemd-analyze when there;
+#             /etc/msched/msched.conf a conffile that mschedd parses
+#   remove    dpkg -r: every file the package listed is gone but the conffile; dpkg -P
+#             removes that too, and dpkg keeps no trace of the package
 # Ends with "N passed, N failed"; exits non-zero on a failure. Needs root (skips otherwise) and
 # refuses to touch a system where a package named msched is already installed.
 set -u
@@ -77,6 +81,33 @@ ldp=$(/usr/bin/msched run --no-daemon -- sh -c 'echo "$LD_LIBRARY_PATH"' 2>&1)
 [ "$(realpath -m "${ldp%%:*}")" = /usr/lib/msched ] && ok "msched run uses /usr/lib/msched" ||
     bad "msched run: library path '$ldp'"
 
+U=/usr/lib/systemd/system
+if [ -f $U/mschedd.service ] && [ -f $U/mschedd.socket ] &&
+    grep -q "^ExecStart=/usr/bin/mschedd --foreground --config /etc/msched/msched.conf$" \
+        $U/mschedd.service; then
+    ok "systemd units in $U"
+else
+    bad "systemd units: $(ls $U/mschedd.* 2>&1)"
+fi
+if command -v systemd-analyze >/dev/null; then
+    systemd-analyze verify --man=no $U/mschedd.socket $U/mschedd.service >"$T/verify.out" 2>&1 &&
+        ok "systemd-analyze verify" || bad "systemd-analyze verify: $(tail -n 5 "$T/verify.out")"
+fi
+grep -qx /etc/msched/msched.conf /var/lib/dpkg/info/msched.conffiles 2>/dev/null &&
+    ok "/etc/msched/msched.conf is a conffile" || bad "no conffile /etc/msched/msched.conf"
+/usr/bin/mschedd --foreground --config /etc/msched/msched.conf --socket "$T/c.sock" \
+    --metrics-listen "" >"$T/conf.out" 2>&1 &
+cpid=$!
+for _ in $(seq 1 50); do
+    [ -S "$T/c.sock" ] && break
+    sleep 0.1
+done
+if [ -S "$T/c.sock" ]; then ok "mschedd runs with /etc/msched/msched.conf"; else
+    bad "mschedd with /etc/msched/msched.conf: $(cat "$T/conf.out")"
+fi
+kill "$cpid" 2>/dev/null
+wait "$cpid" 2>/dev/null
+
 if dpkg -r msched >"$T/dpkg.out" 2>&1; then
     installed=0
     ok "dpkg -r"
@@ -86,12 +117,17 @@ fi
 left=""
 while read -r f; do
     [ -d "$f" ] && [ ! -L "$f" ] && continue
+    [ "$f" = /etc/msched/msched.conf ] && continue
     [ -e "$f" ] || [ -L "$f" ] && left="$left $f"
 done <"$T/files"
 for d in /usr/lib/msched /usr/share/doc/msched; do
     [ -e "$d" ] && left="$left $d"
 done
-[ -z "$left" ] && ok "dpkg -r removed every file" || bad "left after dpkg -r:$left"
+[ -z "$left" ] && ok "dpkg -r removed every file but the conffile" || bad "left after dpkg -r:$left"
+[ -f /etc/msched/msched.conf ] && ok "dpkg -r keeps the conffile" || bad "dpkg -r removed the conffile"
+dpkg -P msched >"$T/dpkg.out" 2>&1 || bad "dpkg -P: $(tail -n 5 "$T/dpkg.out")"
+[ ! -e /etc/msched/msched.conf ] && [ ! -e /etc/msched ] && ok "dpkg -P removed /etc/msched" ||
+    bad "left after dpkg -P: $(ls -la /etc/msched 2>&1)"
 status=$(dpkg-query -W -f='${Status}' msched 2>/dev/null)
 case $status in
 "" | *not-installed*) ok "dpkg keeps no trace ($status)" ;;
