@@ -9,11 +9,11 @@
  * The GPU is named by its UUID (ipc/gpuid.h): --uuid, or the UUID of GPU --gpu N (numbered
  * with every GPU visible), asked of the CUDA driver in a short-lived child before anything
  * else. The socket is then gpu-<uuid>.sock (unless --socket or $MSCHED_SOCKET say otherwise),
- * its lock gpu-<uuid>.sock.lock, and gpuN.sock a link to it made once the daemon listens and
- * removed as it stops (only while it still leads to this daemon's socket). Without a driver
- * the socket is gpuN.sock as named by the index. The budget, unless set, is 90 % of the
- * GPU's memory, or 16 GiB when no driver answers (ms_gpu_default_budget): the same rule
- * however the daemon is started.
+ * its lock gpu-<uuid>.sock.lock, and gpuN.sock a link to it (beside a socket of that name,
+ * however its path was given) made once the daemon listens and removed as it stops (only while it
+ * still leads to this daemon's socket). Without a driver the socket is gpuN.sock as named by the
+ * index. The budget, unless set, is 90 % of the GPU's memory, or 16 GiB when no driver answers
+ * (ms_gpu_default_budget): the same rule however the daemon is started.
  *
  * Without --foreground the daemon forks into the background. The parent waits on a pipe until
  * the child is listening (or failed), so `mschedd && msched status` always finds it, and
@@ -298,13 +298,20 @@ static int identify(struct ms_conf *c, bool budget_auto, char *link, size_t link
     } else if (rc != MS_OK && by_uuid) {
         snprintf(note, notelen, "the GPU is named by its index: %s", why);
     }
-    if (by_uuid && c->uuid[0]) {
-        if (ms_ipc_uuid_socket_path(c->uuid, c->socket, sizeof(c->socket)) != MS_OK) {
-            fprintf(stderr, "mschedd: socket path too long (at most %d bytes)\n",
-                    MS_IPC_PATH_MAX - 1);
-            return EXIT_USAGE;
-        }
-        if (rc == MS_OK && ms_ipc_socket_path(c->gpu, link, linklen) != MS_OK)
+    if (by_uuid && c->uuid[0] &&
+        ms_ipc_uuid_socket_path(c->uuid, c->socket, sizeof(c->socket)) != MS_OK) {
+        fprintf(stderr, "mschedd: socket path too long (at most %d bytes)\n", MS_IPC_PATH_MAX - 1);
+        return EXIT_USAGE;
+    }
+    /* The index name, beside a socket named by the UUID however the path was given. */
+    const char *sock = c->socket[0] ? c->socket : env;
+    const char *base = sock ? strrchr(sock, '/') : NULL;
+    char hex[MS_IPC_UUID_MAX], want[MS_IPC_UUID_MAX + 16];
+    if (rc == MS_OK && base && ms_ipc_uuid_hex(c->uuid, hex, sizeof(hex)) == MS_OK) {
+        snprintf(want, sizeof(want), "gpu-%s.sock", hex);
+        if (strcmp(base + 1, want) == 0 &&
+            snprintf(link, linklen, "%.*s/gpu%u.sock", (int)(base - sock), sock, c->gpu) >=
+                (int)linklen)
             link[0] = '\0';
     }
     return 0;
