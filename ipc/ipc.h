@@ -80,7 +80,8 @@ bool ms_ipc_any_socket(void);
 
 /*
  * Make link_path a symbolic link to sock_path's name (both in the same directory), replacing
- * a link already there (atomically); a file that is not a link is left alone (MS_E_BUSY).
+ * a link already there (atomically), or a socket whose daemon is gone (nobody holds its
+ * <link_path>.lock); anything else is left alone (MS_E_BUSY).
  * ms_ipc_unlink_link removes link_path only while it still leads to sock_path.
  * Errors: MS_E_INVAL (another directory), MS_E_IO (errno), MS_E_NOSPACE.
  */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -277,6 +278,20 @@ static const char *base_of(const char *path)
     return slash ? slash + 1 : path;
 }
 
+/* A socket whose daemon is gone: nobody holds its lock (<path>.lock, as the daemon takes it). */
+static bool stale_socket(const char *path)
+{
+    char lock[MS_IPC_PATH_MAX + 16];
+    if (snprintf(lock, sizeof(lock), "%s.lock", path) >= (int)sizeof(lock))
+        return false;
+    int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return errno == ENOENT;
+    bool free = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    close(fd); /* releases the lock, if it was taken */
+    return free;
+}
+
 int ms_ipc_link_socket(const char *sock_path, const char *link_path)
 {
     char sdir[MS_IPC_PATH_MAX + 1], ldir[MS_IPC_PATH_MAX + 1], tmp[MS_IPC_PATH_MAX + 32];
@@ -288,7 +303,8 @@ int ms_ipc_link_socket(const char *sock_path, const char *link_path)
         return MS_E_INVAL;
     }
     struct stat st;
-    if (lstat(link_path, &st) == 0 && !S_ISLNK(st.st_mode)) {
+    if (lstat(link_path, &st) == 0 && !S_ISLNK(st.st_mode) &&
+        !(S_ISSOCK(st.st_mode) && stale_socket(link_path))) {
         errno = EEXIST; /* a daemon's own socket (one named by its index): left alone */
         return MS_E_BUSY;
     }

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -362,15 +363,31 @@ static void test_uuid_paths(void **state)
     ms_ipc_unlink_link(sock, link);
     struct stat st;
     assert_int_equal(lstat(link, &st), -1);
-    /* A socket of its own under the index name (a daemon without a UUID) is never replaced. */
+    /* A socket of its own under the index name (a daemon without a UUID) is never replaced
+     * while its daemon holds its lock; once nobody does, it is stale and the link takes it. */
     int ifd;
+    char lockp[320];
+    snprintf(lockp, sizeof(lockp), "%s.lock", link);
+    int lk = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(lk >= 0);
+    assert_int_equal(flock(lk, LOCK_EX | LOCK_NB), 0);
     assert_int_equal(ms_ipc_listen(link, &ifd), MS_OK);
-    assert_int_equal(ms_ipc_link_socket(sock, link), MS_E_BUSY);
+    pid_t child = fork(); /* flock is per open file: another process must try it */
+    if (child == 0)
+        _exit(ms_ipc_link_socket(sock, link) == MS_E_BUSY ? 0 : 1);
+    int wst;
+    assert_int_equal(waitpid(child, &wst, 0), child);
+    assert_true(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
     assert_int_equal(lstat(link, &st), 0);
     assert_true(S_ISSOCK(st.st_mode));
     close(ifd);
+    close(lk);
+    assert_int_equal(ms_ipc_link_socket(sock, link), MS_OK);
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
     close(lfd);
     unlink(link);
+    unlink(lockp);
     unlink(sock);
     rmdir(sdir);
     rmdir(dir);
