@@ -31,8 +31,8 @@ static const struct ms_conf_opt opts[] = {
     {"uuid", MS_CT_STRING, OFF(uuid), 0, 0, false,
      "the GPU's UUID (GPU-...; default: GPU gpu's): names the socket and the lock"},
     {"socket", MS_CT_STRING, OFF(socket), 0, 0, false,
-     "socket path (default: $MSCHED_SOCKET, else gpu-UUID.sock in $XDG_RUNTIME_DIR/msched, "
-     "else in /tmp/msched-UID; gpuN.sock without a driver)"},
+     "socket path (default: $MSCHED_SOCKET, else gpu-UUID.sock in $MSCHED_SOCKET_DIR, else in "
+     "$XDG_RUNTIME_DIR/msched, else in /tmp/msched-UID; gpuN.sock without a driver)"},
     {"budget", MS_CT_SIZE, OFF(budget), MS_GRAN, 1ull << 50, true,
      "device memory all tasks together may hold (default: 90 % of the GPU's memory; 16GiB "
      "when no driver answers)"},

@@ -7,10 +7,10 @@
  *   One Unix stream socket per physical GPU, named by the GPU's UUID so that every process
  *   reaches the same daemon whatever ordinal CUDA_VISIBLE_DEVICES or a container gives the
  *   GPU: $MSCHED_SOCKET when set (one path for every GPU), else gpu-<uuid>.sock in the socket
- *   directory, $XDG_RUNTIME_DIR/msched or else /tmp/msched-<uid>. gpu<N>.sock, the index name,
- *   is a symbolic link to it made by the daemon (N: the GPU's index with every GPU visible),
- *   or the socket itself for a daemon that knows no UUID (no CUDA driver answered it). The
- *   directory is created 0700 (0750 for a socket group) by the daemon, which refuses one it
+ *   directory: $MSCHED_SOCKET_DIR, else $XDG_RUNTIME_DIR/msched, else /tmp/msched-<uid>.
+ * gpu<N>.sock, the index name, is a symbolic link to it made by the daemon (N: the GPU's index with
+ * every GPU visible), or the socket itself for a daemon that knows no UUID (no CUDA driver answered
+ * it). The directory is created 0700 (0750 for a socket group) by the daemon, which refuses one it
  *   does not own or that others can write, sticky or not.
  *
  *   Trust (docs/daemon.md, "Threat model"). A client connects only to a daemon it trusts: the
@@ -65,7 +65,8 @@ int ms_ipc_socket_path(unsigned gpu, char *buf, size_t len);
  * MS_E_INVAL (not a UUID), MS_E_NOSPACE. */
 int ms_ipc_uuid_socket_path(const char *uuid, char *buf, size_t len);
 
-/* The default socket directory ($XDG_RUNTIME_DIR/msched or /tmp/msched-<uid>). */
+/* The socket directory ($MSCHED_SOCKET_DIR, else $XDG_RUNTIME_DIR/msched, else
+ * /tmp/msched-<uid>). */
 int ms_ipc_socket_dir(char *buf, size_t len);
 
 /* A UUID as written ("GPU-" or "MIG-" and 8-4-4-4-12 hexadecimal digits, or the digits

@@ -33,9 +33,12 @@ uint64_t ms_ipc_now_ns(void)
 
 int ms_ipc_socket_dir(char *buf, size_t len)
 {
+    const char *dir = getenv("MSCHED_SOCKET_DIR");
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     int n;
-    if (xdg && *xdg)
+    if (dir && *dir)
+        n = snprintf(buf, len, "%s", dir);
+    else if (xdg && *xdg)
         n = snprintf(buf, len, "%s/msched", xdg);
     else
         n = snprintf(buf, len, "/tmp/msched-%u", (unsigned)getuid());

@@ -59,7 +59,9 @@ pass "one socket per GPU UUID, gpu0.sock and gpu1.sock link to them"
 "$MSCHED" status --gpu 1 | grep -q "of 64.0 MiB budget" || fail "status --gpu 1 is not the 64 MiB daemon"
 "$MSCHED" status --gpu "GPU-$H1" | grep -q "of 64.0 MiB budget" || fail "status --gpu GPU-$H1"
 "$MSCHED" status | grep -q "of 48.0 MiB budget" || fail "plain status is not GPU 0's daemon"
-pass "msched status --gpu N (through the link) and --gpu UUID reach each GPU's daemon"
+XDG_RUNTIME_DIR=$T/none MSCHED_SOCKET_DIR=$D "$MSCHED" status --gpu 1 | grep -q "of 64.0 MiB budget" ||
+    fail "MSCHED_SOCKET_DIR does not name the socket directory"
+pass "msched status --gpu N (through the link), --gpu UUID and MSCHED_SOCKET_DIR reach each GPU's daemon"
 
 # A link is followed only to a name beside it: one leading to another directory is refused,
 # even to a real daemon's socket.

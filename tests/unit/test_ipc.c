@@ -322,6 +322,12 @@ static void test_uuid_paths(void **state)
         MS_OK);
     assert_string_equal(buf, "/run/user/1000/msched/gpu-a15c4e11-6d73-6368-6564-66616b650001.sock");
     assert_int_equal(ms_ipc_uuid_socket_path("GPU-1", buf, sizeof(buf)), MS_E_INVAL);
+    setenv("MSCHED_SOCKET_DIR", "/run/msched", 1);
+    assert_int_equal(ms_ipc_uuid_socket_path(h, buf, sizeof(buf)), MS_OK);
+    assert_string_equal(buf, "/run/msched/gpu-a15c4e11-6d73-6368-6564-66616b650001.sock");
+    assert_int_equal(ms_ipc_socket_path(2, buf, sizeof(buf)), MS_OK);
+    assert_string_equal(buf, "/run/msched/gpu2.sock");
+    unsetenv("MSCHED_SOCKET_DIR");
     setenv("MSCHED_SOCKET", "/tmp/x/one.sock", 1);
     assert_int_equal(ms_ipc_uuid_socket_path(h, buf, sizeof(buf)), MS_OK);
     assert_string_equal(buf, "/tmp/x/one.sock");
