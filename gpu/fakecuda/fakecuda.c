@@ -9,17 +9,18 @@
  *   CUDA_VISIBLE_DEVICES is honoured as the real driver honours it: a comma-separated list of
  *   physical indices or UUIDs ("GPU-a1" or any unique prefix of one) becomes ordinals 0, 1, ...
  *   in that order; the list ends at the first entry that names no device (or one already
- *   listed), so "" or "-1" hides every device. Each visible device has its own primary
- *   context. Contexts are small heap objects with a magic number; the current context is
- * thread-local, with a push/pop stack of 16 entries. Streams and events are heap objects in small
- * live lists, so a stale or foreign handle is an error (CUDA_ERROR_INVALID_HANDLE), not a crash.
- * The primary context is destroyed when its last holder releases it (as the CUDA runtime does at
- * exit): until it is retained again, a call that needs a context fails in any thread that has it
- * current (CUDA_ERROR_CONTEXT_IS_DESTROYED). Like the real driver, the fake shuts down as the
- * process exits: an exit handler registered by the first cuInit marks it shut down, and every call
- * after that fails with CUDA_ERROR_DEINITIALIZED (exit handlers registered later run before it,
- * library destructors after it). Nothing is ever queued: work runs when submitted, so stream and
- * event waits return at once and an event records the time of its cuEventRecord.
+ *   listed), so "" or "-1" hides every device (cuInit then fails with CUDA_ERROR_NO_DEVICE). Each
+ * visible device has its own primary context. Contexts are small heap objects with a magic number;
+ * the current context is thread-local, with a push/pop stack of 16 entries. Streams and events are
+ * heap objects in small live lists, so a stale or foreign handle is an error
+ * (CUDA_ERROR_INVALID_HANDLE), not a crash. The primary context is destroyed when its last holder
+ * releases it (as the CUDA runtime does at exit): until it is retained again, a call that needs a
+ * context fails in any thread that has it current (CUDA_ERROR_CONTEXT_IS_DESTROYED). Like the real
+ * driver, the fake shuts down as the process exits: an exit handler registered by the first cuInit
+ * marks it shut down, and every call after that fails with CUDA_ERROR_DEINITIALIZED (exit handlers
+ * registered later run before it, library destructors after it). Nothing is ever queued: work runs
+ * when submitted, so stream and event waits return at once and an event records the time of its
+ * cuEventRecord.
  *
  *   cuGetProcAddress(_v2) answers with the fake's own functions. Which exported name answers a
  *   (base name, version, flags) request is decided by cuabi/procaddr.c over the tables
@@ -306,6 +307,10 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
     if (!inited) {
         total_bytes = parse_bytes(getenv("MSCHED_FAKE_MEM_BYTES"), 16ull << 30);
         fk_devices();
+        if (__atomic_load_n(&nvisible, __ATOMIC_ACQUIRE) == 0) {
+            pthread_mutex_unlock(&ms__fk_lock);
+            return CUDA_ERROR_NO_DEVICE; /* as the driver does when every GPU is hidden */
+        }
         if (atexit(shut_down_at_exit) != 0) {
             pthread_mutex_unlock(&ms__fk_lock);
             return CUDA_ERROR_OPERATING_SYSTEM;

@@ -6,8 +6,10 @@
 #   names       `mschedd --gpu 0` and `--gpu 1` listen on gpu-<uuid>.sock each, with gpu0.sock
 #               and gpu1.sock links to them; `msched status --gpu N` (through the link) and
 #               `--gpu UUID` reach the right one (told apart by their budgets)
-#   refused     a second daemon for the same GPU, by its index or by its UUID, is refused with
-#               one line naming the first; both first daemons keep serving
+#   refused     a second daemon for the same GPU, by its index (under any CUDA_VISIBLE_DEVICES:
+#               the daemon numbers every GPU) or by its UUID, is refused with one line naming
+#               the first; an index the driver does not have is refused; both first daemons
+#               keep serving
 #   clients     libmsched clients whose CUDA_VISIBLE_DEVICES renumber the GPUs ("1,0", "0", a
 #               UUID prefix "GPU-a1") all use their device 0, and each joins the daemon of the
 #               physical GPU behind it: `msched status` of that daemon lists it while it runs,
@@ -86,6 +88,11 @@ if timeout 10 "$MSCHEDD" --foreground --uuid "GPU-$H0" --budget 48MiB 2>"$T/thir
 fi
 head -n 1 "$T/third.err" | grep -q "^mschedd: another mschedd (pid $DAEMON0) is already running for GPU 0 on $D/gpu-$H0.sock" ||
     fail "by UUID: $(cat "$T/third.err")"
+# The daemon numbers GPUs with every GPU visible, whatever its CUDA_VISIBLE_DEVICES says.
+if CUDA_VISIBLE_DEVICES=0 timeout 10 "$MSCHEDD" --gpu 1 --budget 64MiB 2>"$T/cvd.err"; then
+    fail "under CUDA_VISIBLE_DEVICES=0, --gpu 1 started a daemon"
+fi
+grep -q "already running for GPU 1 on $D/gpu-$H1.sock" "$T/cvd.err" || fail "CVD: $(cat "$T/cvd.err")"
 if timeout 10 "$MSCHEDD" --foreground --gpu 2 2>"$T/fourth.err"; then
     fail "a daemon for a GPU the driver does not have started"
 fi
