@@ -70,8 +70,9 @@ int ms_cli_getopt(int argc, char **argv, const char *shortopts, const struct opt
                   const char *cmd);
 
 /*
- * The daemon commands' --gpu N and --socket PATH: set sock (cap bytes) to GPU N's socket or to
- * PATH. Returns 0, or MS_EXIT_USAGE after printing the error.
+ * The daemon commands' --gpu N|UUID and --socket PATH: set sock (cap bytes) to GPU N's socket
+ * (gpuN.sock, a link to the daemon's UUID socket), the UUID's own socket, or PATH. Returns 0,
+ * or MS_EXIT_USAGE after printing the error.
  */
 int ms_cli_gpu_socket(const char *gpu, char *sock, size_t cap);
 int ms_cli_socket(const char *path, char *sock, size_t cap);

@@ -34,9 +34,9 @@ void ms_cmd_config_help(FILE *f);
 
 void ms_cmd_config_help(FILE *f)
 {
-    fprintf(f, "usage: msched config [--gpu N] [--socket PATH] get [KEY]\n"
-               "       msched config [--gpu N] [--socket PATH] set [--save [--config FILE]] KEY "
-               "VALUE\n"
+    fprintf(f, "usage: msched config [--gpu N|UUID] [--socket PATH] get [KEY]\n"
+               "       msched config [--gpu N|UUID] [--socket PATH] set [--save [--config FILE]] "
+               "KEY VALUE\n"
                "\n"
                "Reads or changes the running daemon's options, e.g.\n"
                "  msched config set slice 50ms\n"
@@ -52,7 +52,8 @@ void ms_cmd_config_help(FILE *f)
                "                   for the next start)\n"
                "  --config FILE    the file --save writes (default: $MSCHED_CONFIG, else\n"
                "                   " MS_CONF_DEFAULT_PATH ")\n"
-               "  --gpu N          which GPU's daemon (default 0)\n"
+               "  --gpu N|UUID     which GPU's daemon: index N as the daemons number GPUs\n"
+               "                   (gpuN.sock, default 0) or the GPU's UUID (GPU-...)\n"
                "  --socket PATH    the daemon's socket (default: $MSCHED_SOCKET, else the\n"
                "                   per-user runtime directory)\n");
 }

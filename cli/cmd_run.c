@@ -9,13 +9,16 @@
  *   variables the shim reads once at start (docs/shim.md lists them). libmsched is looked for
  *   next to the msched binary: <bindir>/../lib/msched/.
  *
- *   The daemon is started on demand: when no mschedd answers on the socket (MSCHED_SOCKET, or
- *   the default path for GPU 0), `run` starts <bindir>/mschedd with idle_exit 60s (it leaves by
- *   itself a minute after its last client) and waits until it listens. Its budget is 90 % of
- *   GPU 0's memory as the CUDA driver reports it (cuDeviceTotalMem, no context created), or
- *   the daemon's default when no driver answers. --no-daemon (or MSCHED_DAEMON=off) skips
- *   that and the shim runs alone (under --budget, or only observing). A daemon that cannot be
- *   started is reported in one line and the program runs alone.
+ *   The daemon is started on demand: the program's device 0 (in this environment, so under its
+ *   CUDA_VISIBLE_DEVICES) is asked for its UUID (ipc/gpuid.h, in a child: nothing of the
+ *   driver stays in this process); when no mschedd answers on that UUID's socket (or
+ *   MSCHED_SOCKET; gpu0.sock when no driver answers), `run` starts <bindir>/mschedd for that
+ *   UUID with idle_exit 60s (it leaves by itself a minute after its last client) and waits
+ *   until it listens. Its budget is the daemon's default (90 % of the GPU's memory), the same
+ *   as by hand. The daemon is started before the library path changes, so it never loads
+ *   libmsched as its driver. --no-daemon (or MSCHED_DAEMON=off) skips that and the shim runs
+ *   alone (under --budget, or only observing). A daemon that cannot be started is reported in
+ *   one line and the program runs alone.
  *
  * Errors: a bad option or a missing program is a usage error (2); a missing libmsched or a
  * program that cannot be executed is a runtime error (1, or 127 when exec fails, like a shell).
@@ -24,6 +27,7 @@
 
 #include "core/proto.h"
 #include "core/timeline.h"
+#include "ipc/gpuid.h"
 #include "ipc/ipc.h"
 #include "ipc/shimopt.h"
 
@@ -32,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,34 +69,19 @@ static int bin_dir(char *out, size_t cap)
     return w > 0 && (size_t)w < cap ? 0 : -1;
 }
 
-/* GPU 0's memory in bytes from the CUDA driver (0 when there is none). */
-static uint64_t device_total(void)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        return 0;
-    int (*init)(unsigned) = NULL;
-    int (*get)(int *, int) = NULL;
-    int (*total)(size_t *, int) = NULL;
-    *(void **)&init = dlsym(h, "cuInit");
-    *(void **)&get = dlsym(h, "cuDeviceGet");
-    *(void **)&total = dlsym(h, "cuDeviceTotalMem_v2");
-    size_t bytes = 0;
-    int dev = 0;
-    if (!init || !get || !total || init(0) != 0 || get(&dev, 0) != 0 || total(&bytes, dev) != 0)
-        bytes = 0;
-    dlclose(h);
-    return bytes;
-}
-
 /*
- * Make sure a daemon answers on the socket, starting one if none does. mschedd (without
- * --foreground) returns once its child listens, or fails saying why on stderr.
+ * Make sure a daemon answers on the socket of the GPU the program will use, starting one if
+ * none does. mschedd (without --foreground) returns once its child listens, or fails saying
+ * why on stderr.
  */
 static void ensure_daemon(bool verbose)
 {
-    char sock[MS_IPC_PATH_MAX], dir[PATH_MAX], exe[PATH_MAX + 16];
-    if (ms_ipc_socket_path(0, sock, sizeof(sock)) != MS_OK)
+    char sock[MS_IPC_PATH_MAX], dir[PATH_MAX], exe[PATH_MAX + 16], why[300];
+    /* Device 0 as the program will number it (this environment: CUDA_VISIBLE_DEVICES). */
+    struct ms_gpu_id id;
+    bool known = ms_gpu_identify(0, NULL, false, &id, why, sizeof(why)) == MS_OK;
+    if (known ? ms_ipc_uuid_socket_path(id.uuid, sock, sizeof(sock)) != MS_OK
+              : ms_ipc_socket_path(0, sock, sizeof(sock)) != MS_OK)
         return;
     int fd = -1;
     if (ms_ipc_connect(sock, 500, &fd) == MS_OK) {
@@ -107,16 +95,13 @@ static void ensure_daemon(bool verbose)
         ms_cli_error("no daemon on %s and no mschedd at %s: the program runs alone", sock, exe);
         return;
     }
-    char budget[32] = "";
-    uint64_t total = device_total();
-    if (total >= 10 * MS_GRAN)
-        snprintf(budget, sizeof(budget), "%llu",
-                 (unsigned long long)(total / 10 * 9 / MS_GRAN * MS_GRAN));
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        if (budget[0])
-            execl(exe, "mschedd", "--socket", sock, "--idle-exit", IDLE_EXIT, "--budget", budget,
+        /* The daemon's budget is its own default (90 % of the GPU's memory): the same rule
+         * as for a daemon started by hand. */
+        if (known)
+            execl(exe, "mschedd", "--socket", sock, "--uuid", id.uuid, "--idle-exit", IDLE_EXIT,
                   (char *)NULL);
         else
             execl(exe, "mschedd", "--socket", sock, "--idle-exit", IDLE_EXIT, (char *)NULL);
@@ -135,8 +120,8 @@ static void ensure_daemon(bool verbose)
     }
     if (verbose)
         fprintf(stderr,
-                "msched: started mschedd on %s, budget %s (it exits %s after its last client)\n",
-                sock, budget[0] ? budget : "its default", IDLE_EXIT);
+                "msched: started mschedd on %s for %s (it exits %s after its last client)\n", sock,
+                known ? id.uuid : "GPU 0 (no CUDA driver answered)", IDLE_EXIT);
 }
 
 /* <bindir>/../lib/msched, where libmsched is. */
@@ -225,6 +210,13 @@ static int run_main(int argc, char **argv)
                      lib);
         return MS_EXIT_RUNTIME;
     }
+    for (int k = 0; k < MS_OPT_COUNT; k++)
+        if (given[k] && setenv_or_fail(ms_shimopt_defs[k].env, given[k]))
+            return MS_EXIT_RUNTIME;
+    const char *dm = getenv("MSCHED_DAEMON");
+    const char *engine = getenv("MSCHED_ENGINE");
+    if (!(dm && strcmp(dm, "off") == 0) && !(engine && strcmp(engine, "off") == 0))
+        ensure_daemon(verbose);
     if (preload) {
         const char *old = getenv("LD_PRELOAD");
         char *val = malloc(strlen(lib) + (old ? strlen(old) : 0) + 2);
@@ -246,13 +238,6 @@ static int run_main(int argc, char **argv)
         if (e)
             return MS_EXIT_RUNTIME;
     }
-    for (int k = 0; k < MS_OPT_COUNT; k++)
-        if (given[k] && setenv_or_fail(ms_shimopt_defs[k].env, given[k]))
-            return MS_EXIT_RUNTIME;
-    const char *dm = getenv("MSCHED_DAEMON");
-    const char *engine = getenv("MSCHED_ENGINE");
-    if (!(dm && strcmp(dm, "off") == 0) && !(engine && strcmp(engine, "off") == 0))
-        ensure_daemon(verbose);
     fflush(NULL);
     execvp(argv[i], &argv[i]);
     ms_cli_error("cannot run '%s': %s", argv[i], strerror(errno));

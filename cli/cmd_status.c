@@ -31,14 +31,15 @@ void ms_cmd_status_help(FILE *f);
 
 void ms_cmd_status_help(FILE *f)
 {
-    fprintf(f, "usage: msched status [--gpu N] [--socket PATH] [--prometheus | --json]\n"
+    fprintf(f, "usage: msched status [--gpu N|UUID] [--socket PATH] [--prometheus | --json]\n"
                "                     [--timeout DUR]\n"
                "\n"
                "Shows the daemon of a GPU: memory budget, resident bytes, context switches, and\n"
                "one row per task (state, priority, resident and total bytes, bytes moved, slices,\n"
                "GPU time).\n"
                "\n"
-               "  --gpu N          which GPU's daemon (default 0)\n"
+               "  --gpu N|UUID     which GPU's daemon: index N as the daemons number GPUs\n"
+               "                   (gpuN.sock, default 0) or the GPU's UUID (GPU-...)\n"
                "  --socket PATH    the daemon's socket (default: $MSCHED_SOCKET, else the\n"
                "                   per-user runtime directory)\n"
                "  --prometheus     print the metrics in the Prometheus text format\n"

@@ -52,7 +52,7 @@ static void on_sigint(int sig)
 
 void ms_cmd_top_help(FILE *f)
 {
-    fprintf(f, "usage: msched top [--gpu N] [--socket PATH] [--interval DUR] [--count N]\n"
+    fprintf(f, "usage: msched top [--gpu N|UUID] [--socket PATH] [--interval DUR] [--count N]\n"
                "                  [--once] [--json]\n"
                "\n"
                "A live view of the daemon: tasks, states, resident and total bytes, bytes moved\n"
@@ -61,7 +61,8 @@ void ms_cmd_top_help(FILE *f)
                "frames instead, one every interval: --count of them, or one when neither\n"
                "--count nor --interval is given, or until interrupted when only --interval is.\n"
                "\n"
-               "  --gpu N          which GPU's daemon (default 0)\n"
+               "  --gpu N|UUID     which GPU's daemon: index N as the daemons number GPUs\n"
+               "                   (gpuN.sock, default 0) or the GPU's UUID (GPU-...)\n"
                "  --socket PATH    the daemon's socket (default: $MSCHED_SOCKET, else the\n"
                "                   per-user runtime directory)\n"
                "  --interval DUR   refresh period, 100ms to 60s (default 1s)\n"

@@ -173,9 +173,17 @@ int ms_cli_getopt(int argc, char **argv, const char *shortopts, const struct opt
 int ms_cli_gpu_socket(const char *gpu, char *sock, size_t cap)
 {
     uint64_t g;
+    char hex[MS_IPC_UUID_MAX];
+    if (ms_ipc_uuid_hex(gpu, hex, sizeof(hex)) == MS_OK) {
+        if (ms_ipc_uuid_socket_path(gpu, sock, cap) != MS_OK) {
+            ms_cli_error("--gpu: the socket path for '%s' is too long", gpu);
+            return MS_EXIT_USAGE;
+        }
+        return 0;
+    }
     if (ms_cli_parse_u64(gpu, &g) != MS_OK || g > 255 ||
         ms_ipc_socket_path((unsigned)g, sock, cap) != MS_OK) {
-        ms_cli_error("--gpu: '%s' is not a GPU index", gpu);
+        ms_cli_error("--gpu: '%s' is not a GPU index or UUID", gpu);
         return MS_EXIT_USAGE;
     }
     return 0;

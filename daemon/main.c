@@ -6,6 +6,15 @@
  * flag (--slice-max 2s is the option slice_max); a few flags are extra (--foreground, -v,
  * --check, --set KEY=VALUE).
  *
+ * The GPU is named by its UUID (ipc/gpuid.h): --uuid, or the UUID of GPU --gpu N (numbered
+ * with every GPU visible), asked of the CUDA driver in a short-lived child before anything
+ * else. The socket is then gpu-<uuid>.sock (unless --socket or $MSCHED_SOCKET say otherwise),
+ * its lock gpu-<uuid>.sock.lock, and gpuN.sock a link to it (beside a socket of that name,
+ * however its path was given) made once the daemon listens and removed as it stops (only while it
+ * still leads to this daemon's socket). Without a driver the socket is gpuN.sock as named by the
+ * index. The budget, unless set, is 90 % of the GPU's memory, or 16 GiB when no driver answers
+ * (ms_gpu_default_budget): the same rule however the daemon is started.
+ *
  * Without --foreground the daemon forks into the background. The parent waits on a pipe until
  * the child is listening (or failed), so `mschedd && msched status` always finds it, and
  * failures such as "another daemon is running" are printed by the parent and reflected in its
@@ -17,6 +26,8 @@
  * (reload_conf: defaults, the file as it is now, the flags).
  */
 #include "daemon/daemon.h"
+
+#include "ipc/gpuid.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -40,11 +51,15 @@ static void usage(FILE *f)
         "\n"
         "  -f, --foreground        stay in the foreground (logs go to stderr)\n"
         "  -c, --config FILE       read options from FILE (key = value lines)\n"
-        "      --gpu N             GPU index (names the socket)\n"
+        "      --gpu N             GPU index, every GPU visible (default 0): the daemon\n"
+        "                          serves the GPU with that index's UUID\n"
+        "      --uuid GPU-...      the GPU by its UUID (as nvidia-smi -L prints it)\n"
         "      --socket PATH       socket path (default: $MSCHED_SOCKET, else\n"
-        "                          $XDG_RUNTIME_DIR/msched/gpuN.sock, else\n"
-        "                          /tmp/msched-UID/gpuN.sock)\n"
-        "      --budget SIZE       device memory all tasks may hold (16GiB)\n"
+        "                          gpu-UUID.sock in $MSCHED_SOCKET_DIR, else in\n"
+        "                          $XDG_RUNTIME_DIR/msched, else in /tmp/msched-UID;\n"
+        "                          gpuN.sock is a link to it)\n"
+        "      --budget SIZE       device memory all tasks may hold (default: 90 %% of\n"
+        "                          the GPU's memory; 16GiB when no driver answers)\n"
         "      --slice DURATION    base time slice (100ms)\n"
         "      --policy P          rr, prio or adaptive\n"
         "      --evict E           opt, lru or whole\n"
@@ -273,6 +288,73 @@ static int daemonize(void)
     return p[1];
 }
 
+/*
+ * Which GPU, by the driver (gpuid.h): its UUID into c->uuid and its index into c->gpu; the
+ * socket named by the UUID into c->socket, and the index name to link to it into link (""
+ * for none); the budget when budget_auto. note gets a line for the log. Returns 0 or an exit
+ * status.
+ */
+static int identify(struct ms_conf *c, bool budget_auto, char *link, size_t linklen, char *note,
+                    size_t notelen)
+{
+    const char *env = getenv("MSCHED_SOCKET");
+    bool by_uuid = !c->socket[0] && !(env && *env);
+    link[0] = note[0] = '\0';
+    if (!by_uuid && !budget_auto && !c->uuid[0])
+        return 0;
+    struct ms_gpu_id id;
+    char why[300];
+    int rc = ms_gpu_identify((int)c->gpu, c->uuid[0] ? c->uuid : NULL, true, &id, why, sizeof(why));
+    if (rc == MS_E_INVAL) {
+        fprintf(stderr, "mschedd: %s\n", why);
+        return EXIT_USAGE;
+    }
+    if (rc == MS_E_NOTFOUND) {
+        fprintf(stderr, "mschedd: %s\n", why);
+        return EXIT_RUNTIME;
+    }
+    if (rc == MS_OK) {
+        snprintf(c->uuid, sizeof(c->uuid), "%s", id.uuid);
+        c->gpu = (uint32_t)id.ordinal;
+    } else if (c->uuid[0]) {
+        char hex[MS_IPC_UUID_MAX];
+        if (ms_ipc_uuid_hex(c->uuid, hex, sizeof(hex)) != MS_OK) {
+            fprintf(stderr, "mschedd: '%s' is not a GPU UUID\n", c->uuid);
+            return EXIT_USAGE;
+        }
+    }
+    if (budget_auto) {
+        c->budget = ms_gpu_default_budget(rc == MS_OK ? id.total : 0);
+        char b[32], t[32];
+        ms_format_size(c->budget, b, sizeof(b));
+        if (rc == MS_OK) {
+            ms_format_size(id.total, t, sizeof(t));
+            snprintf(note, notelen, "budget %s: 90 %% of the GPU's %s", b, t);
+        } else {
+            snprintf(note, notelen, "budget %s: the GPU's memory is unknown (%s)", b, why);
+        }
+    } else if (rc != MS_OK && by_uuid) {
+        snprintf(note, notelen, "the GPU is named by its index: %s", why);
+    }
+    if (by_uuid && c->uuid[0] &&
+        ms_ipc_uuid_socket_path(c->uuid, c->socket, sizeof(c->socket)) != MS_OK) {
+        fprintf(stderr, "mschedd: socket path too long (at most %d bytes)\n", MS_IPC_PATH_MAX - 1);
+        return EXIT_USAGE;
+    }
+    /* The index name, beside a socket named by the UUID however the path was given. */
+    const char *sock = c->socket[0] ? c->socket : env;
+    const char *base = sock ? strrchr(sock, '/') : NULL;
+    char hex[MS_IPC_UUID_MAX], want[MS_IPC_UUID_MAX + 16];
+    if (rc == MS_OK && base && ms_ipc_uuid_hex(c->uuid, hex, sizeof(hex)) == MS_OK) {
+        snprintf(want, sizeof(want), "gpu-%s.sock", hex);
+        if (strcmp(base + 1, want) == 0 &&
+            snprintf(link, linklen, "%.*s/gpu%u.sock", (int)(base - sock), sock, c->gpu) >=
+                (int)linklen)
+            link[0] = '\0';
+    }
+    return 0;
+}
+
 static void tell_parent(int fd, const char *msg)
 {
     if (fd < 0)
@@ -286,6 +368,7 @@ int main(int argc, char **argv)
 {
     struct ms_conf conf;
     ms_conf_default(&conf);
+    conf.budget = 0; /* unset: the default rule below, once the GPU is known */
     bool foreground = false;
     const char *config = NULL;
     int rc = parse_args(argc, argv, &conf, &foreground, &config, 0);
@@ -301,6 +384,10 @@ int main(int argc, char **argv)
     rc = parse_args(argc, argv, &conf, &foreground, &config, 1);
     if (rc)
         return rc < 0 ? 0 : rc;
+    char link[MS_IPC_PATH_MAX + 8], note[400];
+    rc = identify(&conf, conf.budget == 0, link, sizeof(link), note, sizeof(note));
+    if (rc)
+        return rc;
     char why[400];
     if (ms_conf_check(&conf, why, sizeof(why)) != MS_OK) {
         fprintf(stderr, "mschedd: %s\n", why);
@@ -378,12 +465,22 @@ int main(int argc, char **argv)
         ms_daemon_fini(&d);
         return EXIT_RUNTIME;
     }
+    if (note[0])
+        ms_log_info("%s", note);
+    if (link[0]) {
+        if (ms_ipc_link_socket(d.sock_path, link) == MS_OK)
+            ms_log_info("GPU %u is %s: %s links to %s", d.conf.gpu, d.conf.uuid, link, d.sock_path);
+        else
+            ms_log_warn("cannot link %s to %s: %s", link, d.sock_path, strerror(errno));
+    }
     tell_parent(ready, "0");
     char status[MS_IPC_PATH_MAX + 80];
     snprintf(status, sizeof(status), "READY=1\nSTATUS=serving GPU %u on %s%s", d.conf.gpu,
              d.sock_path, act_fd >= 0 ? " (socket activated)" : "");
     ms_sd_notify(status);
     rc = ms_daemon_run(&d);
+    if (link[0])
+        ms_ipc_unlink_link(d.sock_path, link);
     ms_daemon_fini(&d);
     ms_log_info("stopped");
     ms_log_close();

@@ -28,12 +28,16 @@
 #define OFF(f) offsetof(struct ms_conf, f), sizeof(((struct ms_conf *)0)->f)
 
 static const struct ms_conf_opt opts[] = {
-    {"gpu", MS_CT_UINT, OFF(gpu), 0, 255, false, "GPU index (names the socket and the lock)"},
+    {"gpu", MS_CT_UINT, OFF(gpu), 0, 255, false,
+     "GPU index, every GPU visible (resolved to its UUID by the CUDA driver)"},
+    {"uuid", MS_CT_STRING, OFF(uuid), 0, 0, false,
+     "the GPU's UUID (GPU-...; default: GPU gpu's): names the socket and the lock"},
     {"socket", MS_CT_STRING, OFF(socket), 0, 0, false,
-     "socket path (default: $MSCHED_SOCKET, else $XDG_RUNTIME_DIR/msched/gpuN.sock, else "
-     "/tmp/msched-UID/gpuN.sock)"},
+     "socket path (default: $MSCHED_SOCKET, else gpu-UUID.sock in $MSCHED_SOCKET_DIR, else in "
+     "$XDG_RUNTIME_DIR/msched, else in /tmp/msched-UID; gpuN.sock without a driver)"},
     {"budget", MS_CT_SIZE, OFF(budget), MS_GRAN, 1ull << 50, true,
-     "device memory all tasks together may hold"},
+     "device memory all tasks together may hold (default: 90 % of the GPU's memory; 16GiB "
+     "when no driver answers)"},
     {"slice", MS_CT_DURATION, OFF(slice_ns), 100 * NS_US, 60 * NS_S, true,
      "base time slice (times a task's weight)"},
     {"slice_max", MS_CT_DURATION, OFF(slice_max_ns), 100 * NS_US, 600 * NS_S, true,

@@ -41,8 +41,9 @@
 enum ms_log_level { MS_LOG_ERROR = 0, MS_LOG_WARN, MS_LOG_INFO, MS_LOG_DEBUG };
 
 struct ms_conf {
-    uint32_t gpu;                 /* GPU index: names the socket and the lock */
-    char socket[MS_IPC_PATH_MAX]; /* "" = the default rule of ms_ipc_socket_path */
+    uint32_t gpu;                 /* GPU index (every GPU visible), when uuid is "" */
+    char uuid[MS_IPC_UUID_MAX];   /* the GPU's UUID: names the socket and the lock */
+    char socket[MS_IPC_PATH_MAX]; /* "" = gpu-<uuid>.sock (ms_ipc_uuid_socket_path) */
     uint64_t budget;              /* bytes all tasks may hold on the device */
     uint64_t slice_ns;            /* base time slice */
     uint64_t slice_max_ns;        /* adaptive: longest slice */

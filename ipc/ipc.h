@@ -4,17 +4,23 @@
  * ms_msg (core/proto.h) with partial reads and writes handled.
  *
  * Design
- *   One Unix stream socket per GPU. Its path is $MSCHED_SOCKET when set, else
- *   $XDG_RUNTIME_DIR/msched/gpu<N>.sock, else /tmp/msched-<uid>/gpu<N>.sock. The directory is
- *   created 0700 (0750 for a socket group) by the daemon, which refuses one it does not own or
- *   that others can write, sticky or not.
+ *   One Unix stream socket per physical GPU, named by the GPU's UUID so that every process
+ *   reaches the same daemon whatever ordinal CUDA_VISIBLE_DEVICES or a container gives the
+ *   GPU: $MSCHED_SOCKET when set (one path for every GPU), else gpu-<uuid>.sock in the socket
+ *   directory: $MSCHED_SOCKET_DIR, else $XDG_RUNTIME_DIR/msched, else /tmp/msched-<uid>.
+ * gpu<N>.sock, the index name, is a symbolic link to it made by the daemon (N: the GPU's index with
+ * every GPU visible), or the socket itself for a daemon that knows no UUID (no CUDA driver answered
+ * it). The directory is created 0700 (0750 for a socket group) by the daemon, which refuses one it
+ *   does not own or that others can write, sticky or not.
  *
  *   Trust (docs/daemon.md, "Threat model"). A client connects only to a daemon it trusts: the
  *   socket's directory and file must belong to the user, root or the service user named by
  *   $MSCHED_SERVICE_USER, the directory must be writable by nobody else (unless sticky, like
  *   /tmp, where the file's owner decides), and the process listening (SO_PEERCRED) must run
  *   as one of those users. Anything else is refused before a byte is sent, so a squatter never
- *   learns a client's pid, name or allocations and cannot hang it.
+ *   learns a client's pid, name or allocations and cannot hang it. A link (the index name) is
+ *   followed once, only to a bare name in its own directory, and the checks judge the socket
+ *   it leads to.
  *
  *   A connection (struct ms_conn) owns a nonblocking fd and two buffers. Sending encodes the
  *   frame onto the output buffer and writes as much as the socket takes; the rest waits for
@@ -47,12 +53,41 @@
 
 #define MS_IPC_PATH_MAX 108 /* sizeof(sockaddr_un.sun_path) on Linux */
 #define MS_IPC_READ_CHUNK 65536
+#define MS_IPC_UUID_MAX 48 /* "GPU-" + 36 characters + NUL, rounded up */
 
 /*
- * The socket path for GPU `gpu` (rules above) into buf. Errors: MS_E_NOSPACE (too long for a
- * Unix socket address).
+ * The socket path for GPU index `gpu` (gpu<N>.sock, rules above) into buf. Errors:
+ * MS_E_NOSPACE (too long for a Unix socket address).
  */
 int ms_ipc_socket_path(unsigned gpu, char *buf, size_t len);
+
+/* The socket path for the GPU with this UUID (gpu-<uuid>.sock, or $MSCHED_SOCKET). Errors:
+ * MS_E_INVAL (not a UUID), MS_E_NOSPACE. */
+int ms_ipc_uuid_socket_path(const char *uuid, char *buf, size_t len);
+
+/* The socket directory ($MSCHED_SOCKET_DIR, else $XDG_RUNTIME_DIR/msched, else
+ * /tmp/msched-<uid>). */
+int ms_ipc_socket_dir(char *buf, size_t len);
+
+/* A UUID as written ("GPU-" or "MIG-" and 8-4-4-4-12 hexadecimal digits, or the digits
+ * alone) into its 36 lower-case characters (len >= 37). Errors: MS_E_INVAL. */
+int ms_ipc_uuid_hex(const char *uuid, char *hex, size_t len);
+
+/* The driver's 16 UUID bytes as nvidia-smi writes them: "GPU-xxxxxxxx-xxxx-...". */
+void ms_ipc_uuid_format(const unsigned char bytes[16], char *out, size_t len);
+
+/* Whether a daemon's socket exists: $MSCHED_SOCKET, or any gpu*.sock in the directory. */
+bool ms_ipc_any_socket(void);
+
+/*
+ * Make link_path a symbolic link to sock_path's name (both in the same directory), replacing
+ * a link already there (atomically), or a socket whose daemon is gone (nobody holds its
+ * <link_path>.lock); anything else is left alone (MS_E_BUSY).
+ * ms_ipc_unlink_link removes link_path only while it still leads to sock_path.
+ * Errors: MS_E_INVAL (another directory), MS_E_IO (errno), MS_E_NOSPACE.
+ */
+int ms_ipc_link_socket(const char *sock_path, const char *link_path);
+void ms_ipc_unlink_link(const char *sock_path, const char *link_path);
 
 /*
  * Create the socket's parent directory if missing (one level only: mode 0700, or 0750 and

@@ -8,6 +8,7 @@
  */
 #include "ipc/ipc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -29,22 +31,116 @@ uint64_t ms_ipc_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int ms_ipc_socket_path(unsigned gpu, char *buf, size_t len)
+int ms_ipc_socket_dir(char *buf, size_t len)
+{
+    const char *dir = getenv("MSCHED_SOCKET_DIR");
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    int n;
+    if (dir && *dir)
+        n = snprintf(buf, len, "%s", dir);
+    else if (xdg && *xdg)
+        n = snprintf(buf, len, "%s/msched", xdg);
+    else
+        n = snprintf(buf, len, "/tmp/msched-%u", (unsigned)getuid());
+    if (n < 0 || (size_t)n >= len || (size_t)n >= MS_IPC_PATH_MAX)
+        return MS_E_NOSPACE;
+    return MS_OK;
+}
+
+/* buf = $MSCHED_SOCKET, or the default directory + "/" + name. */
+static int socket_named(const char *name, char *buf, size_t len)
 {
     const char *env = getenv("MSCHED_SOCKET");
     int n;
     if (env && *env) {
         n = snprintf(buf, len, "%s", env);
     } else {
-        const char *xdg = getenv("XDG_RUNTIME_DIR");
-        if (xdg && *xdg)
-            n = snprintf(buf, len, "%s/msched/gpu%u.sock", xdg, gpu);
-        else
-            n = snprintf(buf, len, "/tmp/msched-%u/gpu%u.sock", (unsigned)getuid(), gpu);
+        char dir[MS_IPC_PATH_MAX + 1];
+        if (ms_ipc_socket_dir(dir, sizeof(dir)) != MS_OK)
+            return MS_E_NOSPACE;
+        n = snprintf(buf, len, "%s/%s", dir, name);
     }
     if (n < 0 || (size_t)n >= len || (size_t)n >= MS_IPC_PATH_MAX)
         return MS_E_NOSPACE;
     return MS_OK;
+}
+
+int ms_ipc_socket_path(unsigned gpu, char *buf, size_t len)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "gpu%u.sock", gpu);
+    return socket_named(name, buf, len);
+}
+
+int ms_ipc_uuid_socket_path(const char *uuid, char *buf, size_t len)
+{
+    char hex[MS_IPC_UUID_MAX];
+    if (ms_ipc_uuid_hex(uuid, hex, sizeof(hex)) != MS_OK)
+        return MS_E_INVAL;
+    char name[MS_IPC_UUID_MAX + 16];
+    snprintf(name, sizeof(name), "gpu-%s.sock", hex);
+    return socket_named(name, buf, len);
+}
+
+static bool is_hex(char ch)
+{
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+int ms_ipc_uuid_hex(const char *uuid, char *hex, size_t len)
+{
+    if (!uuid || len < 37)
+        return MS_E_INVAL;
+    if (strncmp(uuid, "GPU-", 4) == 0 || strncmp(uuid, "MIG-", 4) == 0)
+        uuid += 4;
+    if (strlen(uuid) != 36)
+        return MS_E_INVAL;
+    for (size_t i = 0; i < 36; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? uuid[i] != '-' : !is_hex(uuid[i]))
+            return MS_E_INVAL;
+        hex[i] = (uuid[i] >= 'A' && uuid[i] <= 'F') ? (char)(uuid[i] - 'A' + 'a') : uuid[i];
+    }
+    hex[36] = '\0';
+    return MS_OK;
+}
+
+void ms_ipc_uuid_format(const unsigned char bytes[16], char *out, size_t len)
+{
+    const unsigned char *b = bytes;
+    snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
+/* A daemon's socket name: gpuN.sock or gpu-<uuid>.sock. */
+static bool daemon_name(const char *name)
+{
+    size_t n = strlen(name);
+    return n >= 9 && strncmp(name, "gpu", 3) == 0 && strcmp(name + n - 5, ".sock") == 0;
+}
+
+bool ms_ipc_any_socket(void)
+{
+    struct stat st;
+    const char *env = getenv("MSCHED_SOCKET");
+    if (env && *env)
+        return stat(env, &st) == 0 && S_ISSOCK(st.st_mode);
+    char dir[MS_IPC_PATH_MAX + 1], path[2 * MS_IPC_PATH_MAX + 2];
+    if (ms_ipc_socket_dir(dir, sizeof(dir)) != MS_OK)
+        return false;
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool found = false;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        if (!daemon_name(e->d_name))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        found = stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+    }
+    closedir(d);
+    return found;
 }
 
 #define WHY(...)                                                                                   \
@@ -178,6 +274,69 @@ int ms_ipc_listen_group(const char *sock_path, long gid, int *out_fd)
     return MS_OK;
 }
 
+/* The last component of path. */
+static const char *base_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* A socket whose daemon is gone: nobody holds its lock (<path>.lock, as the daemon takes it). */
+static bool stale_socket(const char *path)
+{
+    char lock[MS_IPC_PATH_MAX + 16];
+    if (snprintf(lock, sizeof(lock), "%s.lock", path) >= (int)sizeof(lock))
+        return false;
+    int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return errno == ENOENT;
+    bool free = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    close(fd); /* releases the lock, if it was taken */
+    return free;
+}
+
+int ms_ipc_link_socket(const char *sock_path, const char *link_path)
+{
+    char sdir[MS_IPC_PATH_MAX + 1], ldir[MS_IPC_PATH_MAX + 1], tmp[MS_IPC_PATH_MAX + 32];
+    if (dir_of(sock_path, sdir, sizeof(sdir)) != MS_OK ||
+        dir_of(link_path, ldir, sizeof(ldir)) != MS_OK)
+        return MS_E_NOSPACE;
+    if (strcmp(sdir, ldir) != 0) {
+        errno = EXDEV;
+        return MS_E_INVAL;
+    }
+    struct stat st;
+    if (lstat(link_path, &st) == 0 && !S_ISLNK(st.st_mode) &&
+        !(S_ISSOCK(st.st_mode) && stale_socket(link_path))) {
+        errno = EEXIST; /* a daemon's own socket (one named by its index): left alone */
+        return MS_E_BUSY;
+    }
+    /* A new link beside it, renamed over the old one: the name never points nowhere. */
+    if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", link_path, (int)getpid()) >= (int)sizeof(tmp))
+        return MS_E_NOSPACE;
+    unlink(tmp);
+    if (symlink(base_of(sock_path), tmp) != 0)
+        return MS_E_IO;
+    if (rename(tmp, link_path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return MS_E_IO;
+    }
+    return MS_OK;
+}
+
+void ms_ipc_unlink_link(const char *sock_path, const char *link_path)
+{
+    char target[MS_IPC_PATH_MAX + 1];
+    ssize_t n = readlink(link_path, target, sizeof(target) - 1);
+    if (n <= 0)
+        return;
+    target[n] = '\0';
+    if (strcmp(target, base_of(sock_path)) == 0)
+        unlink(link_path); /* still ours: another daemon may have taken the name since */
+}
+
 /* ---- whom a client trusts ------------------------------------------------------------------- */
 
 /* The uid MSCHED_SERVICE_USER names (a number or a user name), or -1. */
@@ -285,10 +444,56 @@ int ms_ipc_connect(const char *sock_path, int timeout_ms, int *out_fd)
     return rc;
 }
 
-int ms_ipc_connect_why(const char *sock_path, int timeout_ms, int *out_fd, char *why, size_t whylen)
+/*
+ * A daemon's index name (gpu0.sock) is a link to its UUID name in the same directory. The
+ * checks must hold for what is connected to, so a link is followed here, once, and only to a
+ * bare name beside it (in the same directory, whose trust check_path then judges); the link
+ * itself must belong to someone trusted (in a sticky directory anyone may make one).
+ */
+static int resolve_link(const char *sock_path, char *out, size_t len, char *why, size_t whylen)
 {
+    struct stat ls;
+    if (lstat(sock_path, &ls) != 0 || !S_ISLNK(ls.st_mode)) {
+        if (snprintf(out, len, "%s", sock_path) >= (int)len)
+            return MS_E_NOSPACE;
+        return MS_OK;
+    }
+    char target[MS_IPC_PATH_MAX + 1], dir[MS_IPC_PATH_MAX + 1];
+    ssize_t n = readlink(sock_path, target, sizeof(target) - 1);
+    if (n <= 0)
+        return MS_E_IO;
+    target[n] = '\0';
+    if (strchr(target, '/') || strcmp(target, ".") == 0 || strcmp(target, "..") == 0) {
+        WHY("refusing the daemon socket %s: it is a link out of its directory (to %s)", sock_path,
+            target);
+        return MS_E_STATE;
+    }
+    if (!trusted(ls.st_uid)) {
+        WHY("refusing the daemon socket %s: it is a link that belongs to uid %u (not this "
+            "user, root or MSCHED_SERVICE_USER)",
+            sock_path, (unsigned)ls.st_uid);
+        return MS_E_STATE;
+    }
+    if (dir_of(sock_path, dir, sizeof(dir)) != MS_OK ||
+        snprintf(out, len, "%s/%s", dir, target) >= (int)MS_MIN(len, (size_t)MS_IPC_PATH_MAX))
+        return MS_E_NOSPACE;
+    struct stat ts;
+    if (lstat(out, &ts) == 0 && S_ISLNK(ts.st_mode)) {
+        WHY("refusing the daemon socket %s: its link leads to another link", sock_path);
+        return MS_E_STATE;
+    }
+    return MS_OK;
+}
+
+int ms_ipc_connect_why(const char *sock_path_in, int timeout_ms, int *out_fd, char *why,
+                       size_t whylen)
+{
+    char sock_path[MS_IPC_PATH_MAX + 1];
+    int rc = resolve_link(sock_path_in, sock_path, sizeof(sock_path), why, whylen);
+    if (rc)
+        return rc;
     struct sockaddr_un sa;
-    int rc = make_addr(sock_path, &sa);
+    rc = make_addr(sock_path, &sa);
     if (rc)
         return rc;
     rc = check_path(sock_path, why, whylen);

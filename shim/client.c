@@ -75,23 +75,30 @@ bool ms_client_allowed(void)
     return C.allowed;
 }
 
-static bool is_socket(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
-}
-
 bool ms_client_available(void)
 {
     if (!C.allowed || !C.cond_ready)
         return false;
-    char path[MS_IPC_PATH_MAX + 1];
     /* The device is not known yet (no driver call is made here): any GPU's socket will do;
      * ms_client_connect uses the context's. $MSCHED_SOCKET names one path for every GPU. */
-    for (unsigned g = 0; g < 16; g++)
-        if (ms_ipc_socket_path(g, path, sizeof(path)) == MS_OK && is_socket(path))
-            return true;
-    return false;
+    return ms_ipc_any_socket();
+}
+
+/* The socket of the device (contract: client.h). */
+static int device_socket(unsigned gpu, const char *uuid, char *path, size_t len)
+{
+    if (uuid && ms_ipc_uuid_socket_path(uuid, path, len) == MS_OK) {
+        struct stat st;
+        if (lstat(path, &st) == 0 || getenv("MSCHED_SOCKET"))
+            return MS_OK;
+    }
+    int rc = ms_ipc_socket_path(gpu, path, len);
+    if (rc == MS_OK && uuid) {
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
+            return MS_E_NOTFOUND; /* a link names another numbering's GPU */
+    }
+    return rc;
 }
 
 void ms_client_stats_get(struct ms_client_stats *out)
@@ -153,10 +160,10 @@ void ms_client_region_free(uint32_t slot)
     ms__cl_prune_dead();
 }
 
-int ms_client_connect(unsigned gpu, uint64_t limit, struct ms_client_welcome *out)
+int ms_client_connect(unsigned gpu, const char *uuid, uint64_t limit, struct ms_client_welcome *out)
 {
     char path[MS_IPC_PATH_MAX + 1];
-    int rc = ms_ipc_socket_path(gpu, path, sizeof(path));
+    int rc = device_socket(gpu, uuid, path, sizeof(path));
     int fd = -1;
     if (rc == MS_OK)
         rc = ms_ipc_connect(path, CONNECT_MS, &fd);
@@ -199,7 +206,8 @@ int ms_client_connect(unsigned gpu, uint64_t limit, struct ms_client_welcome *ou
     out->task = C.task;
     out->budget = budget;
     out->slice_ns = C.slice_ns;
-    ms__shim_log("daemon: task %u, budget %llu MiB", C.task, (unsigned long long)(budget / MS_MIB));
+    ms__shim_log("daemon: task %u, budget %llu MiB, on %s", C.task,
+                 (unsigned long long)(budget / MS_MIB), path);
     return MS_OK;
 }
 

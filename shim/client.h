@@ -96,10 +96,15 @@ struct ms_client_welcome {
     uint64_t slice_ns;
 };
 
-/* Connect, HELLO, wait for WELCOME (bounded: about 3 s). gpu: names the default socket;
+/* Connect, HELLO, wait for WELCOME (bounded: about 3 s). uuid: the device's UUID, which names
+ * its daemon's socket (gpu-<uuid>.sock); gpu: the device's ordinal in this process, whose
+ * gpu<N>.sock is used only when uuid is NULL or no socket has the UUID's name and gpu<N>.sock
+ * is a socket of its own (a daemon that knows no UUID), never when it is a link (the index
+ * of some other process's numbering). $MSCHED_SOCKET overrides both.
  * limit: the HELLO's memory limit (MSCHED_BUDGET; 0 = none).
  * Errors: MS_E_NOTFOUND (no daemon), MS_E_IO, MS_E_STATE (refused: said once on stderr). */
-int ms_client_connect(unsigned gpu, uint64_t limit, struct ms_client_welcome *out);
+int ms_client_connect(unsigned gpu, const char *uuid, uint64_t limit,
+                      struct ms_client_welcome *out);
 /* Start the service thread, which will make ctx current. On failure the connection is closed
  * and MS_E_IO returned: the engine runs alone. */
 int ms_client_start(void *ctx);

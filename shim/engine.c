@@ -36,6 +36,8 @@
 #include "shim/config.h"
 #include "shim/hostmem.h"
 
+#include "ipc/ipc.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,7 +167,15 @@ static bool start(void)
     if (MS_REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS || dev < 0)
         dev = 0;
     if (daemon) {
-        int c = ms_client_connect((unsigned)dev, ALONE_BUDGET, &w);
+        /* The daemon is the physical GPU's, found by its UUID: the ordinal is this process's
+         * (CUDA_VISIBLE_DEVICES, a container), not the daemon's. A driver without the UUID
+         * call leaves only the index name. */
+        CUuuid u;
+        char uuid[MS_IPC_UUID_MAX] = "";
+        if (MS_REAL(cuDeviceGetUuid_v2)(&u, dev) == CUDA_SUCCESS ||
+            MS_REAL(cuDeviceGetUuid)(&u, dev) == CUDA_SUCCESS)
+            ms_ipc_uuid_format((const unsigned char *)u.bytes, uuid, sizeof(uuid));
+        int c = ms_client_connect((unsigned)dev, uuid[0] ? uuid : NULL, ALONE_BUDGET, &w);
         if (c != MS_OK) {
             ms__shim_log("no daemon (%s); %s", ms_strerror(c),
                          ALONE_BUDGET ? "running alone" : "memory engine off");

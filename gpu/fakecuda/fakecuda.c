@@ -3,18 +3,24 @@
  * error strings and entry-point resolution (cuGetProcAddress).
  *
  * Design
- *   One device (ordinal 0) whose memory size comes from MSCHED_FAKE_MEM_BYTES. Contexts are
- *   small heap objects with a magic number; the current context is thread-local, with a
- *   push/pop stack of 16 entries. Streams and events are heap objects in small live lists, so
- *   a stale or foreign handle is an error (CUDA_ERROR_INVALID_HANDLE), not a crash. The
- *   primary context is destroyed when its last holder releases it (as the CUDA runtime does
- *   at exit): until it is retained again, a call that needs a context fails in any thread that
- *   has it current (CUDA_ERROR_CONTEXT_IS_DESTROYED). Like the real driver, the fake shuts
- *   down as the process exits: an exit handler registered by the first cuInit marks it shut
- *   down, and every call after that fails with CUDA_ERROR_DEINITIALIZED (exit handlers
- *   registered later run before it, library destructors after it). Nothing is
- *   ever queued: work runs when submitted, so stream and event waits return at once and an
- *   event records the time of its cuEventRecord.
+ *   MSCHED_FAKE_GPUS physical devices (default 1, at most FK_MAX_GPUS), each with the memory
+ *   size MSCHED_FAKE_MEM_BYTES (one pool: a process is expected to use one device) and a
+ *   deterministic UUID of its own (fk_uuid: GPU-a0..., GPU-a1..., one per physical index).
+ *   CUDA_VISIBLE_DEVICES is honoured as the real driver honours it: a comma-separated list of
+ *   physical indices or UUIDs ("GPU-a1" or any unique prefix of one) becomes ordinals 0, 1, ...
+ *   in that order; the list ends at the first entry that names no device (or one already
+ *   listed), so "" or "-1" hides every device (cuInit then fails with CUDA_ERROR_NO_DEVICE). Each
+ * visible device has its own primary context. Contexts are small heap objects with a magic number;
+ * the current context is thread-local, with a push/pop stack of 16 entries. Streams and events are
+ * heap objects in small live lists, so a stale or foreign handle is an error
+ * (CUDA_ERROR_INVALID_HANDLE), not a crash. The primary context is destroyed when its last holder
+ * releases it (as the CUDA runtime does at exit): until it is retained again, a call that needs a
+ * context fails in any thread that has it current (CUDA_ERROR_CONTEXT_IS_DESTROYED). Like the real
+ * driver, the fake shuts down as the process exits: an exit handler registered by the first cuInit
+ * marks it shut down, and every call after that fails with CUDA_ERROR_DEINITIALIZED (exit handlers
+ * registered later run before it, library destructors after it). Nothing is ever queued: work runs
+ * when submitted, so stream and event waits return at once and an event records the time of its
+ * cuEventRecord.
  *
  *   cuGetProcAddress(_v2) answers with the fake's own functions. Which exported name answers a
  *   (base name, version, flags) request is decided by cuabi/procaddr.c over the tables
@@ -39,6 +45,7 @@
 #define CTX_MAGIC 0x6b637478u /* "xtck" */
 #define MAX_HANDLES 4096u     /* live streams, events, contexts each */
 #define CTX_STACK 16
+#define FK_MAX_GPUS 16
 
 pthread_mutex_t ms__fk_lock = PTHREAD_MUTEX_INITIALIZER;
 struct ms_fake_stats ms__fk_stats;
@@ -57,9 +64,14 @@ struct fk_event {
 static bool inited;          /* cuInit succeeded (atomic access) */
 static bool shut_down;       /* the exit handler ran (atomic access) */
 static uint64_t total_bytes; /* fixed at the first cuInit */
-static struct fk_ctx primary = {CTX_MAGIC, 0, true};
-static int primary_refs;
-static bool primary_gone; /* released by its last holder: destroyed until retained again */
+/* The visible devices (fixed at the first cuInit): ordinal i is physical device phys_of[i]. */
+static int nvisible;
+static int phys_of[FK_MAX_GPUS];
+/* One primary context per ordinal; gone: released by its last holder, destroyed until
+ * retained again. */
+static struct fk_ctx primary[FK_MAX_GPUS];
+static int primary_refs[FK_MAX_GPUS];
+static bool primary_gone[FK_MAX_GPUS];
 static _Thread_local CUcontext ctx_stack[CTX_STACK]; /* [0..ctx_depth) ; top is current */
 static _Thread_local int ctx_depth;
 
@@ -109,6 +121,23 @@ static CUcontext current(void)
     return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
 }
 
+/* The ordinal whose primary context c is, or -1. */
+static int primary_index(CUcontext c)
+{
+    struct fk_ctx *k = (struct fk_ctx *)c;
+    return k >= primary && k < primary + FK_MAX_GPUS ? (int)(k - primary) : -1;
+}
+
+static bool dev_ok(CUdevice dev)
+{
+    return dev >= 0 && dev < __atomic_load_n(&nvisible, __ATOMIC_ACQUIRE);
+}
+
+bool ms__fk_dev_ok(int dev)
+{
+    return dev_ok(dev);
+}
+
 CUresult ms__fk_inited(void)
 {
     if (__atomic_load_n(&shut_down, __ATOMIC_ACQUIRE))
@@ -126,8 +155,8 @@ CUresult ms__fk_ready(void)
     CUresult rc = ms__fk_inited();
     if (rc == CUDA_SUCCESS && !current())
         rc = CUDA_ERROR_INVALID_CONTEXT;
-    if (rc == CUDA_SUCCESS && current() == (CUcontext)&primary &&
-        __atomic_load_n(&primary_gone, __ATOMIC_ACQUIRE))
+    int p = rc == CUDA_SUCCESS ? primary_index(current()) : -1;
+    if (p >= 0 && __atomic_load_n(&primary_gone[p], __ATOMIC_ACQUIRE))
         rc = CUDA_ERROR_CONTEXT_IS_DESTROYED;
     return rc;
 }
@@ -185,6 +214,91 @@ static uint64_t parse_bytes(const char *s, uint64_t dflt)
     return (*end || v == 0) ? dflt : v;
 }
 
+/* Physical device p's UUID: a fixed pattern with p in the first and the last byte. */
+static void fk_uuid(int p, CUuuid *out)
+{
+    static const unsigned char pattern[16] = {0xa0, 0x5c, 0x4e, 0x11, 0x6d, 0x73, 0x63, 0x68,
+                                              0x65, 0x64, 0x66, 0x61, 0x6b, 0x65, 0x00, 0x00};
+    memcpy(out->bytes, pattern, sizeof(pattern));
+    out->bytes[0] = (char)(0xa0 + p);
+    out->bytes[15] = (char)p;
+}
+
+/* The physical device a CUDA_VISIBLE_DEVICES entry names (an index, or a UUID "GPU-..." or a
+ * unique prefix of one, dashes included as nvidia-smi prints them), or -1. */
+static int fk_entry(const char *e, size_t n, int nphys)
+{
+    while (n && (*e == ' ' || *e == '\t'))
+        e++, n--;
+    while (n && (e[n - 1] == ' ' || e[n - 1] == '\t'))
+        n--;
+    if (n == 0)
+        return -1;
+    if (n > 4 && strncmp(e, "GPU-", 4) == 0) {
+        int found = -1;
+        for (int p = 0; p < nphys; p++) {
+            CUuuid u;
+            char text[48];
+            fk_uuid(p, &u);
+            const unsigned char *b = (const unsigned char *)u.bytes;
+            snprintf(text, sizeof(text),
+                     "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+                     b[12], b[13], b[14], b[15]);
+            if (n <= strlen(text) && strncmp(text, e, n) == 0) {
+                if (found >= 0)
+                    return -1; /* ambiguous prefix */
+                found = p;
+            }
+        }
+        return found;
+    }
+    int v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (e[i] < '0' || e[i] > '9' || v > 1000)
+            return -1;
+        v = v * 10 + (e[i] - '0');
+    }
+    return v < nphys ? v : -1;
+}
+
+/* MSCHED_FAKE_GPUS and CUDA_VISIBLE_DEVICES into nvisible and phys_of (ms__fk_lock held). */
+static void fk_devices(void)
+{
+    const char *g = getenv("MSCHED_FAKE_GPUS");
+    int nphys = 1;
+    if (g && *g) {
+        char *end;
+        long v = strtol(g, &end, 10);
+        if (*end == '\0' && v >= 1 && v <= FK_MAX_GPUS)
+            nphys = (int)v;
+    }
+    for (int i = 0; i < FK_MAX_GPUS; i++)
+        primary[i] = (struct fk_ctx){CTX_MAGIC, i, true};
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0;
+    if (!cvd) {
+        for (; n < nphys; n++)
+            phys_of[n] = n;
+    } else {
+        const char *e = cvd;
+        while (n < nphys) {
+            size_t len = strcspn(e, ",");
+            int p = fk_entry(e, len, nphys);
+            bool dup = false;
+            for (int i = 0; i < n; i++)
+                dup = dup || phys_of[i] == p;
+            if (p < 0 || dup)
+                break;
+            phys_of[n++] = p;
+            if (!e[len])
+                break;
+            e += len + 1;
+        }
+    }
+    __atomic_store_n(&nvisible, n, __ATOMIC_RELEASE);
+}
+
 CUresult CUDAAPI cuInit(unsigned int Flags)
 {
     if (Flags != 0)
@@ -192,6 +306,11 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
     pthread_mutex_lock(&ms__fk_lock);
     if (!inited) {
         total_bytes = parse_bytes(getenv("MSCHED_FAKE_MEM_BYTES"), 16ull << 30);
+        fk_devices();
+        if (__atomic_load_n(&nvisible, __ATOMIC_ACQUIRE) == 0) {
+            pthread_mutex_unlock(&ms__fk_lock);
+            return CUDA_ERROR_NO_DEVICE; /* as the driver does when every GPU is hidden */
+        }
         if (atexit(shut_down_at_exit) != 0) {
             pthread_mutex_unlock(&ms__fk_lock);
             return CUDA_ERROR_OPERATING_SYSTEM;
@@ -217,7 +336,7 @@ CUresult CUDAAPI cuDeviceGetCount(int *count)
     if (rc == CUDA_SUCCESS && !count)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
-        *count = 1;
+        *count = __atomic_load_n(&nvisible, __ATOMIC_ACQUIRE);
     return rc;
 }
 
@@ -228,9 +347,9 @@ CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
         return rc;
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    if (ordinal != 0)
+    if (!dev_ok(ordinal))
         return CUDA_ERROR_INVALID_DEVICE;
-    *device = 0;
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 
@@ -239,7 +358,7 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
     CUresult rc = ms__fk_inited();
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (dev != 0)
+    if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -247,12 +366,31 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* The same UUID for both ABIs: the fake has no MIG instances. */
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    CUresult rc = ms__fk_inited();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!dev_ok(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    fk_uuid(phys_of[dev], uuid);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    return cuDeviceGetUuid_v2(uuid, dev);
+}
+
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     CUresult rc = ms__fk_inited();
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (dev != 0)
+    if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
@@ -265,7 +403,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     CUresult rc = ms__fk_inited();
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (dev != 0)
+    if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (!pi)
         return CUDA_ERROR_INVALID_VALUE;
@@ -291,8 +429,8 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 
 static bool ctx_valid(CUcontext c)
 {
-    if (c == (CUcontext)&primary)
-        return true;
+    if (primary_index(c) >= 0)
+        return dev_ok(primary_index(c));
     pthread_mutex_lock(&ms__fk_lock);
     bool ok = handle_has(&contexts, c);
     pthread_mutex_unlock(&ms__fk_lock);
@@ -309,7 +447,7 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePar
         return rc;
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     if (ctx_depth == CTX_STACK)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -334,7 +472,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
     CUresult rc = ms__fk_inited();
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (ctx == (CUcontext)&primary)
+    if (primary_index(ctx) >= 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&ms__fk_lock);
     bool ok = handle_del(&contexts, ctx);
@@ -357,13 +495,13 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return rc;
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&ms__fk_lock);
-    primary_refs++;
-    __atomic_store_n(&primary_gone, false, __ATOMIC_RELEASE);
+    primary_refs[dev]++;
+    __atomic_store_n(&primary_gone[dev], false, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ms__fk_lock);
-    *pctx = (CUcontext)&primary;
+    *pctx = (CUcontext)&primary[dev];
     return CUDA_SUCCESS;
 }
 
@@ -374,10 +512,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
         return rc;
     if (!flags || !active)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0)
+    if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&ms__fk_lock);
-    *active = primary_refs > 0;
+    *active = primary_refs[dev] > 0;
     pthread_mutex_unlock(&ms__fk_lock);
     *flags = 0;
     return CUDA_SUCCESS;
@@ -388,12 +526,12 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     CUresult rc = ms__fk_inited();
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (dev != 0)
+    if (!dev_ok(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&ms__fk_lock);
-    rc = primary_refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
-    if (primary_refs > 0 && --primary_refs == 0)
-        __atomic_store_n(&primary_gone, true, __ATOMIC_RELEASE);
+    rc = primary_refs[dev] > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (primary_refs[dev] > 0 && --primary_refs[dev] == 0)
+        __atomic_store_n(&primary_gone[dev], true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ms__fk_lock);
     return rc;
 }
@@ -460,7 +598,7 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
         return rc;
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    *device = 0;
+    *device = ((struct fk_ctx *)current())->dev;
     return CUDA_SUCCESS;
 }
 
@@ -743,6 +881,8 @@ static const struct {
     FK_ENTRY(cuDeviceGetAttribute),
     FK_ENTRY(cuDeviceGetCount),
     FK_ENTRY(cuDeviceGetName),
+    FK_ENTRY(cuDeviceGetUuid),
+    FK_ENTRY(cuDeviceGetUuid_v2),
     FK_ENTRY(cuDevicePrimaryCtxGetState),
     FK_ENTRY(cuDevicePrimaryCtxRelease_v2),
     FK_ENTRY(cuDevicePrimaryCtxRetain),

@@ -35,8 +35,10 @@
  *   "on the device"; touching one that is not is a GPU page fault, served and counted
  *   (ms_fake_stats.um_*), never an error; cuMemPrefetchAsync_v2 moves pages either way.
  *
- *   Environment: MSCHED_FAKE_MEM_BYTES sets the device memory size (default 16 GiB; reserved
- *   lazily, so only touched bytes cost host memory); MSCHED_FAKE_PIN_MS makes each
+ *   Environment: MSCHED_FAKE_GPUS sets how many GPUs the fake has (default 1), each with its
+ *   own fixed UUID, renumbered by CUDA_VISIBLE_DEVICES as the real driver does (fakecuda.c);
+ *   MSCHED_FAKE_MEM_BYTES sets the device memory size (default 16 GiB, each GPU, one pool;
+ *   reserved lazily, so only touched bytes cost host memory); MSCHED_FAKE_PIN_MS makes each
  *   cuMemHostAlloc or cuMemHostRegister of 64 MiB or more take that many milliseconds
  *   (pinning is slow on a GPU). Registrations are tracked as the driver tracks them: a range
  *   overlapping a registered one is refused (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), and so

@@ -37,6 +37,9 @@
 #define MS_FK_VERSION 13000             /* cuDriverGetVersion */
 
 extern pthread_mutex_t ms__fk_lock;
+
+/* Whether dev is a visible device's ordinal (MSCHED_FAKE_GPUS, CUDA_VISIBLE_DEVICES). */
+bool ms__fk_dev_ok(int dev);
 extern struct ms_fake_stats ms__fk_stats; /* under ms__fk_lock */
 
 /* CUDA_SUCCESS after cuInit, else CUDA_ERROR_NOT_INITIALIZED. */

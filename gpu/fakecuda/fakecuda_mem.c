@@ -827,7 +827,8 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 }
 
 /*
- * Location DEVICE 0: device memory, within the device budget. Location HOST (id ignored) or
+ * Location DEVICE (a visible ordinal): device memory, within the device budget (one pool for
+ * every device). Location HOST (id ignored) or
  * HOST_NUMA: a host handle, outside it. Refused with CUDA_ERROR_INVALID_VALUE, as by the H200's
  * CUDA 13.0 driver: HOST_NUMA_CURRENT, and HOST with requested handle types (not shareable).
  * HOST_NUMA takes any id here (the fake has no NUMA nodes; that driver refuses an id naming
@@ -847,7 +848,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT ||
         (prop->location.type == CU_MEM_LOCATION_TYPE_HOST && prop->requestedHandleTypes != 0))
         return CUDA_ERROR_INVALID_VALUE;
-    if (!host && (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0))
+    if (!host &&
+        (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !ms__fk_dev_ok(prop->location.id)))
         return CUDA_ERROR_INVALID_DEVICE;
     if (host)
         pin_delay(size); /* a host handle is pinned host memory: as slow as a pin */
@@ -1032,7 +1034,8 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
         return CUDA_ERROR_INVALID_VALUE;
     int prot = -1;
     for (size_t i = 0; i < count; i++) {
-        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id != 0)
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            !ms__fk_dev_ok(desc[i].location.id))
             return CUDA_ERROR_INVALID_DEVICE;
         switch (desc[i].flags) {
         case CU_MEM_ACCESS_FLAGS_PROT_NONE: prot = PROT_NONE; break;

@@ -248,7 +248,7 @@ CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLo
     if (rc != CUDA_SUCCESS)
         return rc;
     uint8_t to;
-    if (location.type == CU_MEM_LOCATION_TYPE_DEVICE && location.id == 0)
+    if (location.type == CU_MEM_LOCATION_TYPE_DEVICE && ms__fk_dev_ok(location.id))
         to = WHERE_DEVICE;
     else if (location.type == CU_MEM_LOCATION_TYPE_HOST ||
              location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)

@@ -17,6 +17,7 @@ MSCHEDD=${MSCHEDD:-$BUILD/bin/mschedd}
 FAKE=$BUILD/tests/fake_shim
 T=$(mktemp -d /tmp/msched-test.XXXXXX)
 export MSCHED_SOCKET="$T/gpu0.sock"
+unset MSCHED_SOCKET_DIR # a test that needs the socket directory names its own
 PIDS=()
 TEST_USERS=()
 TEST_GROUPS=()

@@ -8,6 +8,7 @@
  * private socket path.
  */
 #include "ipc/conf.h"
+#include "ipc/gpuid.h"
 #include "ipc/ipc.h"
 #include "ipc/shimopt.h"
 #include "ipc/status_text.h"
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -280,6 +282,127 @@ static void test_socket_path(void **state)
     assert_int_equal(access(sock, F_OK), 0);
     unlink(sock);
     rmdir(dir);
+}
+
+/* UUIDs: parsed in every written form, formatted as nvidia-smi does, naming a socket; the
+ * index name is a link that connecting follows only beside itself; the default budget. */
+static void test_uuid_paths(void **state)
+{
+    (void)state;
+    char hex[MS_IPC_UUID_MAX], buf[MS_IPC_PATH_MAX + 1];
+    const char *h = "a15c4e11-6d73-6368-6564-66616b650001";
+    assert_int_equal(ms_ipc_uuid_hex("GPU-a15c4e11-6d73-6368-6564-66616b650001", hex, sizeof(hex)),
+                     MS_OK);
+    assert_string_equal(hex, h);
+    assert_int_equal(ms_ipc_uuid_hex("MIG-A15C4E11-6D73-6368-6564-66616B650001", hex, sizeof(hex)),
+                     MS_OK);
+    assert_string_equal(hex, h);
+    assert_int_equal(ms_ipc_uuid_hex(h, hex, sizeof(hex)), MS_OK);
+    static const char *const bad[] = {"",
+                                      "GPU-",
+                                      "0",
+                                      "GPU-a15c4e11-6d73-6368-6564-66616b65000",
+                                      "GPU-a15c4e11-6d73-6368-6564-66616b6500011",
+                                      "GPU-a15c4e11x6d73-6368-6564-66616b650001",
+                                      "GPU-g15c4e11-6d73-6368-6564-66616b650001",
+                                      "GPU-a15c4e11-6d73-6368-6564-66616b650001/x"};
+    for (size_t i = 0; i < MS_ARRAY_LEN(bad); i++)
+        assert_int_equal(ms_ipc_uuid_hex(bad[i], hex, sizeof(hex)), MS_E_INVAL);
+    unsigned char b[16];
+    for (int i = 0; i < 16; i++)
+        b[i] = (unsigned char)(0xf0 - i * 15);
+    char text[MS_IPC_UUID_MAX];
+    ms_ipc_uuid_format(b, text, sizeof(text));
+    assert_string_equal(text, "GPU-f0e1d2c3-b4a5-9687-7869-5a4b3c2d1e0f");
+
+    unsetenv("MSCHED_SOCKET");
+    setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
+    assert_int_equal(
+        ms_ipc_uuid_socket_path("GPU-A15C4E11-6D73-6368-6564-66616B650001", buf, sizeof(buf)),
+        MS_OK);
+    assert_string_equal(buf, "/run/user/1000/msched/gpu-a15c4e11-6d73-6368-6564-66616b650001.sock");
+    assert_int_equal(ms_ipc_uuid_socket_path("GPU-1", buf, sizeof(buf)), MS_E_INVAL);
+    setenv("MSCHED_SOCKET_DIR", "/run/msched", 1);
+    assert_int_equal(ms_ipc_uuid_socket_path(h, buf, sizeof(buf)), MS_OK);
+    assert_string_equal(buf, "/run/msched/gpu-a15c4e11-6d73-6368-6564-66616b650001.sock");
+    assert_int_equal(ms_ipc_socket_path(2, buf, sizeof(buf)), MS_OK);
+    assert_string_equal(buf, "/run/msched/gpu2.sock");
+    unsetenv("MSCHED_SOCKET_DIR");
+    setenv("MSCHED_SOCKET", "/tmp/x/one.sock", 1);
+    assert_int_equal(ms_ipc_uuid_socket_path(h, buf, sizeof(buf)), MS_OK);
+    assert_string_equal(buf, "/tmp/x/one.sock");
+    unsetenv("MSCHED_SOCKET");
+
+    /* The index link: made, replaced, followed beside itself, left alone when foreign. */
+    char dir[] = "/tmp/ms-test-uuid-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("XDG_RUNTIME_DIR", dir, 1);
+    char sdir[200], sock[300], link[300], other[300];
+    snprintf(sdir, sizeof(sdir), "%s/msched", dir);
+    assert_int_equal(mkdir(sdir, 0700), 0);
+    assert_false(ms_ipc_any_socket());
+    assert_int_equal(ms_ipc_uuid_socket_path(h, sock, sizeof(sock)), MS_OK);
+    assert_int_equal(ms_ipc_socket_path(1, link, sizeof(link)), MS_OK);
+    int lfd, fd;
+    assert_int_equal(ms_ipc_listen(sock, &lfd), MS_OK);
+    assert_true(ms_ipc_any_socket());
+    assert_int_equal(symlink("elsewhere.sock", link), 0); /* a stale link is replaced */
+    assert_int_equal(ms_ipc_link_socket(sock, link), MS_OK);
+    char target[200];
+    ssize_t n = readlink(link, target, sizeof(target) - 1);
+    assert_true(n > 0);
+    target[n] = '\0';
+    assert_string_equal(target, "gpu-a15c4e11-6d73-6368-6564-66616b650001.sock");
+    assert_int_equal(ms_ipc_connect(link, 1000, &fd), MS_OK);
+    close(fd);
+    /* A link out of its directory is refused, even to a trusted listener. */
+    snprintf(other, sizeof(other), "%s/out.sock", dir);
+    assert_int_equal(symlink(sock, other), 0);
+    char why[300] = "";
+    assert_int_equal(ms_ipc_connect_why(other, 1000, &fd, why, sizeof(why)), MS_E_STATE);
+    assert_non_null(strstr(why, "a link out of its directory"));
+    unlink(other);
+    /* Removed only while it still leads to this socket. */
+    snprintf(other, sizeof(other), "%s/gpu-00000000-0000-0000-0000-000000000000.sock", sdir);
+    ms_ipc_unlink_link(other, link);
+    assert_int_equal(access(link, F_OK), 0);
+    ms_ipc_unlink_link(sock, link);
+    struct stat st;
+    assert_int_equal(lstat(link, &st), -1);
+    /* A socket of its own under the index name (a daemon without a UUID) is never replaced
+     * while its daemon holds its lock; once nobody does, it is stale and the link takes it. */
+    int ifd;
+    char lockp[320];
+    snprintf(lockp, sizeof(lockp), "%s.lock", link);
+    int lk = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(lk >= 0);
+    assert_int_equal(flock(lk, LOCK_EX | LOCK_NB), 0);
+    assert_int_equal(ms_ipc_listen(link, &ifd), MS_OK);
+    pid_t child = fork(); /* flock is per open file: another process must try it */
+    if (child == 0)
+        _exit(ms_ipc_link_socket(sock, link) == MS_E_BUSY ? 0 : 1);
+    int wst;
+    assert_int_equal(waitpid(child, &wst, 0), child);
+    assert_true(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    close(ifd);
+    close(lk);
+    assert_int_equal(ms_ipc_link_socket(sock, link), MS_OK);
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    close(lfd);
+    unlink(link);
+    unlink(lockp);
+    unlink(sock);
+    rmdir(sdir);
+    rmdir(dir);
+    unsetenv("XDG_RUNTIME_DIR");
+
+    assert_int_equal(ms_gpu_default_budget(0), 16 * MS_GIB);
+    assert_int_equal(ms_gpu_default_budget(1 * MS_GIB), 920 * MS_MIB);
+    assert_int_equal(ms_gpu_default_budget(143771ull * MS_MIB), 129392ull * MS_MIB);
+    assert_int_equal(ms_gpu_default_budget(MS_MIB), MS_GRAN);
 }
 
 static void small_buffers(int fd)
@@ -612,7 +735,7 @@ int main(void)
         cmocka_unit_test(test_shim_options),        cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_socket_path),         cmocka_unit_test(test_conn_partial_io),
         cmocka_unit_test(test_conn_output_bound),   cmocka_unit_test(test_request_reply),
-        cmocka_unit_test(test_status_render),
+        cmocka_unit_test(test_status_render),       cmocka_unit_test(test_uuid_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
