@@ -90,6 +90,7 @@ static const char *const type_names[MS_MSG_TYPE_END] = {
     [MS_MSG_CONFIG_SET] = "CONFIG_SET",
     [MS_MSG_CONFIG] = "CONFIG",
     [MS_MSG_BYE] = "BYE",
+    [MS_MSG_REPORT] = "REPORT",
 };
 
 const char *ms_msg_type_name(unsigned type)
@@ -311,6 +312,7 @@ int ms_msg_validate(const struct ms_msg *m, char *why, size_t whylen)
     case MS_MSG_IDLE:
     case MS_MSG_STATUS_REQ:
     case MS_MSG_METRICS_REQ:
+    case MS_MSG_REPORT:
     case MS_MSG_BYE: return MS_OK;
     default: VFAIL("unknown type %u", m->type);
     }
@@ -408,6 +410,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u32(w, m->demand.flags);
         put_u32(w, m->demand.nnext);
         put_u32(w, m->demand.nrecent);
+        put_u64(w, m->demand.misses);
         put_runs(w, m->demand.next, m->demand.nnext);
         put_runs(w, m->demand.recent, m->demand.nrecent);
         break;
@@ -417,11 +420,13 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u64(w, m->run.slice_ns);
         break;
     case MS_MSG_STOP: put_u32(w, m->stop.epoch); break;
+    case MS_MSG_REPORT: put_u64(w, m->report.misses); break;
     case MS_MSG_STOPPED:
         put_u32(w, m->stopped.epoch);
         put_u32(w, 0);
         put_u64(w, m->stopped.gpu_ns);
         put_u64(w, m->stopped.bytes_moved);
+        put_u64(w, m->stopped.misses);
         break;
     case MS_MSG_EVICT:
         put_u32(w, m->order.epoch);
@@ -477,6 +482,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
             put_u64(w, t->bytes_out);
             put_u64(w, t->switches);
             put_u64(w, t->run_ns);
+            put_u64(w, t->misses);
             put_str(w, t->name);
         }
         break;
@@ -635,7 +641,7 @@ static int get_runs(struct rd *r, uint32_t n, struct ms_run **out)
 }
 
 /* Minimal wire bytes of one STATUS task entry (empty name). */
-#define TASK_WIRE_MIN (4 + 4 + 4 + 4 + 4 + 7 * 8 + 2)
+#define TASK_WIRE_MIN (4 + 4 + 4 + 4 + 4 + 8 * 8 + 2)
 /* Minimal wire bytes of one CONFIG pair (two empty strings). */
 #define PAIR_WIRE_MIN 4
 
@@ -676,6 +682,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->demand.flags = get_u32(r);
         m->demand.nnext = get_u32(r);
         m->demand.nrecent = get_u32(r);
+        m->demand.misses = get_u64(r);
         if (r->bad)
             break;
         if ((uint64_t)m->demand.nnext + m->demand.nrecent > left(r) / MS_PROTO_RUN_BYTES) {
@@ -692,11 +699,13 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->run.slice_ns = get_u64(r);
         break;
     case MS_MSG_STOP: m->stop.epoch = get_u32(r); break;
+    case MS_MSG_REPORT: m->report.misses = get_u64(r); break;
     case MS_MSG_STOPPED:
         m->stopped.epoch = get_u32(r);
         zero(r, 4);
         m->stopped.gpu_ns = get_u64(r);
         m->stopped.bytes_moved = get_u64(r);
+        m->stopped.misses = get_u64(r);
         break;
     case MS_MSG_EVICT:
         m->order.epoch = get_u32(r);
@@ -765,6 +774,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
             t->bytes_out = get_u64(r);
             t->switches = get_u64(r);
             t->run_ns = get_u64(r);
+            t->misses = get_u64(r);
             GET_STR(r, t->name, MS_PROTO_NAME_MAX);
         }
         break;

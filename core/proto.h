@@ -53,7 +53,7 @@
 #include <stdbool.h>
 
 #define MS_PROTO_MAGIC "MSCH"
-#define MS_PROTO_VERSION 1
+#define MS_PROTO_VERSION 2
 #define MS_PROTO_HDR_BYTES 16u
 #define MS_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB */
 #define MS_PROTO_MAX_FRAME (MS_PROTO_HDR_BYTES + MS_PROTO_MAX_PAYLOAD)
@@ -90,6 +90,7 @@ enum ms_msg_type {
     MS_MSG_CONFIG_SET,  /* client -> daemon */
     MS_MSG_CONFIG,      /* daemon -> client: key/value pairs */
     MS_MSG_BYE,         /* either way: orderly goodbye; the sender closes next */
+    MS_MSG_REPORT,      /* shim -> daemon: counters for status (version 2) */
     MS_MSG_TYPE_END
 };
 
@@ -150,10 +151,15 @@ struct ms_msg_region {
 
 struct ms_msg_demand {
     uint32_t flags;      /* MS_DEMAND_* */
+    uint64_t misses;     /* commands so far that ran with named chunks off the device */
     struct ms_run *next; /* predicted working set of the next slice, in access order */
     uint32_t nnext;
     struct ms_run *recent; /* what the most recent slice touched */
     uint32_t nrecent;
+};
+
+struct ms_msg_report {
+    uint64_t misses; /* commands so far that ran with named chunks off the device */
 };
 
 struct ms_msg_run {
@@ -169,6 +175,7 @@ struct ms_msg_stopped {
     uint32_t epoch;
     uint64_t gpu_ns;      /* GPU time the task used in the slice */
     uint64_t bytes_moved; /* bytes the shim moved on its own in the slice (launch faults) */
+    uint64_t misses;      /* commands so far that ran with named chunks off the device */
 };
 
 /* EVICT and POPULATE orders. */
@@ -204,6 +211,8 @@ struct ms_task_status {
     uint64_t bytes_out; /* bytes evicted from it, total */
     uint64_t switches;  /* slices it was given */
     uint64_t run_ns;    /* time it held the GPU */
+    uint64_t misses;    /* its commands that ran with named chunks off the device (its shim's
+                         * count, as of its last DEMAND or STOPPED) */
     char name[MS_PROTO_NAME_MAX + 1];
 };
 
@@ -253,6 +262,7 @@ struct ms_msg {
         struct ms_msg_run run;
         struct ms_msg_stop stop;
         struct ms_msg_stopped stopped;
+        struct ms_msg_report report;
         struct ms_msg_order order;       /* EVICT, POPULATE */
         struct ms_msg_progress progress; /* EVICTED, POPULATED */
         struct ms_msg_credit credit;

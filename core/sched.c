@@ -102,6 +102,7 @@ struct ms_stask {
     uint32_t run_epoch;
     uint64_t slice_ns;
     uint64_t bytes_in, bytes_out, switches, run_ns, run_since;
+    uint64_t misses; /* the shim's count of commands run with named chunks off the device */
 };
 
 struct ms_zombie {
@@ -819,6 +820,7 @@ static int on_demand(struct ms_sched *s, struct ms_stask *t, const struct ms_msg
     t->next_ws = nx;
     t->recent_ws = rc_set;
     t->dflags = d->flags;
+    t->misses = MS_MAX(t->misses, d->misses);
     if (!t->runnable && t->idle_at) {
         uint64_t g = s->now > t->idle_at ? s->now - t->idle_at : 0;
         t->gap_avg = t->gap_known ? (3 * t->gap_avg + g) / 4 : g;
@@ -1430,12 +1432,13 @@ static bool needs_population(struct ms_sched *s, struct ms_stask *t)
     return false;
 }
 
-/* Bytes of t's settled resident chunks outside its `next` set (a full switch could evict them). */
-static uint64_t own_spare(struct ms_sched *s, struct ms_stask *t)
+/* Bytes of t's settled resident chunks outside `keep` (its `next` set as far as its limit
+ * holds it: a full switch could evict them). */
+static uint64_t own_spare(struct ms_sched *s, struct ms_stask *t, const struct ms_chunk_set *keep)
 {
     clear_marks(s, t);
-    for (size_t i = 0; i < t->next_ws.n; i++) {
-        struct ms_chunk *c = ms_chunk_get(&s->rt, t->next_ws.ids[i]);
+    for (size_t i = 0; i < keep->n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&s->rt, keep->ids[i]);
         if (c)
             c->mark = 1;
     }
@@ -1488,7 +1491,7 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
         for (uint32_t k = 0; k < r->nchunks; k++)
             r->chunks[k].pins = 0;
     }
-    if (rc == MS_E_NOSPACE && own_spare(s, t) > 0)
+    if (rc == MS_E_NOSPACE && own_spare(s, t, &s->ws[0]) > 0)
         return MS_E_BUSY;
     if (rc)
         return rc;
@@ -1512,7 +1515,7 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
     for (size_t i = 0; i < s->plan.n; i++)
         pops += s->plan.steps[i].op == MS_STEP_POPULATE;
     if (pops == 0) {
-        if (own_spare(s, t) > 0)
+        if (own_spare(s, t, &s->ws[0]) > 0)
             return MS_E_BUSY;
         /* Nothing it lacks fits yet, and a switch would free nothing of its own: the room is
          * held by memory that cannot move now (a ghost's, until its process exits) or is on
@@ -1709,7 +1712,9 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
             t->stall_demand = false;
             t->idle_at = now;
             break;
+        case MS_MSG_REPORT: t->misses = MS_MAX(t->misses, m->report.misses); break;
         case MS_MSG_STOPPED:
+            t->misses = MS_MAX(t->misses, m->stopped.misses);
             if (t->stalled && t->stall_stop && m->stopped.epoch == t->run_epoch) {
                 unstall(s, now, t);
             } else if (s->phase == MS_PH_STOPPING && s->cur == t->id &&
@@ -1891,6 +1896,7 @@ int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out)
         ts->switches = t->switches;
         ts->run_ns =
             t->run_ns + (s->cur == t->id && s->phase != MS_PH_IDLE ? now - t->run_since : 0);
+        ts->misses = t->misses;
         snprintf(ts->name, sizeof(ts->name), "%s", t->name);
     }
     return MS_OK;

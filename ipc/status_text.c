@@ -139,11 +139,13 @@ int ms_status_render(const struct ms_msg_status *st, const struct ms_msg_status 
         return s.lines;
     }
     if (rates)
-        line(&s, "%-5s %-7s %-8s %-4s %-10s %-10s %-11s %-11s %-6s %-8s %s", "TASK", "PID", "STATE",
-             "PRIO", "RESIDENT", "FOOTPRINT", "IN/S", "OUT/S", "SLICES", "GPU TIME", "NAME");
+        line(&s, "%-5s %-7s %-8s %-4s %-10s %-10s %-11s %-11s %-6s %-8s %-6s %s", "TASK", "PID",
+             "STATE", "PRIO", "RESIDENT", "FOOTPRINT", "IN/S", "OUT/S", "SLICES", "GPU TIME",
+             "MISSES", "NAME");
     else
-        line(&s, "%-5s %-7s %-8s %-4s %-10s %-10s %-10s %-10s %-6s %-8s %s", "TASK", "PID", "STATE",
-             "PRIO", "RESIDENT", "FOOTPRINT", "IN", "OUT", "SLICES", "GPU TIME", "NAME");
+        line(&s, "%-5s %-7s %-8s %-4s %-10s %-10s %-10s %-10s %-6s %-8s %-6s %s", "TASK", "PID",
+             "STATE", "PRIO", "RESIDENT", "FOOTPRINT", "IN", "OUT", "SLICES", "GPU TIME", "MISSES",
+             "NAME");
     for (uint32_t i = 0; i < st->ntasks; i++) {
         const struct ms_task_status *t = &st->tasks[i];
         char pb[16], r[32], f[32], a[32], b[32], g[32];
@@ -154,15 +156,15 @@ int ms_status_render(const struct ms_msg_status *st, const struct ms_msg_status 
             const struct ms_task_status *p = find(prev, t->task);
             rate(t->bytes_in, p ? p->bytes_in : UINT64_MAX, p ? dt_s : 0, a, sizeof(a));
             rate(t->bytes_out, p ? p->bytes_out : UINT64_MAX, p ? dt_s : 0, b, sizeof(b));
-            line(&s, "%-5u %-7u %-8s %-4s %-10s %-10s %-11s %-11s %-6llu %-8s %s", t->task, t->pid,
-                 ms_task_state_name(t->state), prio_name(t->prio, pb, sizeof(pb)), r, f, a, b,
-                 (unsigned long long)t->switches, g, t->name);
+            line(&s, "%-5u %-7u %-8s %-4s %-10s %-10s %-11s %-11s %-6llu %-8s %-6llu %s", t->task,
+                 t->pid, ms_task_state_name(t->state), prio_name(t->prio, pb, sizeof(pb)), r, f, a,
+                 b, (unsigned long long)t->switches, g, (unsigned long long)t->misses, t->name);
         } else {
             ms_format_size_h(t->bytes_in, a, sizeof(a));
             ms_format_size_h(t->bytes_out, b, sizeof(b));
-            line(&s, "%-5u %-7u %-8s %-4s %-10s %-10s %-10s %-10s %-6llu %-8s %s", t->task, t->pid,
-                 ms_task_state_name(t->state), prio_name(t->prio, pb, sizeof(pb)), r, f, a, b,
-                 (unsigned long long)t->switches, g, t->name);
+            line(&s, "%-5u %-7u %-8s %-4s %-10s %-10s %-10s %-10s %-6llu %-8s %-6llu %s", t->task,
+                 t->pid, ms_task_state_name(t->state), prio_name(t->prio, pb, sizeof(pb)), r, f, a,
+                 b, (unsigned long long)t->switches, g, (unsigned long long)t->misses, t->name);
         }
     }
     return s.lines;

@@ -185,6 +185,12 @@ struct ms_client_engine {
                    struct ms_chunk_set *out_recent);
     void (*admitted)(const struct ms_chunk_set *need);
     void (*daemon_gone)(const char *why);
+    /* Commands so far that ran with named chunks off the device (reported in DEMAND and
+     * STOPPED, shown by `msched status`). */
+    uint64_t (*misses)(void);
+    /* Map the never-populated chunks `need` names to host chunks (the engine's
+     * ms__eng_map_empty_host: releases the lock while pinning; `need` must not be shared). */
+    int (*map_empty)(const struct ms_chunk_set *need);
 };
 
 /* Hand over the engine's operations (once, before ms_client_connect; kept by reference). */

@@ -77,7 +77,9 @@ void ms__cl_send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exa
     m.demand.nnext = (uint32_t)nnext;
     m.demand.recent = C.runs + nnext;
     m.demand.nrecent = (uint32_t)(n - nnext);
+    m.demand.misses = C.eng->misses ? C.eng->misses() : 0;
     if (ms__cl_csend(&m, 0) == MS_OK) {
+        C.misses_sent = m.demand.misses;
         C.dem_pending = true;
         C.dem_at = ms__cl_now_ns();
         C.idle_sent = false;
@@ -88,6 +90,48 @@ void ms__cl_send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exa
 void ms__cl_send_demand(const struct ms_chunk_set *need, bool whole)
 {
     ms__cl_send_demand_ex(need, whole, false);
+}
+
+/* A running task whose commands keep missing may send no DEMAND or STOPPED for a long time:
+ * its misses count goes to the daemon in a REPORT when it changed, at most every 100 ms. */
+#define REPORT_NS 100000000ull
+static void report_misses(void)
+{
+    uint64_t n = C.eng->misses ? C.eng->misses() : 0;
+    if (n == C.misses_sent)
+        return;
+    uint64_t now = ms__cl_now_ns();
+    if (C.report_at && now - C.report_at < REPORT_NS)
+        return;
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_REPORT);
+    m.report.misses = n;
+    if (ms__cl_csend(&m, 0) == MS_OK) {
+        C.misses_sent = n;
+        C.report_at = now;
+    }
+}
+
+/* dst = src (dst != src). MS_E_NOMEM. */
+static int copy_set(struct ms_chunk_set *dst, const struct ms_chunk_set *src)
+{
+    ms_chunk_set_clear(dst);
+    for (size_t i = 0; i < src->n; i++)
+        if (ms_chunk_set_add(dst, src->ids[i]))
+            return MS_E_NOMEM;
+    return MS_OK;
+}
+
+/* Does `need` name a chunk never populated (EMPTY) of an always-mapped region? */
+static bool has_empty(const struct ms_chunk_set *need)
+{
+    for (size_t i = 0; i < need->n; i++) {
+        const struct ms_chunk *c = ms_chunk_get(C.eng->rt, need->ids[i]);
+        const struct ms_region *r = ms_region_get(C.eng->rt, MS_CHUNK_REGION(need->ids[i]));
+        if (c && r && r->amap && c->state == MS_CS_EMPTY)
+            return true;
+    }
+    return false;
 }
 
 /* A command that names more than this process may hold: keep what core/predict.h's
@@ -103,6 +147,9 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
     struct ms_chunk_set *need = *needp;
     struct ms_rtable *rt = C.eng->rt;
     bool counted = false;
+    bool fitted = false, empty_mapped = false;
+    struct ms_chunk_set named; /* fitted: everything the command names (misses are counted on it) */
+    ms_chunk_set_init(&named);
     bool dwaiting = false; /* counted in C.dwait */
     int capt =
         -1; /* ms_client_capturing(stream), asked once and only when the command would wait */
@@ -126,7 +173,9 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             __atomic_store_n(&ms__cl_active, 1, __ATOMIC_RELAXED);
             __atomic_add_fetch(&ms__cl_inflight, 1, __ATOMIC_SEQ_CST);
             ms__cl_admitted = true;
-            C.eng->admitted(need);
+            /* What it names, also what it runs on host chunks: admitted counts those as misses. */
+            C.eng->admitted(fitted ? &named : need);
+            report_misses();
             break;
         }
         if (capt < 0)
@@ -134,14 +183,40 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
         if (capt)
             break; /* recorded into a graph, not run: nothing to hold */
         uint64_t bytes = ms_chunk_set_bytes(need, rt);
-        if (bytes > C.cap && need != own) {
-            if (fit_to_cap(need, own, C.cap)) {
+        if (bytes > C.cap && !empty_mapped && C.eng->map_empty && has_empty(need)) {
+            /* Never-populated chunks must be populated before any command touches them, and
+             * past the cap they never could be: they go to host chunks first (the lock is
+             * released meanwhile, so `need` is copied into own first). */
+            empty_mapped = true;
+            if (need != own && copy_set(own, need)) {
                 rc = CUDA_ERROR_OUT_OF_MEMORY;
                 break;
             }
             need = own;
             *needp = own;
-            bytes = ms_chunk_set_bytes(need, rt);
+            if (C.eng->map_empty(need)) {
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            continue; /* the state may have changed while the lock was released */
+        }
+        if (bytes > C.cap && !fitted) {
+            fitted = true;
+            struct ms_chunk_set fit;
+            ms_chunk_set_init(&fit);
+            int fe = copy_set(&named, need);
+            if (!fe)
+                fe = fit_to_cap(need, &fit, C.cap);
+            if (!fe)
+                fe = copy_set(own, &fit);
+            ms_chunk_set_fini(&fit);
+            if (fe) {
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            need = own;
+            *needp = own;
+            continue; /* what fits may be resident already: admit it without waiting */
         }
         if (bytes > C.cap) {
             ms__shim_say("%s needs %llu MiB resident, more than the %llu MiB this process may hold "
@@ -198,6 +273,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
         ms__cl_timed_wait(WAIT_NS);
         ms__cl_drop_dead(need);
     }
+    ms_chunk_set_fini(&named);
     if (counted)
         C.waiters--;
     ms__cl_dwait_set(&dwaiting, false);

@@ -84,6 +84,8 @@ struct ms_client_state {
     uint64_t dw_t0; /* running && dwait > 0 since then; 0: not */
     bool dem_pending, want_whole;
     uint64_t dem_at;          /* when the last DEMAND went out */
+    uint64_t misses_sent;     /* the misses count the daemon has (DEMAND, STOPPED, REPORT) */
+    uint64_t report_at;       /* when the last REPORT went out */
     struct ms_chunk_set want; /* union of the needs of threads waiting for RUN */
     size_t want_sent;
     /* the POPULATE order */

@@ -64,6 +64,8 @@ void ms__cl_on_stop(const struct ms_msg *m)
     r.stopped.gpu_ns = was ? ms__cl_now_ns() - C.run_t0 : 0;
     C.st.run_ns += r.stopped.gpu_ns; /* the slice ends with its STOPPED */
     r.stopped.bytes_moved = 0;
+    r.stopped.misses = C.eng->misses ? C.eng->misses() : 0;
+    C.misses_sent = r.stopped.misses;
     ms__cl_csend(&r, m->seq);
     C.dem_pending = false;
     if (C.waiters == 0) {

@@ -59,6 +59,8 @@ static const struct ms_client_engine client_ops = {
     .predict = ms__eng_predict,
     .admitted = ms__eng_admitted,
     .daemon_gone = daemon_gone,
+    .misses = ms__eng_misses,
+    .map_empty = ms__eng_map_empty_host,
 };
 
 void ms_engine_configure(void)

@@ -155,6 +155,8 @@ MS_HIDDEN int ms__eng_map_empty_host(const struct ms_chunk_set *need);
 MS_HIDDEN void ms__eng_add_exec_stats(const struct ms_exec_stats *x);
 /* A launch of kernel `name` ran with `chunks` named chunks on the host (lock held). */
 MS_HIDDEN void ms__eng_kernel_missed(const char *name, uint64_t chunks);
+/* Commands so far that ran with named chunks off the device (lock held). */
+MS_HIDDEN uint64_t ms__eng_misses(void);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
 MS_HIDDEN int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s);
 MS_HIDDEN int ms__eng_add_refs(struct ms_chunk_set *s);

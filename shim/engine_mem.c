@@ -230,6 +230,11 @@ void ms__eng_admitted(const struct ms_chunk_set *need)
     ms_history_append(&E.hist, need);
 }
 
+uint64_t ms__eng_misses(void)
+{
+    return E.st.miss_cmds;
+}
+
 void ms__eng_kernel_missed(const char *name, uint64_t chunks)
 {
     if (!name || !name[0])

@@ -18,14 +18,18 @@ build_fake
 # sends HELLO) held for SECONDS; "idle" ones the daemon closes are reconnected at once; "hello"
 # also keeps trying to open 50 more. Writes READY when the first N are open; prints a summary
 # (closed: how many of those held at the end the daemon had closed).
+MS_PROTO_VERSION=$(awk '$2 == "MS_PROTO_VERSION" { print $3 }' "$ROOT/core/proto.h")
+export MS_PROTO_VERSION
 cat >"$T/clients.py" <<'PY'
 import os, select, socket, struct, sys, time
 path, mode, n, secs, ready = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 
+V = int(os.environ["MS_PROTO_VERSION"])  # core/proto.h's
+
 def hello():
     name = b"flood"
-    p = struct.pack("<HHIiIQ", 1, 0, os.getpid(), 0, 1, 0) + struct.pack("<H", len(name)) + name
-    return b"MSCH" + struct.pack("<HHII", 1, 1, len(p), 1) + p
+    p = struct.pack("<HHIiIQ", V, 0, os.getpid(), 0, 1, 0) + struct.pack("<H", len(name)) + name
+    return b"MSCH" + struct.pack("<HHII", V, 1, len(p), 1) + p
 
 def conn(block=True):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -566,13 +566,15 @@ int main(int argc, char **argv)
     if (opt.garbage) {
         if (strcmp(opt.garbage, "badframe") == 0) {
             /* An IDLE whose length says 4 bytes, followed by 4 bytes: non-empty IDLE. */
-            uint8_t f[20] = {'M', 'S', 'C', 'H', 1, 0, MS_MSG_IDLE, 0, 4, 0, 0, 0, 9, 0, 0, 0};
+            uint8_t f[20] = {'M', 'S', 'C', 'H', MS_PROTO_VERSION, 0, MS_MSG_IDLE, 0, 4, 0, 0, 0,
+                             9,   0,   0,   0};
             send_raw(f, sizeof(f));
         } else if (strcmp(opt.garbage, "oversize") == 0) {
-            uint8_t f[16] = {'M', 'S', 'C', 'H', 1, 0, MS_MSG_DEMAND, 0, 0, 0, 0x20, 0};
+            uint8_t f[16] = {'M', 'S', 'C',  'H', MS_PROTO_VERSION, 0, MS_MSG_DEMAND, 0,
+                             0,   0,   0x20, 0};
             send_raw(f, sizeof(f));
         } else if (strcmp(opt.garbage, "version") == 0) {
-            uint8_t f[16] = {'M', 'S', 'C', 'H', 2, 0, MS_MSG_IDLE, 0};
+            uint8_t f[16] = {'M', 'S', 'C', 'H', MS_PROTO_VERSION + 1, 0, MS_MSG_IDLE, 0};
             send_raw(f, sizeof(f));
         } else if (strcmp(opt.garbage, "badregion") == 0) {
             struct ms_run r = {.region = 999, .first = 0, .count = 1};

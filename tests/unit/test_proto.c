@@ -527,8 +527,9 @@ static void test_malformed_header(void **state)
         for (size_t k = (size_t)i + 1; k <= sizeof(bad); k++)
             assert_int_equal(ms_msg_decode(bad, k, &m, &used), MS_E_PARSE);
     }
-    /* Version: 0, 2, 0xffff are another protocol, known from six bytes. */
-    uint16_t versions[] = {0, 2, 0x0100, 0xffff};
+    /* Version: 0, 1 (before the misses counts), 3, 0xffff are another protocol, known from six
+     * bytes. */
+    uint16_t versions[] = {0, 1, 3, 0x0100, 0xffff};
     for (size_t i = 0; i < MS_ARRAY_LEN(versions); i++) {
         uint8_t bad[6] = {'M', 'S', 'C', 'H', (uint8_t)versions[i], (uint8_t)(versions[i] >> 8)};
         struct ms_msg m;
@@ -538,7 +539,8 @@ static void test_malformed_header(void **state)
     /* Types 0, TYPE_END, 0xffff: refused from eight bytes. */
     unsigned types[] = {0, MS_MSG_TYPE_END, 0x100, 0xffff};
     for (size_t i = 0; i < MS_ARRAY_LEN(types); i++) {
-        uint8_t bad[8] = {'M', 'S', 'C', 'H', 1, 0, (uint8_t)types[i], (uint8_t)(types[i] >> 8)};
+        uint8_t bad[8] = {
+            'M', 'S', 'C', 'H', MS_PROTO_VERSION, 0, (uint8_t)types[i], (uint8_t)(types[i] >> 8)};
         struct ms_msg m;
         size_t used;
         assert_int_equal(ms_msg_decode(bad, 8, &m, &used), MS_E_PARSE);
@@ -697,6 +699,7 @@ static void test_malformed_runs(void **state)
     fb_le(&f, 0, 4);
     fb_le(&f, 1, 4);
     fb_le(&f, 1, 4);
+    fb_le(&f, 7, 8); /* misses */
     fb_le(&f, 1, 4), fb_le(&f, 0, 4), fb_le(&f, 1, 4);
     fb_le(&f, 2, 4), fb_le(&f, 0, 4), fb_le(&f, 1, 4);
     assert_int_equal(fb_decode(&f), 1);
@@ -709,8 +712,11 @@ static void test_malformed_runs(void **state)
     f.d[MS_PROTO_HDR_BYTES + 4] = 0xff, f.d[MS_PROTO_HDR_BYTES + 7] = 0xff; /* sum overflows */
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
     fb_start(&f, MS_MSG_DEMAND); /* empty demand: the task has work but no prediction */
-    fb_le(&f, 0, 12);
+    fb_le(&f, 0, 20);
     assert_int_equal(fb_decode(&f), 1);
+    fb_start(&f, MS_MSG_DEMAND); /* the misses count cut short */
+    fb_le(&f, 0, 16);
+    assert_int_equal(fb_decode(&f), MS_E_PARSE);
 }
 
 static void test_malformed_other_fields(void **state)
