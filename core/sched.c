@@ -1432,13 +1432,12 @@ static bool needs_population(struct ms_sched *s, struct ms_stask *t)
     return false;
 }
 
-/* Bytes of t's settled resident chunks outside `keep` (its `next` set as far as its limit
- * holds it: a full switch could evict them). */
-static uint64_t own_spare(struct ms_sched *s, struct ms_stask *t, const struct ms_chunk_set *keep)
+/* Bytes of t's settled resident chunks outside its `next` set (a full switch could evict them). */
+static uint64_t own_spare(struct ms_sched *s, struct ms_stask *t)
 {
     clear_marks(s, t);
-    for (size_t i = 0; i < keep->n; i++) {
-        struct ms_chunk *c = ms_chunk_get(&s->rt, keep->ids[i]);
+    for (size_t i = 0; i < t->next_ws.n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&s->rt, t->next_ws.ids[i]);
         if (c)
             c->mark = 1;
     }
@@ -1491,7 +1490,7 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
         for (uint32_t k = 0; k < r->nchunks; k++)
             r->chunks[k].pins = 0;
     }
-    if (rc == MS_E_NOSPACE && own_spare(s, t, &s->ws[0]) > 0)
+    if (rc == MS_E_NOSPACE && own_spare(s, t) > 0)
         return MS_E_BUSY;
     if (rc)
         return rc;
@@ -1515,7 +1514,7 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
     for (size_t i = 0; i < s->plan.n; i++)
         pops += s->plan.steps[i].op == MS_STEP_POPULATE;
     if (pops == 0) {
-        if (own_spare(s, t, &s->ws[0]) > 0)
+        if (own_spare(s, t) > 0)
             return MS_E_BUSY;
         /* Nothing it lacks fits yet, and a switch would free nothing of its own: the room is
          * held by memory that cannot move now (a ghost's, until its process exits) or is on
