@@ -83,7 +83,6 @@ struct ms_stask {
     bool ghost;        /* dropped; memory charged until its process exits; pins its chunks */
     bool stalled;      /* did not stop or migrate in time; its resident chunks pinned (stall) */
     bool stall_demand; /* stalled, and a DEMAND came after its last IDLE */
-    bool stall_stop;   /* stalled holding RUN: only its STOPPED ends the stall */
     uint64_t stalled_at;
     bool runnable;     /* DEMAND more recent than IDLE */
     bool dirty_demand; /* DEMAND arrived while holding RUN: maybe an incremental migration */
@@ -501,20 +500,17 @@ static void ghostify(struct ms_sched *s, struct ms_stask *t)
 }
 
 /*
- * t did not answer its STOP within stop_timeout, or its own orders of the migration in
- * progress (it runs and migrates, or it is being loaded) made no progress for that long:
- * stopped (Ctrl-Z), hung, or draining a very long kernel. It leaves the schedule and its
- * resident chunks are pinned: capacity set aside, so the others run in the rest of the budget
- * instead of waiting for it. Its session stays; its orders stay (a later reply is applied as
- * usual; no plan resets them) but have no deadline while it is stalled. The stall ends
- * (unstall) with its STOPPED when it held RUN (stall_stop), else with any message from it: it
- * then waits for memory like any task.
+ * t did not answer its STOP within stop_timeout: stopped (Ctrl-Z), hung, or draining a very
+ * long kernel. It leaves the schedule and its resident chunks are pinned: capacity set aside,
+ * so the others run in the rest of the budget instead of waiting for it. Its session stays;
+ * its orders stay (a later reply is applied as usual; no plan resets them) but have no
+ * deadline while it is stalled. Its STOPPED ends the stall (unstall): it then waits for memory
+ * like any task. A task that stops while it is being loaded, or is ordered to evict, is still
+ * dropped by order_timeout.
  */
 static void stall(struct ms_sched *s, uint64_t now, struct ms_stask *t)
 {
-    t->stall_stop = s->cur == t->id; /* it holds RUN (stopping, or running and migrating) */
-    if (t->stall_stop)
-        t->run_ns += now - t->run_since;
+    t->run_ns += now - t->run_since;
     leave_schedule(s, t);
     t->stalled = true;
     t->stall_demand = true; /* it was running: it has work */
@@ -522,27 +518,10 @@ static void stall(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     pin_resident(s, t, true);
     s->stalls++;
     push_note(s, t->id,
-              "did not %s within %llu ms (stopped or hung): its %llu MiB stay resident, set "
+              "did not stop within %llu ms (stopped or hung): its %llu MiB stay resident, set "
               "aside; the others run in the rest of the budget until it answers",
-              t->stall_stop && !t->pop.active && !t->evict.active ? "stop" : "stop or migrate",
               (unsigned long long)(s->cfg.stop_timeout_ns / 1000000ull),
               (unsigned long long)(t->resident >> 20));
-}
-
-/* When the migration of the task being loaded (or running and migrating) stalls it: its own
- * eviction or population owed and without progress for stop_timeout after the order's last
- * progress (UINT64_MAX: none owed, or stop_timeout is not shorter than order_timeout, which
- * then drops it as before). */
-static uint64_t pop_stall_at(const struct ms_sched *s, const struct ms_stask *t)
-{
-    uint64_t at = UINT64_MAX;
-    if (s->cfg.stop_timeout_ns >= s->cfg.order_timeout_ns)
-        return at;
-    const struct ms_sorder *o[2] = {&t->evict, &t->pop};
-    for (int i = 0; i < 2; i++)
-        if (owes(o[i], i == 0) && o[i]->deadline >= s->cfg.order_timeout_ns)
-            at = MS_MIN(at, o[i]->deadline - s->cfg.order_timeout_ns + s->cfg.stop_timeout_ns);
-    return at;
 }
 
 static void unstall(struct ms_sched *s, uint64_t now, struct ms_stask *t)
@@ -551,8 +530,7 @@ static void unstall(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     t->stalled = false;
     t->runnable = t->stall_demand;
     t->dirty_demand = false;
-    push_note(s, t->id, "%s after %.1f s stalled: it waits for memory again",
-              t->stall_stop ? "answered its STOP" : "answered again",
+    push_note(s, t->id, "answered its STOP after %.1f s stalled: it waits for memory again",
               (double)(now - t->stalled_at) / 1e9);
 }
 
@@ -1714,7 +1692,7 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         case MS_MSG_REPORT: t->misses = MS_MAX(t->misses, m->report.misses); break;
         case MS_MSG_STOPPED:
             t->misses = MS_MAX(t->misses, m->stopped.misses);
-            if (t->stalled && t->stall_stop && m->stopped.epoch == t->run_epoch) {
+            if (t->stalled && m->stopped.epoch == t->run_epoch) {
                 unstall(s, now, t);
             } else if (s->phase == MS_PH_STOPPING && s->cur == t->id &&
                        m->stopped.epoch == t->run_epoch) {
@@ -1748,12 +1726,6 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         settle(s, now);
         return rc;
     }
-    if (t->stalled && !t->stall_stop && !owes(&t->evict, true) && !owes(&t->pop, false)) {
-        /* It talks again, it held no RUN, and every chunk its orders set in motion is settled:
-         * what is left of its population was never credited (nothing moved), so it goes. */
-        order_reset(&t->pop);
-        unstall(s, now, t);
-    }
     settle(s, now);
     return MS_OK;
 }
@@ -1765,20 +1737,6 @@ void ms_sched_tick(struct ms_sched *s, uint64_t now)
         struct ms_stask *t = find_live(s, s->cur);
         if (t)
             stall(s, now, t);
-    }
-    if (s->phase == MS_PH_MIGRATING) {
-        /* The task being loaded (or the running one, migrating) made no progress on its own
-         * orders for stop_timeout: stopped or hung. One that holds RUN gets the STOP it will
-         * answer when it resumes. */
-        struct ms_stask *t = find_live(s, s->next);
-        uint64_t by = t ? pop_stall_at(s, t) : UINT64_MAX;
-        if (t && now >= by) {
-            struct ms_msg m;
-            ms_msg_init(&m, MS_MSG_STOP);
-            m.stop.epoch = t->run_epoch;
-            if (s->cur != t->id || send_simple(s, t->id, &m) == MS_OK)
-                stall(s, now, t);
-        }
     }
     for (size_t i = 0; i < s->ntasks; i++) {
         struct ms_stask *t = s->tasks[i];
@@ -1809,11 +1767,6 @@ uint64_t ms_sched_deadline(const struct ms_sched *s)
     }
     if (s->phase == MS_PH_STOPPING)
         d = MS_MIN(d, s->stop_by);
-    if (s->phase == MS_PH_MIGRATING) {
-        const struct ms_stask *t = find_task(s, s->next);
-        if (t)
-            d = MS_MIN(d, pop_stall_at(s, t));
-    }
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct ms_stask *t = s->tasks[i];
         if (t->stalled)

@@ -2,10 +2,11 @@
 # daemon_stall.sh - a program stopped with Ctrl-Z (SIGSTOP) while it holds the GPU does not
 # stall everyone (docs/daemon.md, "Stalled tasks"), on the fake CUDA driver.
 #
-# Client a (tests/shim/engine_stress cycle, limited to 32 MiB) runs alone under mschedd
-# (budget 48 MiB, stop_timeout 300 ms) and is stopped with SIGSTOP. Client b (limited to 8 MiB)
-# then asks for the GPU: the daemon's STOP to a goes unanswered, so after stop_timeout a is
-# listed as stalled, its memory set aside, and b runs in the rest of the budget and finishes.
+# Client a (tests/shim/engine_stress cycle: 96 MiB, all of it resident under its 112 MiB limit,
+# so it holds the GPU without migrating) runs alone under mschedd (budget 160 MiB, stop_timeout
+# 300 ms) and is stopped with SIGSTOP. Client b (limited to 8 MiB) then asks for the GPU: the
+# daemon's STOP to a goes unanswered, so after stop_timeout a is listed as stalled, its memory
+# set aside, and b runs in the rest of the budget and finishes.
 # a is never dropped: after SIGCONT it answers its STOP, waits for memory like any task and
 # finishes under the daemon with zero mismatches. Before stalls, a was dropped after
 # stop_timeout and ran on alone (its connection gone).
@@ -20,9 +21,9 @@ if [ ! -e "$SHIMDIR/libcuda.so.1" ] || [ ! -e "$FAKELIB" ] || [ ! -x "$STRESS" ]
 fi
 [ -x "$MSCHEDD" ] || fail "no mschedd at $MSCHEDD"
 
-ROUNDS_A=100 ROUNDS_B=20 LIMIT=90
+ROUNDS_A=1000 ROUNDS_B=20 LIMIT=120
 case "$BUILD" in
-*thread* | *address*) ROUNDS_A=60 ROUNDS_B=6 LIMIT=240 ;;
+*thread* | *address*) ROUNDS_A=200 ROUNDS_B=6 LIMIT=400 ;;
 esac
 
 # client NAME [VAR=VALUE...] -- ARGS...: one engine_stress under libmsched, in the background.
@@ -58,8 +59,8 @@ wait_state() {
     fail "task of pid $1 is '$(state_of "$1")', not $2, after $3 s"
 }
 
-start_daemon --budget 48MiB --slice 20ms --stop_timeout 300ms
-client a MSCHED_BUDGET=32MiB -- "$ROUNDS_A" 4 cycle
+start_daemon --budget 160MiB --slice 20ms --stop_timeout 300ms
+client a MSCHED_BUDGET=112MiB -- "$ROUNDS_A" 4 cycle
 wait_state "$PID_a" running 20
 kill -STOP "$PID_a"
 client b MSCHED_BUDGET=8MiB -- "$ROUNDS_B" 5 cycle
