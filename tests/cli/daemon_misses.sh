@@ -6,13 +6,7 @@
 # the table and the Prometheus text show the count while it runs. On the fake CUDA driver.
 . "$(dirname "$0")/../daemon/lib.sh"
 
-SHIMDIR=$BUILD/lib/msched
-FAKELIB=$BUILD/lib/fakecuda/libcuda.so.1
-STRESS=$BUILD/tests/shim/engine_stress
-if [ ! -e "$SHIMDIR/libcuda.so.1" ] || [ ! -e "$FAKELIB" ] || [ ! -x "$STRESS" ]; then
-    echo "SKIP: libmsched, the fake driver or engine_stress is not built (no CUDA headers?)"
-    exit 0
-fi
+need_fake_cuda
 [ -x "$MSCHEDD" ] || fail "no mschedd at $MSCHEDD"
 
 start_daemon --budget 512MiB --slice 20ms

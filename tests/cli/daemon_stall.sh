@@ -12,36 +12,13 @@
 # stop_timeout and ran on alone (its connection gone).
 . "$(dirname "$0")/../daemon/lib.sh"
 
-SHIMDIR=$BUILD/lib/msched
-FAKELIB=$BUILD/lib/fakecuda/libcuda.so.1
-STRESS=$BUILD/tests/shim/engine_stress
-if [ ! -e "$SHIMDIR/libcuda.so.1" ] || [ ! -e "$FAKELIB" ] || [ ! -x "$STRESS" ]; then
-    echo "SKIP: libmsched, the fake driver or engine_stress is not built (no CUDA headers?)"
-    exit 0
-fi
+need_fake_cuda
 [ -x "$MSCHEDD" ] || fail "no mschedd at $MSCHEDD"
 
 ROUNDS_A=1000 ROUNDS_B=20 LIMIT=120
 case "$BUILD" in
 *thread* | *address*) ROUNDS_A=200 ROUNDS_B=6 LIMIT=400 ;;
 esac
-
-# client NAME [VAR=VALUE...] -- ARGS...: one engine_stress under libmsched, in the background.
-client() {
-    local name=$1
-    shift
-    local envs=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        envs+=("$1")
-        shift
-    done
-    shift
-    env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKELIB" MS_FAKECUDA="$FAKELIB" \
-        MSCHED_VERBOSE=1 "${envs[@]}" "$STRESS" "$@" >"$T/$name.out" 2>&1 &
-    local p=$!
-    PIDS+=("$p")
-    eval "PID_$name=$p"
-}
 
 # state_of PID: the task's state in `msched status --json` (empty when not listed).
 state_of() {

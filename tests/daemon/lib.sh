@@ -166,6 +166,24 @@ need_fake_cuda() {
     fi
 }
 
+# client NAME [VAR=VALUE...] -- ARGS...: one engine_stress under libmsched (SHIMDIR, FAKELIB and
+# STRESS set, as need_fake_cuda does), in the background; its output in $T/NAME.out.
+client() {
+    local name=$1
+    shift
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        envs+=("$1")
+        shift
+    done
+    shift
+    env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKELIB" MS_FAKECUDA="$FAKELIB" \
+        MSCHED_VERBOSE=1 "${envs[@]}" "$STRESS" "$@" >"$T/$name.out" 2>&1 &
+    local p=$!
+    PIDS+=("$p")
+    eval "PID_$name=$p"
+}
+
 # fake_program_env: the lines a stand-in program's script starts with, so that it runs on the
 # fake driver both under `msched run` (libmsched first on LD_LIBRARY_PATH) and without it.
 fake_program_env() {
