@@ -465,6 +465,9 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u32(w, s->gpu);
         put_str(w, s->policy);
         put_str(w, s->evict);
+        put_u8(w, s->sharing);
+        put_u8(w, 0);
+        put_u16(w, 0);
         put_u32(w, s->ntasks);
         for (uint32_t i = 0; i < s->ntasks; i++) {
             const struct ms_task_status *t = &s->tasks[i];
@@ -746,6 +749,10 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         s->gpu = get_u32(r);
         GET_STR(r, s->policy, MS_PROTO_WORD_MAX);
         GET_STR(r, s->evict, MS_PROTO_WORD_MAX);
+        s->sharing = get_u8(r);
+        zero(r, 3);
+        if (s->sharing > 1)
+            r->bad = true;
         uint32_t n = get_u32(r);
         if (r->bad || n == 0)
             break;

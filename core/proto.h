@@ -230,6 +230,7 @@ struct ms_msg_status {
     uint32_t gpu;
     char policy[MS_PROTO_WORD_MAX + 1]; /* "rr", "prio", "adaptive" */
     char evict[MS_PROTO_WORD_MAX + 1];  /* "opt", "lru", "whole" */
+    uint8_t sharing;                    /* 1: tasks share the GPU; 0: it is sliced */
     struct ms_task_status *tasks;
     uint32_t ntasks;
 };

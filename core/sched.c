@@ -31,6 +31,10 @@
  *   RUNNING    cur live, holds RUN; next == NONE
  *   STOPPING   cur live, STOP sent; next == NONE
  *   MIGRATING  next live; incremental => cur == next (keeps RUN), else cur == NONE
+ *   SHARED     cur == next == NONE; sharers (share != SH_NONE) hold RUN or are loading
+ *   UNSHARING  cur == next == NONE; sharers are all SH_STOPPING (STOP sent)
+ *   Sharing ("Sharing", sched.h) keeps its sharers in each task's `share` state instead of
+ *   cur, so the exclusive phases never see more than one task holding RUN.
  */
 #include "sched.h"
 
@@ -69,6 +73,9 @@ struct ms_sorder {
     uint64_t t0; /* when it was sent (for the switch record) */
 };
 
+/* A task's part in sharing (phases SHARED, UNSHARING). */
+enum { SH_NONE = 0, SH_LOADING, SH_RUN, SH_STOPPING };
+
 struct rmap_ent {
     uint32_t rid;  /* the shim's region id */
     uint32_t slot; /* the mirror's region slot */
@@ -102,6 +109,8 @@ struct ms_stask {
     uint64_t slice_ns;
     uint64_t bytes_in, bytes_out, switches, run_ns, run_since;
     uint64_t misses; /* the shim's count of commands run with named chunks off the device */
+    uint8_t share;   /* SH_*: its part in sharing */
+    uint32_t share_epoch; /* SH_LOADING: the epoch its RUN will carry (its POPULATE's) */
 };
 
 struct ms_zombie {
@@ -127,6 +136,7 @@ void ms_sched_config_default(struct ms_sched_config *c)
     c->horizon = 8;
     c->early_run = false;
     c->idle_hold_ns = 1000000000ull; /* 1 s */
+    c->share = true;
     c->max_tasks = 256;
     c->max_regions = 65536;
     c->max_chunks = 1u << 20;
@@ -444,6 +454,7 @@ static void leave_schedule(struct ms_sched *s, struct ms_stask *t)
     }
     t->runnable = false;
     t->dirty_demand = false;
+    t->share = SH_NONE; /* UNSHARING moves on once no sharer is left to stop (settle) */
 }
 
 static void queue_drop(struct ms_sched *s, uint32_t id, int err, const char *why)
@@ -810,7 +821,7 @@ static int on_demand(struct ms_sched *s, struct ms_stask *t, const struct ms_msg
         return MS_OK;
     }
     t->runnable = true;
-    if (s->cur == t->id || s->next == t->id)
+    if (s->cur == t->id || s->next == t->id || t->share != SH_NONE)
         t->dirty_demand = true;
     return MS_OK;
 }
@@ -1512,6 +1523,305 @@ static int plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t
     return dispatch(s, now, t, true, 0);
 }
 
+/* ---- sharing (sched.h, "Sharing") ------------------------------------------------------------ */
+
+static bool chunk_resident(const struct ms_sched *s, ms_chunk_id id, uint64_t *bytes)
+{
+    const struct ms_chunk *c = ms_chunk_get((struct ms_rtable *)&s->rt, id);
+    *bytes = c ? c->bytes : 0;
+    return !c || ms_chunk_state_resident((enum ms_chunk_state)c->state);
+}
+
+/* Whether t's demanded set is its whole footprint (a WHOLE demand, or WHOLE eviction). */
+static bool wants_whole(const struct ms_sched *s, const struct ms_stask *t)
+{
+    return (t->dflags & MS_DEMAND_WHOLE) || s->cfg.evict == MS_EVICT_WHOLE;
+}
+
+/* Bytes of t's demanded set that are not resident (what sharing would populate). */
+static uint64_t share_missing(const struct ms_sched *s, const struct ms_stask *t)
+{
+    uint64_t miss = 0, b;
+    if (wants_whole(s, t)) {
+        for (size_t i = 0; i < t->nrmap; i++) {
+            const struct ms_region *r = &s->rt.regions[t->rmap[i].slot];
+            if (r->kind == MS_RK_HOST)
+                continue;
+            for (uint32_t k = 0; k < r->nchunks; k++)
+                if (!ms_chunk_state_resident((enum ms_chunk_state)r->chunks[k].state))
+                    miss += r->chunks[k].bytes;
+        }
+        return miss;
+    }
+    for (size_t i = 0; i < t->next_ws.n; i++)
+        if (!chunk_resident(s, t->next_ws.ids[i], &b))
+            miss += b;
+    return miss;
+}
+
+static double gib(uint64_t b)
+{
+    return (double)b / (double)MS_GIB;
+}
+
+/*
+ * Whether the tasks may share the GPU now ("Sharing", sched.h); *need: the bytes all of them
+ * need together. why: the reason when not.
+ */
+static bool share_fits(const struct ms_sched *s, uint64_t *need, char *why, size_t whylen)
+{
+    *need = 0;
+    if (!s->cfg.share) {
+        snprintf(why, whylen, "turned off");
+        return false;
+    }
+    if (s->cfg.policy == MS_SCHED_PRIO) {
+        snprintf(why, whylen, "policy prio: priorities preempt");
+        return false;
+    }
+    if (s->over_budget || s->shrink) {
+        snprintf(why, whylen, "the budget was lowered below what is resident");
+        return false;
+    }
+    const struct ms_stask *first = NULL, *worst = NULL;
+    uint64_t total = 0, worst_miss = 0;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct ms_stask *t = s->tasks[i];
+        if (t->ghost || t->stalled) {
+            total += t->resident;
+            continue;
+        }
+        uint32_t w = t->weight ? t->weight : 1;
+        if (!first) {
+            first = t;
+        } else if (w != (first->weight ? first->weight : 1)) {
+            snprintf(why, whylen, "task %u has weight %u, task %u %u: weights slice", t->id, w,
+                     first->id, first->weight ? first->weight : 1);
+            return false;
+        }
+        uint64_t miss = share_missing(s, t);
+        if (t->limit && t->resident + miss > t->limit) {
+            snprintf(why, whylen, "task %u needs %.2f GiB, over its limit of %.2f GiB", t->id,
+                     gib(t->resident + miss), gib(t->limit));
+            return false;
+        }
+        total += t->resident + miss;
+        if (!worst || miss > worst_miss) {
+            worst = t;
+            worst_miss = miss;
+        }
+    }
+    *need = total;
+    if (total > s->cfg.budget) {
+        uint64_t res = s->rt.resident_bytes;
+        snprintf(why, whylen,
+                 "task %u demands %.2f GiB more, %.2f GiB free; all need %.2f GiB of %.2f GiB",
+                 worst ? worst->id : NONE, gib(worst_miss),
+                 gib(res < s->cfg.budget ? s->cfg.budget - res : 0), gib(total),
+                 gib(s->cfg.budget));
+        return false;
+    }
+    return true;
+}
+
+static size_t live_count(const struct ms_sched *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->ntasks; i++)
+        n += !s->tasks[i]->ghost && !s->tasks[i]->stalled;
+    return n;
+}
+
+/* Begin sharing: from IDLE, or from RUNNING (cur keeps its RUN and becomes a sharer). */
+static void share_enter(struct ms_sched *s, uint64_t need)
+{
+    if (s->phase == MS_PH_RUNNING) {
+        struct ms_stask *t = find_task(s, s->cur);
+        t->share = SH_RUN;
+        t->dirty_demand = true; /* what its plan left out (memory that was short) comes now */
+        s->last = t->id;
+    }
+    s->phase = MS_PH_SHARED;
+    s->cur = s->next = NONE;
+    s->incremental = false;
+    s->holding = false;
+    s->in_switch = false; /* a switch that had begun ends here, without a RUN to count */
+    s->stop_pending = 0;
+    s->stop_from = NONE;
+    s->share_ons++;
+    size_t n = live_count(s);
+    push_note(s, NONE, "sharing: on (%zu task%s, %.2f GiB of %.2f GiB)", n, n == 1 ? "" : "s",
+              gib(need), gib(s->cfg.budget));
+}
+
+/* End sharing: STOP every sharer holding RUN; UNSHARING until they all stopped. */
+static void share_leave(struct ms_sched *s, uint64_t now, const char *why)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->ntasks; i++)
+        n += s->tasks[i]->share == SH_RUN;
+    if (reserve_actions(s, n + 1)) {
+        s->retry = true;
+        s->retry_at = now + RETRY_NS;
+        return;
+    }
+    s->share_offs++;
+    push_note(s, NONE, "sharing: off (%s)", why);
+    for (size_t i = 0; i < s->ntasks; i++) {
+        struct ms_stask *t = s->tasks[i];
+        if (t->share == SH_RUN) {
+            struct ms_msg m;
+            ms_msg_init(&m, MS_MSG_STOP);
+            m.stop.epoch = t->run_epoch;
+            push_send(s, t->id, &m);
+            t->share = SH_STOPPING;
+        } else {
+            t->share = SH_NONE; /* loading: not running yet; its population completes */
+        }
+        t->dirty_demand = false;
+    }
+    if (n > 0) {
+        s->phase = MS_PH_UNSHARING;
+        s->stop_by = now + s->cfg.stop_timeout_ns;
+        switch_begin(s, now);
+    } else {
+        s->phase = MS_PH_IDLE;
+    }
+}
+
+/* RUN to a sharer (room reserved by the caller). */
+static void share_run(struct ms_sched *s, uint64_t now, struct ms_stask *t, uint32_t epoch)
+{
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_RUN);
+    m.run.epoch = epoch;
+    m.run.slice_ns = s->cfg.slice_ns; /* no timer stops it: the shim only counts slices */
+    push_send(s, t->id, &m);
+    t->run_epoch = epoch;
+    t->slice_ns = m.run.slice_ns;
+    t->run_since = now;
+    t->switches++;
+    t->share = SH_RUN;
+    s->last = t->id;
+    for (size_t i = 0; i < t->next_ws.n; i++) { /* LRU: in use from now on */
+        struct ms_chunk *c = ms_chunk_get(&s->rt, t->next_ws.ids[i]);
+        if (c && ms_chunk_state_ready((enum ms_chunk_state)c->state))
+            chunk_apply(s, t, t->next_ws.ids[i], MS_CE_TOUCH);
+    }
+}
+
+/*
+ * Admit t (admit: it does not hold RUN yet) or serve a sharer's new demand: POPULATE what of
+ * its demanded set is not resident, fully credited (share_fits said it fits in free memory),
+ * and RUN when it has nothing to wait for (or at once under early_run). MS_E_NOMEM with
+ * nothing changed.
+ */
+static int share_serve(struct ms_sched *s, uint64_t now, struct ms_stask *t, bool admit)
+{
+    struct ms_chunk_set whole;
+    ms_chunk_set_init(&whole);
+    const struct ms_chunk_set *ws = &t->next_ws;
+    int rc = MS_OK;
+    if (wants_whole(s, t)) {
+        rc = whole_footprint(s, t, &whole);
+        ws = &whole;
+    }
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_POPULATE);
+    order_reset(&t->pop);
+    for (size_t i = 0; i < ws->n && !rc; i++) {
+        struct ms_chunk *c = ms_chunk_get(&s->rt, ws->ids[i]);
+        if (c && (c->state == MS_CS_EMPTY || c->state == MS_CS_HOST))
+            rc = order_add(&t->pop, ws->ids[i], c->bytes, c->state == MS_CS_EMPTY);
+    }
+    ms_chunk_set_fini(&whole);
+    if (!rc && t->pop.n)
+        rc = order_runs(s, &t->pop, &m);
+    if (!rc)
+        rc = reserve_actions(s, 2);
+    if (rc) {
+        ms_msg_free(&m);
+        order_reset(&t->pop);
+        return rc;
+    }
+    uint32_t epoch = ++s->epoch;
+    if (t->pop.n) {
+        grant(s, t);
+        t->pop.active = true;
+        t->pop.epoch = epoch;
+        t->pop.deadline = now + s->cfg.order_timeout_ns;
+        t->pop.t0 = now;
+        m.order.epoch = epoch;
+        m.order.credit = t->pop.credit;
+        push_send(s, t->id, &m);
+        s->plans++;
+    } else {
+        ms_msg_free(&m);
+    }
+    if (admit) {
+        t->share_epoch = epoch;
+        if (!t->pop.active || s->cfg.early_run)
+            share_run(s, now, t, epoch);
+        else
+            t->share = SH_LOADING;
+    }
+    return MS_OK;
+}
+
+/* Phase SHARED: leave it when the memory no longer fits, else serve every task. */
+static void decide_shared(struct ms_sched *s, uint64_t now)
+{
+    uint64_t need;
+    char why[128];
+    if (!share_fits(s, &need, why, sizeof(why))) {
+        share_leave(s, now, why);
+        return;
+    }
+    for (size_t i = 0; i < s->ntasks; i++) {
+        struct ms_stask *t = s->tasks[i];
+        if (t->ghost || t->stalled || t->pop.active)
+            continue;
+        int rc = MS_OK;
+        if (t->share == SH_LOADING) {
+            rc = reserve_actions(s, 1);
+            if (!rc)
+                share_run(s, now, t, t->share_epoch);
+        } else if (t->share == SH_RUN && t->dirty_demand) {
+            t->dirty_demand = false;
+            rc = needs_population(s, t) || wants_whole(s, t) ? share_serve(s, now, t, false)
+                                                              : MS_OK;
+            if (rc)
+                t->dirty_demand = true;
+        } else if (t->share == SH_NONE && t->runnable) {
+            t->dirty_demand = false;
+            rc = share_serve(s, now, t, true);
+        }
+        if (rc) {
+            s->retry = true;
+            s->retry_at = now + RETRY_NS;
+            return;
+        }
+    }
+}
+
+/* Phase IDLE or RUNNING, nothing in flight: begin sharing when the memory fits. */
+static bool try_share(struct ms_sched *s)
+{
+    uint64_t need;
+    char why[128];
+    if (!s->cfg.share || s->cfg.policy == MS_SCHED_PRIO || any_order_active(s))
+        return false;
+    if (!share_fits(s, &need, why, sizeof(why)))
+        return false;
+    share_enter(s, need);
+    return true;
+}
+
+bool ms_sched_sharing(const struct ms_sched *s)
+{
+    return s->phase == MS_PH_SHARED;
+}
+
 /* ---- decisions ------------------------------------------------------------------------------- */
 
 static void send_stop(struct ms_sched *s, uint64_t now, struct ms_stask *t)
@@ -1627,6 +1937,8 @@ static void settle(struct ms_sched *s, uint64_t now)
                     s->retry_at = now + RETRY_NS;
                 }
             }
+        } else if (s->phase == MS_PH_RUNNING && try_share(s)) {
+            /* the running task became a sharer: SHARED at the next turn */
         } else if (s->phase == MS_PH_RUNNING) {
             struct ms_stask *t = find_task(s, s->cur);
             if (t->dirty_demand && !any_order_active(s)) {
@@ -1646,6 +1958,16 @@ static void settle(struct ms_sched *s, uint64_t now)
             }
             if (s->phase == MS_PH_RUNNING)
                 decide_running(s, now);
+        } else if (s->phase == MS_PH_SHARED) {
+            decide_shared(s, now);
+        } else if (s->phase == MS_PH_UNSHARING) {
+            bool left = false;
+            for (size_t i = 0; i < s->ntasks; i++)
+                left |= s->tasks[i]->share == SH_STOPPING;
+            if (!left)
+                s->phase = MS_PH_IDLE; /* exclusive switching goes on from here */
+        } else if (s->phase == MS_PH_IDLE && !any_order_active(s) && try_share(s)) {
+            /* SHARED at the next turn */
         } else if (s->phase == MS_PH_IDLE && !any_order_active(s)) {
             if (!s->in_switch)
                 switch_begin(s, now);
@@ -1694,6 +2016,14 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
             t->misses = MS_MAX(t->misses, m->stopped.misses);
             if (t->stalled && m->stopped.epoch == t->run_epoch) {
                 unstall(s, now, t);
+            } else if (t->share == SH_STOPPING && m->stopped.epoch == t->run_epoch) {
+                t->run_ns += now - t->run_since;
+                t->share = SH_NONE;
+                s->last = t->id;
+                if (s->in_switch) {
+                    s->stop_pending = now > s->switch_t0 ? now - s->switch_t0 : 0;
+                    s->stop_from = t->id;
+                }
             } else if (s->phase == MS_PH_STOPPING && s->cur == t->id &&
                        m->stopped.epoch == t->run_epoch) {
                 t->run_ns += now - t->run_since;
@@ -1738,6 +2068,10 @@ void ms_sched_tick(struct ms_sched *s, uint64_t now)
         if (t)
             stall(s, now, t);
     }
+    if (s->phase == MS_PH_UNSHARING && now >= s->stop_by)
+        for (size_t i = 0; i < s->ntasks; i++)
+            if (s->tasks[i]->share == SH_STOPPING && !s->tasks[i]->ghost)
+                stall(s, now, s->tasks[i]);
     for (size_t i = 0; i < s->ntasks; i++) {
         struct ms_stask *t = s->tasks[i];
         if (t->stalled)
@@ -1765,7 +2099,7 @@ uint64_t ms_sched_deadline(const struct ms_sched *s)
                 break;
             }
     }
-    if (s->phase == MS_PH_STOPPING)
+    if (s->phase == MS_PH_STOPPING || s->phase == MS_PH_UNSHARING)
         d = MS_MIN(d, s->stop_by);
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct ms_stask *t = s->tasks[i];
@@ -1789,6 +2123,12 @@ static uint8_t state_of(const struct ms_sched *s, const struct ms_stask *t)
         return MS_TS_DROPPED;
     if (t->stalled)
         return MS_TS_STALLED;
+    if (t->share == SH_RUN)
+        return MS_TS_RUNNING;
+    if (t->share == SH_LOADING)
+        return MS_TS_LOADING;
+    if (t->share == SH_STOPPING)
+        return MS_TS_STOPPING;
     if (s->cur == t->id) {
         if (s->phase == MS_PH_STOPPING)
             return MS_TS_STOPPING;
@@ -1826,6 +2166,7 @@ int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out)
     st->bytes_out = s->bytes_out;
     snprintf(st->policy, sizeof(st->policy), "%s", ms_sched_policy_name(s->cfg.policy));
     snprintf(st->evict, sizeof(st->evict), "%s", ms_evict_policy_name(s->cfg.evict));
+    st->sharing = ms_sched_sharing(s);
     if (s->ntasks == 0)
         return MS_OK;
     st->tasks = ms_calloc(s->ntasks, sizeof(*st->tasks));
@@ -1846,8 +2187,9 @@ int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out)
         ts->bytes_in = t->bytes_in;
         ts->bytes_out = t->bytes_out;
         ts->switches = t->switches;
-        ts->run_ns =
-            t->run_ns + (s->cur == t->id && s->phase != MS_PH_IDLE ? now - t->run_since : 0);
+        bool holds = (s->cur == t->id && s->phase != MS_PH_IDLE) || t->share == SH_RUN ||
+                     t->share == SH_STOPPING;
+        ts->run_ns = t->run_ns + (holds ? now - t->run_since : 0);
         ts->misses = t->misses;
         snprintf(ts->name, sizeof(ts->name), "%s", t->name);
     }
@@ -1883,6 +2225,13 @@ int ms_sched_set_policy(struct ms_sched *s, uint64_t now, enum ms_sched_policy p
     if ((unsigned)p >= MS_SCHED_POLICY_COUNT)
         return MS_E_INVAL;
     s->cfg.policy = p;
+    settle(s, now);
+    return MS_OK;
+}
+
+int ms_sched_set_share(struct ms_sched *s, uint64_t now, bool on)
+{
+    s->cfg.share = on;
     settle(s, now);
     return MS_OK;
 }
@@ -1969,7 +2318,33 @@ int ms_sched_check(const struct ms_sched *s, char *why, size_t whylen)
             }
         }
     }
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct ms_stask *t = s->tasks[i];
+        if (!t->share)
+            continue;
+        if (t->ghost || t->stalled || t->share > SH_STOPPING)
+            SFAIL(4, "S4: task %u is a sharer (%u) while %s", t->id, t->share,
+                  t->ghost ? "a ghost" : t->stalled ? "stalled" : "in no known state");
+        if (s->phase != MS_PH_SHARED && s->phase != MS_PH_UNSHARING)
+            SFAIL(4, "S4: task %u is a sharer (%u) in phase %d", t->id, t->share, s->phase);
+        if ((s->phase == MS_PH_UNSHARING) != (t->share == SH_STOPPING))
+            SFAIL(4, "S4: task %u is a sharer (%u) in phase %d", t->id, t->share, s->phase);
+        if (s->phase != MS_PH_SHARED || t->dirty_demand || wants_whole(s, t))
+            continue;
+        uint64_t b;
+        for (size_t k = 0; k < t->next_ws.n; k++)
+            if (!chunk_resident(s, t->next_ws.ids[k], &b))
+                SFAIL(4, "S4: sharer %u lacks chunk %zu of its demanded set", t->id, k);
+    }
     switch (s->phase) {
+    case MS_PH_SHARED:
+    case MS_PH_UNSHARING:
+        if (s->cur != NONE || s->next != NONE)
+            SFAIL(4, "S4: phase %d with cur %u next %u", s->phase, s->cur, s->next);
+        for (size_t i = 0; s->phase == MS_PH_SHARED && i < s->ntasks; i++)
+            if (!s->tasks[i]->stalled && s->tasks[i]->evict.active)
+                SFAIL(4, "S4: task %u evicts while tasks share", s->tasks[i]->id);
+        break;
     case MS_PH_IDLE:
         if (s->cur != NONE || s->next != NONE)
             SFAIL(4, "S4: idle with cur %u next %u", s->cur, s->next);

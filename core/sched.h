@@ -61,6 +61,35 @@
  *   once: a waiting higher-priority task must not wait. test_sched's test_idle_hold_effect
  *   plays the rule against scripted tasks on a virtual clock.
  *
+ *   Sharing (issue 25; cfg.share, on by default). Exclusive slices lose the overlap that
+ *   programs sharing a GPU natively get, and gain nothing when memory is not short. So while
+ *   the chunks every task needs fit in the budget together, the scheduler leaves slicing: phase
+ *   SHARED, where every task that demands gets RUN (after the population of what it lacks, from
+ *   free memory only: no eviction, no plan) and keeps it, and no slice timer stops anyone. A
+ *   task's need is what it holds resident plus what of its demanded set (its `next` set; its
+ *   whole footprint under WHOLE) is not; ghosts and stalled tasks count what they hold. The
+ *   memory "fits" when the needs of all tasks sum to at most the budget, no task's need exceeds
+ *   its mem_limit, and nothing asks for exclusivity: the policy is not PRIO (priorities mean
+ *   preemption), every live task has the same weight (weights mean unequal slices), and the
+ *   budget was not lowered below what is resident. Every settle re-checks it:
+ *     entering   from IDLE (nothing outstanding), or from RUNNING with no order in flight: the
+ *                running task keeps its RUN and becomes one of the sharers ->
+ *     SHARED     a runnable task without RUN gets a POPULATE of what it lacks (fully credited:
+ *                it fits) and RUN when that completes (with the POPULATE under early_run); a
+ *                sharer that DEMANDs chunks it lacks gets a POPULATE and keeps RUN; an IDLE
+ *                sharer keeps RUN (it has nothing to launch). When the memory no longer fits
+ *                (a demand beyond free memory, a PRIO policy, a new weight, a lower budget,
+ *                share turned off) ->
+ *     UNSHARING  STOP to every sharer holding RUN (a sharer still loading simply stops being
+ *                one; its population completes), wait for all their STOPPEDs (stop_timeout:
+ *                the late ones are stalled, as in a switch) -> IDLE, and exclusive switching
+ *                goes on from the round-robin position of the last task that stopped.
+ *   Sharing comes back by the same test when the pressure goes (a task exits, demands shrink).
+ *   The sets counted are the tasks' last demands, idle tasks' included, so a task that was
+ *   evicted by exclusive switching still counts what it will want back: the mode does not
+ *   flap while the set of tasks stays the same. Each transition is an MS_ACT_NOTE for task
+ *   MS_TASK_NONE ("sharing: on (...)" / "sharing: off (...)"); ms_sched_sharing tells the mode.
+ *
  *   Death (ms_sched_task_gone) releases the task at once: its chunks vanish from the mirror
  *   (whatever state they were in, IN and OUT included), its orders are forgotten, and if it was
  *   running, stopping or loading the schedule moves on. Memory it held becomes credit for
@@ -79,7 +108,11 @@
  *   S1  ms_rtable_check passes and every live region belongs to a live task
  *   S2  rt.resident_bytes <= budget (unless the budget was lowered and no migration since)
  *   S3  each task's resident counter equals the sum over its chunks
- *   S4  at most one task holds RUN; phase, cur and next agree (see sched.c)
+ *   S4  at most one task holds RUN, except in phase SHARED, where every sharer may; phase,
+ *       cur and next agree (see sched.c); in SHARED no EVICT order is in flight and every
+ *       chunk of a sharer's demanded set is resident (IN counts: populated into free memory)
+ *       unless its newest DEMAND is still to be handled; only SHARED and UNSHARING have
+ *       sharers, and in UNSHARING each of them is being stopped
  *   S5  every valid, unreported entry of an EVICT order is an OUT chunk of the order's task;
  *       every credited, unreported entry of a POPULATE order is an IN or DIRTY chunk
  *   S6  between calls, exactly the resident chunks of ghosts and stalled tasks are pinned
@@ -113,6 +146,7 @@ struct ms_sched_config {
     uint32_t horizon;           /* timeline entries the planner looks ahead, >= 1 */
     bool early_run;             /* send RUN with the POPULATE instead of after it */
     uint64_t idle_hold_ns;      /* RR, ADAPTIVE: longest hold for an idle task (0: none) */
+    bool share;                 /* run tasks at once while their memory fits (Sharing) */
     uint32_t max_tasks;
     uint32_t max_regions; /* per task */
     uint64_t max_chunks;  /* per task, over all its regions */
@@ -136,7 +170,14 @@ struct ms_action {
 struct ms_stask;  /* a task (sched.c) */
 struct ms_zombie; /* a dropped task whose DROP is not handed out yet (sched.c) */
 
-enum ms_sched_phase { MS_PH_IDLE = 0, MS_PH_RUNNING, MS_PH_STOPPING, MS_PH_MIGRATING };
+enum ms_sched_phase {
+    MS_PH_IDLE = 0,
+    MS_PH_RUNNING,
+    MS_PH_STOPPING,
+    MS_PH_MIGRATING,
+    MS_PH_SHARED,    /* sharing: every sharer holds RUN (cur == next == NONE) */
+    MS_PH_UNSHARING, /* leaving it: STOP sent to every sharer, waiting for their STOPPEDs */
+};
 
 struct ms_sched {
     struct ms_sched_config cfg;
@@ -194,6 +235,8 @@ struct ms_sched {
     uint64_t stalls;       /* tasks that did not answer a STOP within stop_timeout */
     uint64_t idle_holds;   /* times an idle task kept the GPU while others waited */
     uint64_t idle_resumes; /* ... and demanded again before its hold ran out */
+    uint64_t share_ons;    /* times sharing began */
+    uint64_t share_offs;   /* ... and ended (memory pressure, exclusivity asked for) */
 
     /* queued actions: acts[head..n), then the zombies' DROPs */
     struct ms_action *acts;
@@ -275,6 +318,10 @@ int ms_sched_set_budget(struct ms_sched *s, uint64_t now, uint64_t budget);
 int ms_sched_set_slice(struct ms_sched *s, uint64_t now, uint64_t slice_ns);
 int ms_sched_set_policy(struct ms_sched *s, uint64_t now, enum ms_sched_policy p);
 int ms_sched_set_evict(struct ms_sched *s, uint64_t now, enum ms_evict_policy p);
+int ms_sched_set_share(struct ms_sched *s, uint64_t now, bool on);
+
+/* The mode: true while tasks share the GPU (phase SHARED), false while it is sliced. */
+bool ms_sched_sharing(const struct ms_sched *s);
 
 /* Resident bytes the scheduler accounts to a task (0 for an unknown task). */
 uint64_t ms_sched_task_resident(const struct ms_sched *s, uint32_t task);

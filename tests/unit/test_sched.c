@@ -330,6 +330,10 @@ static void world_init(struct world *w, enum ms_sched_policy pol, enum ms_evict_
     c.slice_max_ns = 100 * SLICE;
     c.stop_timeout_ns = 50 * MS;
     c.order_timeout_ns = 500 * MS;
+    /* Most scenarios are about exclusive slicing and switching, with tasks whose memory would
+     * fit together: sharing off; the sharing scenarios (and the stress run, at random) turn it
+     * on. */
+    c.share = false;
     w->budget = budget;
     w->now = 1000;
     assert_int_equal(ms_sched_init(&w->s, &c, w->now), MS_OK);
@@ -1683,6 +1687,7 @@ static void test_random_stress(void **state)
         enum ms_evict_policy ev = (enum ms_evict_policy)ms_rng_below(&rng, 3);
         world_init(&w, pol, ev, (8 + ms_rng_below(&rng, 24)) * CH);
         w.s.cfg.early_run = ms_rng_chance(&rng, 1, 3);
+        w.s.cfg.share = ms_rng_chance(&rng, 1, 2);
         int ntask = 2 + (int)ms_rng_below(&rng, 5);
         for (int i = 0; i < ntask; i++) {
             uint32_t regs[3];
@@ -1746,6 +1751,7 @@ static void test_alloc_failure_sweep(void **state)
     for (uint64_t n = 1; n < 400; n++) {
         struct world w;
         world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 8 * CH);
+        w.s.cfg.share = n % 2; /* sharing, then pressure ends it (3 x 4 chunks > 8) */
         ms_alloc_fail_after(n);
         struct ms_msg_hello h;
         memset(&h, 0, sizeof(h));
