@@ -195,6 +195,8 @@ static int validate_status(const struct ms_msg_status *s, char *why, size_t whyl
 {
     if (!STR_OK(s->policy, MS_PROTO_WORD_MAX) || !STR_OK(s->evict, MS_PROTO_WORD_MAX))
         VFAIL("STATUS: bad policy name");
+    if (s->sharing > 1)
+        VFAIL("STATUS: sharing %u", s->sharing);
     if (s->ntasks > 0 && !s->tasks)
         VFAIL("STATUS: no task array");
     for (uint32_t i = 0; i < s->ntasks; i++) {

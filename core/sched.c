@@ -39,6 +39,7 @@
 #include "sched.h"
 
 #include "timeline.h"
+#include "units.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -1559,9 +1560,11 @@ static uint64_t share_missing(const struct ms_sched *s, const struct ms_stask *t
     return miss;
 }
 
-static double gib(uint64_t b)
+/* A size for a log line ("15.2 GiB"); buf: 16 bytes. */
+static const char *hsize(uint64_t b, char *buf)
 {
-    return (double)b / (double)MS_GIB;
+    ms_format_size_h(b, buf, 16);
+    return buf;
 }
 
 /*
@@ -1601,8 +1604,9 @@ static bool share_fits(const struct ms_sched *s, uint64_t *need, char *why, size
         }
         uint64_t miss = share_missing(s, t);
         if (t->limit && t->resident + miss > t->limit) {
-            snprintf(why, whylen, "task %u needs %.2f GiB, over its limit of %.2f GiB", t->id,
-                     gib(t->resident + miss), gib(t->limit));
+            char b1[16], b2[16];
+            snprintf(why, whylen, "task %u needs %s, over its limit of %s", t->id,
+                     hsize(t->resident + miss, b1), hsize(t->limit, b2));
             return false;
         }
         total += t->resident + miss;
@@ -1614,11 +1618,11 @@ static bool share_fits(const struct ms_sched *s, uint64_t *need, char *why, size
     *need = total;
     if (total > s->cfg.budget) {
         uint64_t res = s->rt.resident_bytes;
-        snprintf(why, whylen,
-                 "task %u demands %.2f GiB more, %.2f GiB free; all need %.2f GiB of %.2f GiB",
-                 worst ? worst->id : NONE, gib(worst_miss),
-                 gib(res < s->cfg.budget ? s->cfg.budget - res : 0), gib(total),
-                 gib(s->cfg.budget));
+        char b1[16], b2[16], b3[16], b4[16];
+        snprintf(why, whylen, "task %u demands %s more, %s free; all need %s of %s",
+                 worst ? worst->id : NONE, hsize(worst_miss, b1),
+                 hsize(res < s->cfg.budget ? s->cfg.budget - res : 0, b2), hsize(total, b3),
+                 hsize(s->cfg.budget, b4));
         return false;
     }
     return true;
@@ -1650,8 +1654,9 @@ static void share_enter(struct ms_sched *s, uint64_t need)
     s->stop_from = NONE;
     s->share_ons++;
     size_t n = live_count(s);
-    push_note(s, NONE, "sharing: on (%zu task%s, %.2f GiB of %.2f GiB)", n, n == 1 ? "" : "s",
-              gib(need), gib(s->cfg.budget));
+    char b1[16], b2[16];
+    push_note(s, NONE, "sharing: on (%zu task%s, %s of %s)", n, n == 1 ? "" : "s",
+              hsize(need, b1), hsize(s->cfg.budget, b2));
 }
 
 /* End sharing: STOP every sharer holding RUN; UNSHARING until they all stopped. */

@@ -119,6 +119,7 @@ static void sample(struct ms_msg *m, unsigned type)
         s->gpu = 1;
         strcpy(s->policy, "adaptive");
         strcpy(s->evict, "opt");
+        s->sharing = 1;
         s->ntasks = 2;
         s->tasks = ms_calloc(2, sizeof(*s->tasks));
         assert_non_null(s->tasks);
@@ -253,6 +254,7 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_int_equal(x->gpu, y->gpu);
         assert_string_equal(x->policy, y->policy);
         assert_string_equal(x->evict, y->evict);
+        assert_int_equal(x->sharing, y->sharing);
         assert_int_equal(x->ntasks, y->ntasks);
         for (uint32_t i = 0; i < x->ntasks; i++) {
             const struct ms_task_status *s = &x->tasks[i], *t = &y->tasks[i];
@@ -798,13 +800,21 @@ static void test_malformed_status(void **state)
     (void)state;
     struct ms_buf b;
     encode_sample(MS_MSG_STATUS, &b);
-    size_t task0 = MS_PROTO_HDR_BYTES + 9 * 8 + 8 + (2 + 8) + (2 + 3) + 4;
+    size_t sharing_off = MS_PROTO_HDR_BYTES + 9 * 8 + 8 + (2 + 8) + (2 + 3);
+    size_t task0 = sharing_off + 4 + 4; /* sharing and 3 reserved bytes, the task count */
     /* Offsets inside the first task entry. */
     size_t state_off = task0 + 16, rsv_off = task0 + 17, prio_off = task0 + 8;
     struct ms_msg m;
     size_t used;
     assert_int_equal(ms_msg_decode(b.data, b.len, &m, &used), 1);
+    assert_int_equal(m.status.sharing, 1);
     ms_msg_free(&m);
+    b.data[sharing_off] = 2; /* a flag: 0 or 1 */
+    assert_int_equal(ms_msg_decode(b.data, b.len, &m, &used), MS_E_PARSE);
+    b.data[sharing_off] = 1;
+    b.data[sharing_off + 1] = 1; /* reserved */
+    assert_int_equal(ms_msg_decode(b.data, b.len, &m, &used), MS_E_PARSE);
+    b.data[sharing_off + 1] = 0;
     b.data[state_off] = MS_TS_COUNT;
     assert_int_equal(ms_msg_decode(b.data, b.len, &m, &used), MS_E_PARSE);
     b.data[state_off] = MS_TS_IDLE;

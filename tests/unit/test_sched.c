@@ -92,6 +92,9 @@ struct world {
     struct logent log[MAXLOG];
     int nlog;
     bool in_pump;
+    uint32_t weight;      /* the weight add_task's HELLO asks for (0: none) */
+    int share_notes;      /* MS_ACT_NOTE lines about no task (the sharing mode) */
+    char last_note[128];  /* ... the latest of them */
 };
 
 static struct fshim *shim_of(struct world *w, uint32_t task)
@@ -291,6 +294,10 @@ static void pump(struct world *w)
         if (a.kind == MS_ACT_NOTE) {
             if (f)
                 f->notes++;
+            if (a.task == MS_TASK_NONE) {
+                w->share_notes++;
+                snprintf(w->last_note, sizeof(w->last_note), "%s", a.why);
+            }
         } else if (a.kind == MS_ACT_SEND) {
             if (w->nlog < MAXLOG)
                 w->log[w->nlog++] = (struct logent){.task = a.task, .type = a.msg.type};
@@ -361,6 +368,7 @@ static struct fshim *add_task(struct world *w, const char *name, int32_t prio, u
     h.pid = 100 + (uint32_t)w->nsh;
     h.prio = prio;
     h.mem_limit = limit;
+    h.weight = w->weight;
     snprintf(h.name, sizeof(h.name), "%s", name);
     uint32_t id;
     assert_int_equal(ms_sched_hello(&w->s, w->now, &h, 0, &id), MS_OK);
@@ -459,6 +467,15 @@ static struct fshim *running(struct world *w)
         }
     }
     return r;
+}
+
+/* How many live shims hold RUN (sharing: several may). */
+static int nrunning(struct world *w)
+{
+    int n = 0;
+    for (int i = 0; i < w->nsh; i++)
+        n += w->sh[i].alive && w->sh[i].running;
+    return n;
 }
 
 /* The log since index `from`, as "type@task" items, for failure messages and checks. */
@@ -1818,6 +1835,240 @@ static void test_alloc_failure_sweep(void **state)
     assert_true(completed > 0);
 }
 
+/* ---- sharing -------------------------------------------------------------------------------- */
+
+static void share_world(struct world *w, enum ms_sched_policy pol, uint64_t budget)
+{
+    world_init(w, pol, MS_EVICT_OPT, budget);
+    w->s.cfg.share = true;
+}
+
+static bool status_sharing(struct world *w)
+{
+    struct ms_msg st;
+    assert_int_equal(ms_sched_status(&w->s, w->now, &st), MS_OK);
+    assert_int_equal(ms_msg_validate(&st, NULL, 0), MS_OK);
+    bool on = st.status.sharing;
+    ms_msg_free(&st);
+    assert_true(on == ms_sched_sharing(&w->s));
+    return on;
+}
+
+/* Three tasks whose sets fit: each gets RUN after its population, nobody is stopped, no slice
+ * timer runs, and a sharer's new demand is populated while it keeps RUN. */
+static void test_share_fits(void **state)
+{
+    (void)state;
+    uint64_t live = ms_alloc_live();
+    struct world w;
+    share_world(&w, MS_SCHED_RR, 16 * CH);
+    uint32_t four[] = {4}, six[] = {6};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    struct fshim *c = add_task(&w, "c", MS_PRIO_BE, 0, six, 1);
+    assert_true(status_sharing(&w)); /* nothing demanded: everything fits */
+    assert_int_equal(w.share_notes, 1);
+    assert_non_null(strstr(w.last_note, "sharing: on"));
+    int mark = w.nlog;
+    demand_all(&w, a);
+    demand_all(&w, b);
+    demand_all(&w, c);
+    assert_int_equal(nrunning(&w), 3);
+    for (int i = 0; i < 3; i++) {
+        struct fshim *f = &w.sh[i];
+        assert_int_equal(ms_sched_task_state(&w.s, f->task), MS_TS_RUNNING);
+        assert_int_equal(f->runs_got, 1);
+        /* POPULATE first, RUN after it completed */
+        assert_true(find_log(&w, mark, MS_MSG_POPULATE, f->task) <
+                    find_log(&w, mark, MS_MSG_RUN, f->task));
+    }
+    assert_true(w.s.rt.resident_bytes == 14 * CH);
+    assert_true(ms_sched_deadline(&w.s) == UINT64_MAX); /* no slice to end */
+    for (int k = 0; k < 10; k++)
+        advance(&w, SLICE);
+    assert_int_equal(count_log(&w, mark, MS_MSG_STOP, MS_TASK_NONE), 0);
+    assert_int_equal(count_log(&w, mark, MS_MSG_EVICT, MS_TASK_NONE), 0);
+    assert_int_equal(nrunning(&w), 3);
+    assert_true(w.s.switches == 0);
+    /* An idle sharer keeps RUN; its next demand (a new region) is populated without a RUN. */
+    idle(&w, a);
+    assert_true(a->running);
+    assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_RUNNING);
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_REGION);
+    m.region.op = MS_REGION_ADD;
+    m.region.kind = MS_RK_DEVICE;
+    m.region.region = 100;
+    m.region.base = 0x90000000ull;
+    m.region.size = 2 * CH;
+    m.region.chunk_bytes = CH;
+    to_sched(&w, a, &m);
+    a->regs[a->nregs++] =
+        (struct freg){.rid = 100, .nchunks = 2, .cb = CH, .span = 2 * CH, .live = true};
+    mark = w.nlog;
+    demand_all(&w, a); /* 14 + 2 = 16 chunks: still fits */
+    assert_int_equal(count_log(&w, mark, MS_MSG_POPULATE, a->task), 1);
+    assert_int_equal(count_log(&w, mark, MS_MSG_RUN, MS_TASK_NONE), 0);
+    assert_int_equal(count_log(&w, mark, MS_MSG_STOP, MS_TASK_NONE), 0);
+    assert_true(a->resident == 6 * CH);
+    assert_true(status_sharing(&w));
+    assert_int_equal(w.share_notes, 1);
+    world_fini(&w);
+    assert_int_equal(ms_alloc_live(), live);
+}
+
+/* A fourth task whose demand does not fit ends sharing: every sharer is stopped, exclusive
+ * switching takes over; when that task exits, sharing comes back. */
+static void test_share_pressure(void **state)
+{
+    (void)state;
+    uint64_t live = ms_alloc_live();
+    struct world w;
+    share_world(&w, MS_SCHED_RR, 16 * CH);
+    uint32_t four[] = {4}, eight[] = {8};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    struct fshim *c = add_task(&w, "c", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    demand_all(&w, c);
+    assert_int_equal(nrunning(&w), 3);
+    struct fshim *d = add_task(&w, "d", MS_PRIO_BE, 0, eight, 1);
+    assert_true(status_sharing(&w)); /* d has demanded nothing yet */
+    int mark = w.nlog;
+    demand_all(&w, d); /* 12 + 8 > 16 */
+    assert_false(status_sharing(&w));
+    assert_int_equal(w.share_notes, 2);
+    assert_non_null(strstr(w.last_note, "sharing: off"));
+    assert_non_null(strstr(w.last_note, "task 4 demands 16.0 MiB more, 8.00 MiB free"));
+    /* the three STOPs went out before anything else, and all were answered */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(w.log[mark + i].type, MS_MSG_STOP);
+    assert_int_equal(count_log(&w, mark, MS_MSG_STOP, MS_TASK_NONE), 3);
+    /* exclusive switching: one task at a time, evictions make room */
+    assert_non_null(running(&w));
+    for (int k = 0; k < 12; k++) {
+        advance_to_deadline(&w, 100 * MS);
+        assert_true(nrunning(&w) <= 1);
+        assert_false(ms_sched_sharing(&w.s));
+    }
+    assert_true(d->runs_got >= 1);
+    assert_true(count_log(&w, mark, MS_MSG_EVICT, MS_TASK_NONE) > 0);
+    assert_true(w.s.switches >= 4);
+    /* d exits: a, b and c fit again and share */
+    kill_task(&w, d);
+    for (int k = 0; k < 4 && nrunning(&w) < 3; k++)
+        advance_to_deadline(&w, 100 * MS);
+    assert_int_equal(nrunning(&w), 3);
+    assert_true(status_sharing(&w));
+    assert_int_equal(w.share_notes, 3);
+    assert_non_null(strstr(w.last_note, "sharing: on (3 tasks"));
+    assert_true(w.s.share_ons == 2 && w.s.share_offs == 1);
+    mark = w.nlog;
+    for (int k = 0; k < 5; k++)
+        advance(&w, SLICE);
+    assert_int_equal(count_log(&w, mark, MS_MSG_STOP, MS_TASK_NONE), 0);
+    world_fini(&w);
+    assert_int_equal(ms_alloc_live(), live);
+}
+
+/* PRIO never shares, nor do tasks of unequal weights; turning share off at run time slices. */
+static void test_share_exclusive(void **state)
+{
+    (void)state;
+    uint64_t live = ms_alloc_live();
+    uint32_t four[] = {4};
+    struct world w;
+    share_world(&w, MS_SCHED_PRIO, 64 * CH);
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    for (int k = 0; k < 6; k++) {
+        assert_true(nrunning(&w) <= 1);
+        advance_to_deadline(&w, 100 * MS);
+    }
+    assert_false(status_sharing(&w));
+    assert_int_equal(w.share_notes, 0);
+    world_fini(&w);
+
+    share_world(&w, MS_SCHED_RR, 64 * CH);
+    w.weight = 1;
+    a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    w.weight = 3;
+    b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    for (int k = 0; k < 6; k++) {
+        assert_true(nrunning(&w) <= 1);
+        advance_to_deadline(&w, 100 * MS);
+    }
+    assert_false(status_sharing(&w));
+    assert_true(w.s.switches >= 4);
+    /* b leaves: a alone has one weight, and shares (with nobody) */
+    kill_task(&w, b);
+    advance_to_deadline(&w, 100 * MS);
+    assert_true(status_sharing(&w));
+    assert_true(a->running);
+    world_fini(&w);
+
+    /* share turned off while sharing: STOPs, then slices */
+    share_world(&w, MS_SCHED_RR, 64 * CH);
+    a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    assert_int_equal(nrunning(&w), 2);
+    int mark = w.nlog;
+    ms_sched_set_share(&w.s, w.now, false);
+    settle_world(&w);
+    assert_int_equal(count_log(&w, mark, MS_MSG_STOP, MS_TASK_NONE), 2);
+    assert_int_equal(nrunning(&w), 1);
+    assert_non_null(strstr(w.last_note, "sharing: off (turned off)"));
+    for (int k = 0; k < 6; k++) {
+        advance_to_deadline(&w, 100 * MS);
+        assert_int_equal(nrunning(&w), 1);
+    }
+    /* a PRIO policy set at run time ends sharing the same way */
+    ms_sched_set_share(&w.s, w.now, true);
+    settle_world(&w);
+    for (int k = 0; k < 3 && nrunning(&w) < 2; k++)
+        advance_to_deadline(&w, 100 * MS);
+    assert_int_equal(nrunning(&w), 2);
+    ms_sched_set_policy(&w.s, w.now, MS_SCHED_PRIO);
+    settle_world(&w);
+    assert_int_equal(nrunning(&w), 1);
+    assert_false(status_sharing(&w));
+    world_fini(&w);
+    assert_int_equal(ms_alloc_live(), live);
+}
+
+/* A sharer that does not answer its STOP when sharing ends is stalled; the others go on. */
+static void test_share_stall(void **state)
+{
+    (void)state;
+    uint64_t live = ms_alloc_live();
+    uint32_t four[] = {4}, ten[] = {10};
+    struct world w;
+    share_world(&w, MS_SCHED_RR, 16 * CH);
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    a->hold_stop = true;
+    struct fshim *c = add_task(&w, "c", MS_PRIO_BE, 0, ten, 1);
+    demand_all(&w, c); /* 8 + 10 > 16 */
+    assert_false(ms_sched_sharing(&w.s));
+    assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STOPPING);
+    for (int k = 0; k < 10; k++)
+        advance_to_deadline(&w, 100 * MS);
+    assert_int_equal(ms_sched_task_state(&w.s, a->task), MS_TS_STALLED);
+    assert_true(w.s.stalls == 1);
+    assert_true(c->runs_got >= 1); /* in the 12 chunks a does not hold */
+    world_fini(&w);
+    assert_int_equal(ms_alloc_live(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1844,6 +2095,10 @@ int main(void)
         cmocka_unit_test(test_incremental_and_early_run),
         cmocka_unit_test(test_budget_lowered),
         cmocka_unit_test(test_region_free_mid_order),
+        cmocka_unit_test(test_share_fits),
+        cmocka_unit_test(test_share_pressure),
+        cmocka_unit_test(test_share_exclusive),
+        cmocka_unit_test(test_share_stall),
         cmocka_unit_test(test_random_stress),
         cmocka_unit_test(test_alloc_failure_sweep),
     };
