@@ -102,6 +102,7 @@ int ms_status_json(const struct ms_msg_status *st, const struct ms_json_frame *f
     ms_json_string(f, st->policy);
     fputs(",\"evict\":", f);
     ms_json_string(f, st->evict);
+    fprintf(f, ",\"mode\":\"%s\"", st->sharing ? "shared" : "sliced");
     fprintf(f,
             ",\"slice_ns\":%" PRIu64 ",\"budget_bytes\":%" PRIu64 ",\"resident_bytes\":%" PRIu64
             ",\"switches\":%" PRIu64 ",\"switch_ns_total\":%" PRIu64 ",\"switch_ns_max\":%" PRIu64

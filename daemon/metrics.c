@@ -149,6 +149,9 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
     put(&o, "msched_uptime_seconds{gpu=\"%u\"} %.3f\n", g, sec(st->uptime_ns));
     family(&o, "msched_slice_seconds", "gauge", "Configured base time slice.");
     put(&o, "msched_slice_seconds{gpu=\"%u\"} %.6f\n", g, sec(st->slice_ns));
+    family(&o, "msched_sharing", "gauge",
+           "1 while the tasks share the GPU (their memory fits), 0 while it is sliced.");
+    put(&o, "msched_sharing{gpu=\"%u\"} %u\n", g, (unsigned)st->sharing);
     family(&o, "msched_switches_total", "counter", "Context switches (slices granted).");
     put(&o, "msched_switches_total{gpu=\"%u\"} %llu\n", g, (unsigned long long)st->switches);
     family(&o, "msched_switch_seconds_total", "counter",

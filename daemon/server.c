@@ -359,6 +359,8 @@ static void apply_option(struct ms_daemon *d, const char *key)
         ms_sched_set_policy(&d->sched, now, sc.policy);
     else if (strcmp(key, "evict") == 0)
         ms_sched_set_evict(&d->sched, now, sc.evict);
+    else if (strcmp(key, "share") == 0)
+        ms_sched_set_share(&d->sched, now, sc.share);
     else if (strcmp(key, "log_level") == 0)
         ms_log_set_level((enum ms_log_level)d->conf.log_level);
     /* The rest are read by the scheduler at its next decision. */
@@ -948,6 +950,8 @@ static void run_actions(struct ms_daemon *d)
                 s->task = MS_TASK_NONE;
                 session_finish(d, s);
             }
+        } else if (a.kind == MS_ACT_NOTE && a.task == MS_TASK_NONE) {
+            ms_log_warn("%s", a.why); /* about no task: the scheduler's mode (sharing) */
         } else if (a.kind == MS_ACT_NOTE) {
             ms_log_warn("task %u (pid %u): %s", a.task, s ? (unsigned)s->pid : 0u, a.why);
         }

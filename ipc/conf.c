@@ -57,6 +57,9 @@ static const struct ms_conf_opt opts[] = {
     {"idle_hold", MS_CT_DURATION, OFF(idle_hold_ns), 0, 600 * NS_S, true,
      "rr, adaptive: an idle task keeps the GPU up to this long, or as long as recent switches "
      "took if less (0s: yield at once)"},
+    {"share", MS_CT_BOOL, OFF(share), 0, 1, true,
+     "while the tasks' memory fits in the budget together (and the policy is not prio, the "
+     "weights equal), run them at once; slice when it does not"},
     {"max_tasks", MS_CT_UINT, OFF(max_tasks), 1, 65536, false, "most tasks at once"},
     {"session_out_max", MS_CT_SIZE, OFF(session_out_max), 64 * MS_KIB, MS_GIB, false,
      "bytes queued to one client before it is dropped as too slow"},
@@ -103,6 +106,7 @@ void ms_conf_default(struct ms_conf *c)
     c->horizon = sc.horizon;
     c->early_run = sc.early_run;
     c->idle_hold_ns = sc.idle_hold_ns;
+    c->share = sc.share;
     c->max_tasks = sc.max_tasks;
     c->session_out_max = 4 * MS_MIB;
     c->log_level = MS_LOG_WARN;
@@ -400,6 +404,7 @@ void ms_conf_to_sched(const struct ms_conf *c, struct ms_sched_config *out)
     out->horizon = c->horizon;
     out->early_run = c->early_run;
     out->idle_hold_ns = c->idle_hold_ns;
+    out->share = c->share;
     out->max_tasks = c->max_tasks;
 }
 
