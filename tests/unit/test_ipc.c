@@ -599,7 +599,8 @@ static void test_status_render(void **state)
     snprintf(st.evict, sizeof(st.evict), "opt");
     char text[4096];
     int n = ms_status_render(&st, NULL, 0, 0, text, sizeof(text));
-    assert_int_equal(n, 7);
+    assert_int_equal(n, 8);
+    assert_non_null(strstr(text, "\nmode: sliced"));
     assert_non_null(strstr(text, "1.00 GiB resident of 16.0 GiB budget (6%)"));
     assert_non_null(strstr(text, "mean 1.00 ms"));
     assert_non_null(strstr(text, "running"));
@@ -615,6 +616,9 @@ static void test_status_render(void **state)
     n = ms_status_render(&st, &prev, 1.0, 0, text, sizeof(text));
     assert_non_null(strstr(text, "IN/S"));
     assert_non_null(strstr(text, "1.00 GiB/s"));
+    st.sharing = 1;
+    ms_status_render(&st, NULL, 0, 0, text, sizeof(text));
+    assert_non_null(strstr(text, "\nmode: shared"));
     /* Width and a short buffer cut whole lines only. */
     n = ms_status_render(&st, NULL, 0, 20, text, sizeof(text));
     for (char *p = text; *p;) {
@@ -624,7 +628,7 @@ static void test_status_render(void **state)
         p = nl + 1;
     }
     n = ms_status_render(&st, NULL, 0, 0, text, 100);
-    assert_true(n >= 1 && n < 7);
+    assert_true(n >= 1 && n < 8);
     assert_int_equal(text[strlen(text) - 1], '\n');
 }
 
