@@ -156,7 +156,7 @@ int ms_cmd_status(int argc, char **argv)
         }
         return 0;
     }
-    size_t cap = 256 + (size_t)reply.status.ntasks * 512;
+    size_t cap = 1024 + (size_t)reply.status.ntasks * 512;
     char *text = malloc(cap);
     if (!text) {
         ms_msg_free(&reply);

@@ -9,12 +9,15 @@
 # DNNs of bench/workloads/dnn.py (ResNet152, VGG19, InceptionV3, DenseNet201 inference, batch
 # sized to the footprint, images per second); WORKLOAD=C three of them and one Llama. Systems:
 #   ref     the four processes at once, no msched, no budget (the normalization)
-#   slice   mschedd with a budget above the total: time slicing, no memory movement
+#   slice   mschedd with a budget above the total: time slicing, no memory movement (with
+#           --set share=off: the four would fit, and sharing would run them at once)
 #   opt     mschedd, 16 GiB budget, OPT eviction (msched)
 #   lru     mschedd, 16 GiB budget, LRU eviction
 #   whole   mschedd, 16 GiB budget, whole-process swapping
 #   demand  mschedd, 16 GiB budget, LRU eviction, managed memory faulted in (--engine demand):
 #           the demand-paging baseline, its device emulated by the budget (which flatters it)
+# The other daemon systems keep the daemon's default, share=on: at a pressure up to 100 % their
+# four processes fit in the budget and run at once, without slices (docs/daemon.md, Sharing).
 # Every daemon system uses the same round-robin slice (SLICE, default 1s). SLICE=adaptive: at
 # each pressure `opt` runs first under `--policy adaptive` (base slice 1 s), and the slice it
 # chose (its tasks' GPU time over its switches in the window) is then every other system's
@@ -196,19 +199,18 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
             release "$dir/barrier" "${pids[@]}"
             bounded_wait "$dir" $((SECS + LOOP_GRACE)) "${pids[@]}"
         else
-            budget=${BUDGET_MIB}MiB evict=opt engine=vmm policy=rr slice=$SLICE
+            budget=${BUDGET_MIB}MiB evict=opt engine=vmm policy=rr slice=$SLICE extra=()
             if [ "$SLICE" = adaptive ]; then
                 slice=$chosen
                 [ "$sys" = opt ] && { policy=adaptive; slice=1s; }
             fi
             case $sys in
-            slice) budget=200GiB ;;
+            slice) budget=200GiB extra=(--set share=off) ;;
             lru) evict=lru ;;
             whole) evict=whole ;;
             demand) evict=lru engine=demand ;;
             esac
             export MSCHED_SOCKET=$BIN/gpu0.sock
-            extra=()
             [ "$policy" = adaptive ] && read -r -a extra <<<"${ADAPTIVE_OPTS:-}"
             "$MSCHEDD" -v --socket "$MSCHED_SOCKET" --budget "$budget" --slice "$slice" --policy "$policy" \
                 --evict "$evict" "${extra[@]}" --foreground >"$dir/mschedd.log" 2>&1 &

@@ -2,10 +2,11 @@
 # daemon_basic.sh - mschedd with several fake shims on a private socket: everyone gets the GPU
 # in turn and finishes, memory stays within the budget (over-subscribed 72 MiB in 64 MiB, so
 # evictions must happen), `msched status`, `top --once`, `status --prometheus` and
-# `config get/set` answer, and SIGTERM stops the daemon cleanly and removes its socket.
+# `config get/set` answer, and SIGTERM stops the daemon cleanly and removes its socket. Sharing
+# is off: the turns are the point here (daemon_share.sh tests sharing).
 . "$(dirname "$0")/../daemon/lib.sh"
 build_fake
-start_daemon --budget 64MiB --slice 20ms
+start_daemon --budget 64MiB --slice 20ms --share off
 
 out=$("$MSCHED" status) || fail "status failed"
 echo "$out" | grep -q "no tasks" || fail "status: expected no tasks: $out"

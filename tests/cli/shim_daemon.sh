@@ -26,6 +26,9 @@
 #                one without makes everything resident, one whose footprint does not fit the
 #                (fake) GPU fails with one line; none hangs
 #   stop daemon  SIGTERM: the daemon says goodbye and the clients finish alone
+# Sharing is off (--share off) where the turns are the point, on in the section below:
+#   share        two clients whose working sets fit in the budget together run at once
+#                (`msched status`: shared, both running) and finish with zero mismatches
 # Every wait is bounded; lib.sh's trap kills whatever a failed run leaves behind.
 . "$(dirname "$0")/../daemon/lib.sh"
 
@@ -62,7 +65,7 @@ status_row() {
 }
 
 # ---- alone -----------------------------------------------------------------------------------
-start_daemon --budget 48MiB --slice 20ms
+start_daemon --budget 48MiB --slice 20ms --share off
 client lone -- 4 1 cycle
 wait_shim lone 0 "$LIMIT"
 ok lone
@@ -260,7 +263,7 @@ grep -q "the daemon is gone (.*) and this process's 96 MiB do not fit" "$T/nofit
 pass "daemon killed: clients run alone (under MSCHED_BUDGET, all resident) or fail in one line"
 
 # ---- stop the daemon -------------------------------------------------------------------------
-start_daemon --budget 48MiB --slice 20ms
+start_daemon --budget 48MiB --slice 20ms --share off
 client f -- "$ALONE" 13
 client g -- "$LONG" 6 cycle
 for i in $(seq 1 200); do
@@ -330,3 +333,35 @@ done
 # finished without needing it).
 [ "$n" -ge 1 ] || fail "no client noticed the stopped daemon: $(grep -h msched "$T/hw.out" "$T/hx.out" | tail -n 4)"
 pass "a stopped daemon: waiting clients give up on it after the timeout and finish alone ($n of 2)"
+
+# ---- share -----------------------------------------------------------------------------------
+# Two cycles (96 MiB each) under a 256 MiB budget: their working sets fit together, so they run
+# at once (sharing, the default), each from its one RUN, and the fake driver's oracle still
+# sees every command on populated memory.
+kill -TERM "$DAEMON"
+wait "$DAEMON" 2>/dev/null
+from=$(($(wc -l <"$T/daemon.log") + 1))
+start_daemon --budget 256MiB --slice 20ms
+client sa -- "$ROUNDS" 3 cycle
+client sb -- "$ROUNDS" 5 cycle
+both=0
+for i in $(seq 1 400); do
+    out=$("$MSCHED" status 2>/dev/null)
+    if [ "$(echo "$out" | grep -c " running ")" -ge 2 ]; then
+        echo "$out" | grep -q "^mode: shared" || fail "two running, not shared: $out"
+        both=1
+        break
+    fi
+    kill -0 "$PID_sa" 2>/dev/null || kill -0 "$PID_sb" 2>/dev/null || break
+    sleep 0.02
+done
+[ "$both" -eq 1 ] || fail "sa and sb never ran at once: $(tail -n 5 "$T/daemon.log")"
+wait_shim sa 0 "$LIMIT"
+wait_shim sb 0 "$LIMIT"
+ok sa
+ok sb
+tail -n "+$from" "$T/daemon.log" >"$T/share.log"
+grep -q "sharing: on (" "$T/share.log" || fail "no sharing line in the daemon's log"
+grep -q "sharing: off" "$T/share.log" && fail "sharing ended without pressure: $(cat "$T/share.log")"
+pass "share: two clients that fit run at once and finish"
+check_log_clean

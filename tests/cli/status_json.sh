@@ -52,7 +52,8 @@ schema = json.load(open(sys.argv[1]))
 jsonschema.Draft202012Validator.check_schema(schema)
 v = jsonschema.Draft202012Validator(schema)
 good = {"schema": "msched-status", "version": 1, "time_unix_ns": 1, "gpu": 0, "daemon_pid": 1,
-        "uptime_ns": 1, "policy": "rr", "evict": "opt", "slice_ns": 1, "budget_bytes": 1,
+        "uptime_ns": 1, "policy": "rr", "evict": "opt", "mode": "sliced", "slice_ns": 1,
+        "budget_bytes": 1,
         "resident_bytes": 0, "switches": 0, "switch_ns_total": 0, "switch_ns_max": 0,
         "bytes_in": 0, "bytes_out": 0, "tasks": []}
 assert v.is_valid(good)
@@ -62,6 +63,8 @@ bad = dict(good, invented=1)
 assert not v.is_valid(bad), "unknown field accepted"
 bad = dict(good, version=2)
 assert not v.is_valid(bad), "another version accepted"
+bad = dict(good, mode="both")
+assert not v.is_valid(bad), "an unknown mode accepted"
 EOF
 pass "the schema is valid and strict"
 
@@ -72,6 +75,7 @@ validate "$T/empty.json"
 [ "$(field "$T/empty.json" 1 'o["budget_bytes"]')" -eq $((64 << 20)) ] || fail "budget_bytes"
 [ "$(field "$T/empty.json" 1 'len(o["tasks"])')" -eq 0 ] || fail "tasks on an empty daemon"
 [ "$(field "$T/empty.json" 1 'o["daemon_pid"]')" -eq "$DAEMON" ] || fail "daemon_pid"
+[ "$(field "$T/empty.json" 1 'o["mode"]')" = shared ] || fail "mode on an empty daemon"
 pass "status --json on an empty daemon"
 
 for n in a b c; do
