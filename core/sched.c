@@ -575,6 +575,7 @@ int ms_sched_init(struct ms_sched *s, const struct ms_sched_config *cfg, uint64_
     s->phase = MS_PH_IDLE;
     s->start_ns = s->now = now;
     s->next_id = 1;
+    settle(s, now); /* nothing demanded: sharing (when on) begins at once */
     return MS_OK;
 }
 
