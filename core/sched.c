@@ -1540,11 +1540,12 @@ static bool wants_whole(const struct ms_sched *s, const struct ms_stask *t)
     return (t->dflags & MS_DEMAND_WHOLE) || s->cfg.evict == MS_EVICT_WHOLE;
 }
 
-/* Bytes of t's demanded set that are not resident (what sharing would populate). */
-static uint64_t share_missing(const struct ms_sched *s, const struct ms_stask *t)
+/* Bytes of t's demanded set that are not resident (what sharing would populate); whole: of its
+ * whole footprint. */
+static uint64_t share_missing(const struct ms_sched *s, const struct ms_stask *t, bool whole)
 {
     uint64_t miss = 0, b;
-    if (wants_whole(s, t)) {
+    if (whole || wants_whole(s, t)) {
         for (size_t i = 0; i < t->nrmap; i++) {
             const struct ms_region *r = &s->rt.regions[t->rmap[i].slot];
             if (r->kind == MS_RK_HOST)
@@ -1568,24 +1569,28 @@ static const char *hsize(uint64_t b, char *buf)
     return buf;
 }
 
+/* share_fits: the tasks may share; they may not, for lack of memory, or by configuration. */
+enum { SHARE_FITS = 0, SHARE_MEMORY, SHARE_EXCLUSIVE };
+
 /*
  * Whether the tasks may share the GPU now ("Sharing", sched.h); *need: the bytes all of them
- * need together. why: the reason when not.
+ * need together (their whole footprints with `whole`). why: the reason when not.
  */
-static bool share_fits(const struct ms_sched *s, uint64_t *need, char *why, size_t whylen)
+static int share_fits(const struct ms_sched *s, bool whole, uint64_t *need, char *why,
+                      size_t whylen)
 {
     *need = 0;
     if (!s->cfg.share) {
         snprintf(why, whylen, "turned off");
-        return false;
+        return SHARE_EXCLUSIVE;
     }
     if (s->cfg.policy == MS_SCHED_PRIO) {
         snprintf(why, whylen, "policy prio: priorities preempt");
-        return false;
+        return SHARE_EXCLUSIVE;
     }
     if (s->over_budget || s->shrink) {
         snprintf(why, whylen, "the budget was lowered below what is resident");
-        return false;
+        return SHARE_MEMORY;
     }
     const struct ms_stask *first = NULL, *worst = NULL;
     uint64_t total = 0, worst_miss = 0;
@@ -1601,14 +1606,14 @@ static bool share_fits(const struct ms_sched *s, uint64_t *need, char *why, size
         } else if (w != (first->weight ? first->weight : 1)) {
             snprintf(why, whylen, "task %u has weight %u, task %u %u: weights slice", t->id, w,
                      first->id, first->weight ? first->weight : 1);
-            return false;
+            return SHARE_EXCLUSIVE;
         }
-        uint64_t miss = share_missing(s, t);
+        uint64_t miss = share_missing(s, t, whole);
         if (t->limit && t->resident + miss > t->limit) {
             char b1[16], b2[16];
             snprintf(why, whylen, "task %u needs %s, over its limit of %s", t->id,
                      hsize(t->resident + miss, b1), hsize(t->limit, b2));
-            return false;
+            return SHARE_MEMORY;
         }
         total += t->resident + miss;
         if (!worst || miss > worst_miss) {
@@ -1624,9 +1629,9 @@ static bool share_fits(const struct ms_sched *s, uint64_t *need, char *why, size
                  worst ? worst->id : NONE, hsize(worst_miss, b1),
                  hsize(res < s->cfg.budget ? s->cfg.budget - res : 0, b2), hsize(total, b3),
                  hsize(s->cfg.budget, b4));
-        return false;
+        return SHARE_MEMORY;
     }
-    return true;
+    return SHARE_FITS;
 }
 
 static size_t live_count(const struct ms_sched *s)
@@ -1660,8 +1665,9 @@ static void share_enter(struct ms_sched *s, uint64_t need)
               hsize(need, b1), hsize(s->cfg.budget, b2));
 }
 
-/* End sharing: STOP every sharer holding RUN; UNSHARING until they all stopped. */
-static void share_leave(struct ms_sched *s, uint64_t now, const char *why)
+/* End sharing: STOP every sharer holding RUN; UNSHARING until they all stopped. memory: for
+ * lack of memory (sharing comes back only once the whole footprints fit: share_blocked). */
+static void share_leave(struct ms_sched *s, uint64_t now, bool memory, const char *why)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->ntasks; i++)
@@ -1672,6 +1678,7 @@ static void share_leave(struct ms_sched *s, uint64_t now, const char *why)
         return;
     }
     s->share_offs++;
+    s->share_blocked = memory;
     push_note(s, NONE, "sharing: off (%s)", why);
     for (size_t i = 0; i < s->ntasks; i++) {
         struct ms_stask *t = s->tasks[i];
@@ -1779,8 +1786,9 @@ static void decide_shared(struct ms_sched *s, uint64_t now)
 {
     uint64_t need;
     char why[128];
-    if (!share_fits(s, &need, why, sizeof(why))) {
-        share_leave(s, now, why);
+    int fit = share_fits(s, false, &need, why, sizeof(why));
+    if (fit != SHARE_FITS) {
+        share_leave(s, now, fit == SHARE_MEMORY, why);
         return;
     }
     for (size_t i = 0; i < s->ntasks; i++) {
@@ -1817,8 +1825,11 @@ static bool try_share(struct ms_sched *s)
     char why[128];
     if (!s->cfg.share || s->cfg.policy == MS_SCHED_PRIO || any_order_active(s))
         return false;
-    if (!share_fits(s, &need, why, sizeof(why)))
+    if (share_fits(s, s->share_blocked, &need, why, sizeof(why)) != SHARE_FITS)
         return false;
+    if (s->share_blocked) /* the note tells the demanded sets' need, not the footprints' */
+        share_fits(s, false, &need, why, sizeof(why));
+    s->share_blocked = false;
     share_enter(s, need);
     return true;
 }
@@ -2238,6 +2249,7 @@ int ms_sched_set_policy(struct ms_sched *s, uint64_t now, enum ms_sched_policy p
 int ms_sched_set_share(struct ms_sched *s, uint64_t now, bool on)
 {
     s->cfg.share = on;
+    s->share_blocked = false; /* asked for: the demanded sets decide again */
     settle(s, now);
     return MS_OK;
 }

@@ -84,10 +84,14 @@
  *                one; its population completes), wait for all their STOPPEDs (stop_timeout:
  *                the late ones are stalled, as in a switch) -> IDLE, and exclusive switching
  *                goes on from the round-robin position of the last task that stopped.
- *   Sharing comes back by the same test when the pressure goes (a task exits, demands shrink).
  *   The sets counted are the tasks' last demands, idle tasks' included, so a task that was
- *   evicted by exclusive switching still counts what it will want back: the mode does not
- *   flap while the set of tasks stays the same. Each transition is an MS_ACT_NOTE for task
+ *   evicted by exclusive switching still counts what it will want back. After configuration
+ *   (share, policy, weights) ended it, sharing comes back by the same test. After memory
+ *   pressure ended it (share_blocked), it comes back only once the tasks' whole footprints
+ *   (every chunk of their device regions) fit together: a task exited, freed regions, or the
+ *   budget grew. The demanded sets alone would let it flap: programs whose kernels touch
+ *   different parts of footprints that do not fit would fit again after every switch's
+ *   evictions and overflow again at their next demands, each time a round of STOPs. Each transition is an MS_ACT_NOTE for task
  *   MS_TASK_NONE ("sharing: on (...)" / "sharing: off (...)"); ms_sched_sharing tells the mode.
  *
  *   Death (ms_sched_task_gone) releases the task at once: its chunks vanish from the mirror
@@ -235,6 +239,7 @@ struct ms_sched {
     uint64_t stalls;       /* tasks that did not answer a STOP within stop_timeout */
     uint64_t idle_holds;   /* times an idle task kept the GPU while others waited */
     uint64_t idle_resumes; /* ... and demanded again before its hold ran out */
+    bool share_blocked;    /* pressure ended sharing: it returns once the footprints fit */
     uint64_t share_ons;    /* times sharing began */
     uint64_t share_offs;   /* ... and ended (memory pressure, exclusivity asked for) */
 

@@ -2043,6 +2043,51 @@ static void test_share_exclusive(void **state)
     assert_int_equal(ms_alloc_live(), live);
 }
 
+/* Pressure from demands that move over footprints that do not fit together does not flap:
+ * after sharing ended for lack of memory it comes back only once the footprints fit. */
+static void test_share_no_flap(void **state)
+{
+    (void)state;
+    uint64_t live = ms_alloc_live();
+    struct world w;
+    share_world(&w, MS_SCHED_RR, 16 * CH);
+    uint32_t twelve[] = {12};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, twelve, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, twelve, 1);
+    struct ms_run a1 = {a->regs[0].rid, 0, 4}, b1 = {b->regs[0].rid, 0, 4};
+    demand_runs(&w, a, &a1, 1, 0);
+    demand_runs(&w, b, &b1, 1, 0);
+    assert_int_equal(nrunning(&w), 2);
+    assert_true(ms_sched_sharing(&w.s));
+    struct ms_run b2 = {b->regs[0].rid, 4, 8};
+    demand_runs(&w, b, &b2, 1, 0);
+    assert_true(ms_sched_sharing(&w.s)); /* 4 (a) + 12 (b) = 16: fits */
+    struct ms_run a2 = {a->regs[0].rid, 4, 4};
+    demand_runs(&w, a, &a2, 1, 0); /* 8 + 12 > 16 */
+    assert_false(ms_sched_sharing(&w.s));
+    assert_true(w.s.share_offs == 1);
+    /* Turns: each demands 4 chunks at a time over its 12, the next 4 each slice. */
+    for (int k = 0; k < 30; k++) {
+        advance_to_deadline(&w, 100 * MS);
+        assert_true(nrunning(&w) <= 1);
+        struct fshim *r = running(&w);
+        if (r && k % 3 == 0) {
+            struct ms_run n = {r->regs[0].rid, (uint32_t)(4 * ((k / 3) % 3)), 4};
+            demand_runs(&w, r, &n, 1, 0);
+        }
+    }
+    assert_true(w.s.share_ons == 1 && w.s.share_offs == 1); /* no flapping */
+    assert_false(status_sharing(&w));
+    /* b exits: a's footprint (12) fits, sharing returns */
+    kill_task(&w, b);
+    for (int k = 0; k < 4 && !ms_sched_sharing(&w.s); k++)
+        advance_to_deadline(&w, 100 * MS);
+    assert_true(status_sharing(&w));
+    assert_true(w.s.share_ons == 2);
+    world_fini(&w);
+    assert_int_equal(ms_alloc_live(), live);
+}
+
 /* A sharer that does not answer its STOP when sharing ends is stalled; the others go on. */
 static void test_share_stall(void **state)
 {
@@ -2099,6 +2144,7 @@ int main(void)
         cmocka_unit_test(test_share_pressure),
         cmocka_unit_test(test_share_exclusive),
         cmocka_unit_test(test_share_stall),
+        cmocka_unit_test(test_share_no_flap),
         cmocka_unit_test(test_random_stress),
         cmocka_unit_test(test_alloc_failure_sweep),
     };
