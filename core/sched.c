@@ -109,8 +109,8 @@ struct ms_stask {
     uint32_t run_epoch;
     uint64_t slice_ns;
     uint64_t bytes_in, bytes_out, switches, run_ns, run_since;
-    uint64_t misses; /* the shim's count of commands run with named chunks off the device */
-    uint8_t share;   /* SH_*: its part in sharing */
+    uint64_t misses;      /* the shim's count of commands run with named chunks off the device */
+    uint8_t share;        /* SH_*: its part in sharing */
     uint32_t share_epoch; /* SH_LOADING: the epoch its RUN will carry (its POPULATE's) */
 };
 
@@ -1661,8 +1661,8 @@ static void share_enter(struct ms_sched *s, uint64_t need)
     s->share_ons++;
     size_t n = live_count(s);
     char b1[16], b2[16];
-    push_note(s, NONE, "sharing: on (%zu task%s, %s of %s)", n, n == 1 ? "" : "s",
-              hsize(need, b1), hsize(s->cfg.budget, b2));
+    push_note(s, NONE, "sharing: on (%zu task%s, %s of %s)", n, n == 1 ? "" : "s", hsize(need, b1),
+              hsize(s->cfg.budget, b2));
 }
 
 /* End sharing: STOP every sharer holding RUN; UNSHARING until they all stopped. memory: for
@@ -1802,8 +1802,8 @@ static void decide_shared(struct ms_sched *s, uint64_t now)
                 share_run(s, now, t, t->share_epoch);
         } else if (t->share == SH_RUN && t->dirty_demand) {
             t->dirty_demand = false;
-            rc = needs_population(s, t) || wants_whole(s, t) ? share_serve(s, now, t, false)
-                                                              : MS_OK;
+            rc =
+                needs_population(s, t) || wants_whole(s, t) ? share_serve(s, now, t, false) : MS_OK;
             if (rc)
                 t->dirty_demand = true;
         } else if (t->share == SH_NONE && t->runnable) {
@@ -2342,7 +2342,9 @@ int ms_sched_check(const struct ms_sched *s, char *why, size_t whylen)
             continue;
         if (t->ghost || t->stalled || t->share > SH_STOPPING)
             SFAIL(4, "S4: task %u is a sharer (%u) while %s", t->id, t->share,
-                  t->ghost ? "a ghost" : t->stalled ? "stalled" : "in no known state");
+                  t->ghost     ? "a ghost"
+                  : t->stalled ? "stalled"
+                               : "in no known state");
         if (s->phase != MS_PH_SHARED && s->phase != MS_PH_UNSHARING)
             SFAIL(4, "S4: task %u is a sharer (%u) in phase %d", t->id, t->share, s->phase);
         if ((s->phase == MS_PH_UNSHARING) != (t->share == SH_STOPPING))

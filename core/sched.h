@@ -91,8 +91,9 @@
  *   (every chunk of their device regions) fit together: a task exited, freed regions, or the
  *   budget grew. The demanded sets alone would let it flap: programs whose kernels touch
  *   different parts of footprints that do not fit would fit again after every switch's
- *   evictions and overflow again at their next demands, each time a round of STOPs. Each transition is an MS_ACT_NOTE for task
- *   MS_TASK_NONE ("sharing: on (...)" / "sharing: off (...)"); ms_sched_sharing tells the mode.
+ *   evictions and overflow again at their next demands, each time a round of STOPs. Each transition
+ * is an MS_ACT_NOTE for task MS_TASK_NONE ("sharing: on (...)" / "sharing: off (...)");
+ * ms_sched_sharing tells the mode.
  *
  *   Death (ms_sched_task_gone) releases the task at once: its chunks vanish from the mirror
  *   (whatever state they were in, IN and OUT included), its orders are forgotten, and if it was

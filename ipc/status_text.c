@@ -123,8 +123,8 @@ int ms_status_render(const struct ms_msg_status *st, const struct ms_msg_status 
     line(&s, "memory: %s resident of %s budget (%.0f%%), %u task%s", res, bud,
          st->budget ? 100.0 * (double)st->resident / (double)st->budget : 0.0, st->ntasks,
          st->ntasks == 1 ? "" : "s");
-    line(&s, "mode: %s", st->sharing ? "shared (memory fits: tasks run at once)"
-                                     : "sliced (one task at a time)");
+    line(&s, "mode: %s",
+         st->sharing ? "shared (memory fits: tasks run at once)" : "sliced (one task at a time)");
     line(&s, "switches: %llu, mean %s, max %s; moved in %s, out %s",
          (unsigned long long)st->switches, mean, mx, in, out);
     if (rates) {

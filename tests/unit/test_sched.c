@@ -92,9 +92,9 @@ struct world {
     struct logent log[MAXLOG];
     int nlog;
     bool in_pump;
-    uint32_t weight;      /* the weight add_task's HELLO asks for (0: none) */
-    int share_notes;      /* MS_ACT_NOTE lines about no task (the sharing mode) */
-    char last_note[128];  /* ... the latest of them */
+    uint32_t weight;     /* the weight add_task's HELLO asks for (0: none) */
+    int share_notes;     /* MS_ACT_NOTE lines about no task (the sharing mode) */
+    char last_note[128]; /* ... the latest of them */
 };
 
 static struct fshim *shim_of(struct world *w, uint32_t task)
