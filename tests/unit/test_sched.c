@@ -1698,6 +1698,7 @@ static void test_random_stress(void **state)
     struct ms_rng rng;
     ms_rng_seed(&rng, ms_test_seed(0x5ced));
     uint64_t live = ms_alloc_live();
+    uint64_t ons = 0, offs = 0;
     for (int round = 0; round < 40; round++) {
         struct world w;
         enum ms_sched_policy pol = (enum ms_sched_policy)ms_rng_below(&rng, 3);
@@ -1753,8 +1754,11 @@ static void test_random_stress(void **state)
             default: advance_to_deadline(&w, 50 * MS); break;
             }
         }
+        ons += w.s.share_ons;
+        offs += w.s.share_offs;
         world_fini(&w);
     }
+    assert_true(ons > 0 && offs > 0); /* sharing began and ended along the way */
     assert_int_equal(ms_alloc_live(), live);
 }
 
