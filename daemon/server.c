@@ -951,7 +951,7 @@ static void run_actions(struct ms_daemon *d)
                 session_finish(d, s);
             }
         } else if (a.kind == MS_ACT_NOTE && a.task == MS_TASK_NONE) {
-            ms_log_warn("%s", a.why); /* about no task: the scheduler's mode (sharing) */
+            ms_log_info("%s", a.why); /* about no task: the mode (sharing), normal operation */
         } else if (a.kind == MS_ACT_NOTE) {
             ms_log_warn("task %u (pid %u): %s", a.task, s ? (unsigned)s->pid : 0u, a.why);
         }

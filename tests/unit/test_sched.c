@@ -13,8 +13,12 @@
  * Scenarios: round-robin order; priority preemption; OPT evicting the chunks needed furthest
  * in the future across tasks (and LRU choosing differently); task death at each point of a
  * switch; the adaptive slice; protocol violations; timeouts; per-task limits; whole-process
- * swapping; incremental population of the running task; early RUN; a lowered budget; a seeded
- * randomized stress run; and an allocation-failure sweep over a whole scenario.
+ * swapping; incremental population of the running task; early RUN; a lowered budget; sharing
+ * (tasks that fit run at once, pressure ends it and its end brings it back, PRIO and unequal
+ * weights never share, a sharer that ignores its STOP is stalled, no flapping); a seeded
+ * randomized stress run (sharing on in about half its rounds); and an allocation-failure sweep
+ * over a whole scenario (sharing on at every other position). Scenarios about slicing run with
+ * share off.
  */
 #include "core/sched.h"
 #include "tests/support/ms_testutil.h"
