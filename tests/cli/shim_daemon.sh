@@ -28,7 +28,8 @@
 #   stop daemon  SIGTERM: the daemon says goodbye and the clients finish alone
 # Sharing is off (--share off) where the turns are the point, on in the section below:
 #   share        two clients whose working sets fit in the budget together run at once
-#                (`msched status`: shared, both running) and finish with zero mismatches
+#                (`msched status`: shared, both running) and finish with zero mismatches; in
+#                a smaller budget their growing demands end sharing mid-run, and they finish
 # Every wait is bounded; lib.sh's trap kills whatever a failed run leaves behind.
 . "$(dirname "$0")/../daemon/lib.sh"
 
@@ -364,4 +365,17 @@ tail -n "+$from" "$T/daemon.log" >"$T/share.log"
 grep -q "sharing: on (" "$T/share.log" || fail "no sharing line in the daemon's log"
 grep -q "sharing: off" "$T/share.log" && fail "sharing ended without pressure: $(cat "$T/share.log")"
 pass "share: two clients that fit run at once and finish"
+# The same two at 160 MiB: their first demands fit, their footprints (192 MiB) do not, so a
+# demand overflows while they share: every sharer is stopped mid-run and they go on in slices.
+"$MSCHED" config set budget 160MiB >/dev/null || fail "config set budget"
+client pa -- "$ROUNDS" 3 cycle
+client pb -- "$ROUNDS" 5 cycle
+wait_shim pa 0 "$LIMIT"
+wait_shim pb 0 "$LIMIT"
+ok pa
+ok pb
+tail -n "+$from" "$T/daemon.log" >"$T/share.log"
+grep -q "sharing: off (task [0-9]* demands" "$T/share.log" ||
+    fail "no pressure ended sharing: $(grep sharing "$T/share.log")"
+pass "share: pressure stops the sharers mid-run, they finish in slices"
 check_log_clean
