@@ -149,6 +149,7 @@ struct ms_client_stats {
     uint64_t slices, stops, demands, idles, evict_orders, pop_orders, waits, wait_ns;
     uint64_t quiet_idles;    /* of idles: sent while running because the task went quiet */
     uint64_t demand_repeats; /* of demands: repeated because nothing answered the last one */
+    uint64_t capture_waits;  /* STOP or EVICT orders that waited for a stream capture to end */
     /* Where running time goes (client.c): all on the monotonic clock, in nanoseconds. */
     uint64_t run_ns;       /* holding RUN: each slice from RUN to STOPPED (or to now) */
     uint64_t dwait_ns;     /* of it: some thread waiting on a demand's population (a union) */

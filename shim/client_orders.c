@@ -4,6 +4,7 @@
  * layering: client_int.h; design: client.h).
  */
 #include "shim/client_int.h"
+#include "shim/shim_int.h"
 
 /* A drain this long is logged with its two parts (where a switch's stop time goes). */
 #define SLOW_DRAIN_NS 50000000ull
@@ -13,6 +14,33 @@
  * went by driver call (ms_exec_stats): a copy at the link's speed is about 20 ms per GiB, so
  * anything far slower is the driver or the host holding it up, and the phase names the call. */
 #define SLOW_ORDER_NS 300000000ull
+
+/* A capture in global or thread-local mode is open (shim/hook_capture.c): a drain's
+ * cuCtxSynchronize would invalidate it, so a STOP or an EVICT waits for it to end, the task
+ * running on meanwhile (its commands, captured or not, keep being admitted: the capturing
+ * thread may need them). A capture that outlasts the daemon's stop_timeout makes the task
+ * "stalled" there until its STOPPED. Logged once per order when the wait is long. */
+#define CAPTURE_LOG_NS 1000000000ull
+
+static void capture_wait(const char *why)
+{
+    uint64_t t0 = 0;
+    bool said = false;
+    while (!C.quit && ms__shim_capture_open()) {
+        uint64_t now = ms__cl_now_ns();
+        if (!t0)
+            t0 = now;
+        if (!said && now - t0 >= CAPTURE_LOG_NS) {
+            ms__shim_log("%s waits for a stream capture to end (a synchronization now would "
+                         "invalidate it)",
+                         why);
+            said = true;
+        }
+        ms__cl_timed_wait(2000000ull);
+    }
+    if (t0)
+        C.st.capture_waits++;
+}
 
 /* Admitted commands reach the driver and finish: nothing in flight may use a victim. */
 void ms__cl_drain(const char *why)
@@ -54,6 +82,7 @@ void ms__cl_on_run(const struct ms_msg *m)
 void ms__cl_on_stop(const struct ms_msg *m)
 {
     C.st.stops++;
+    capture_wait("a STOP");
     bool was = C.running;
     ms__cl_dwait_close(ms__cl_now_ns());
     C.running = false; /* no admission from now on */
@@ -111,6 +140,7 @@ void ms__cl_on_evict(const struct ms_msg *m)
 {
     const struct ms_msg_order *o = &m->order;
     C.st.evict_orders++;
+    capture_wait("an EVICT");
     /* The daemon evicts from tasks that do not run; if this one runs, hold its admissions. */
     C.hold = true;
     ms__cl_drain("evict");

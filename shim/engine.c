@@ -586,13 +586,18 @@ static void print_misses(const struct ms_engine_stats *s)
     if (E.gpu && E.backing == BACK_VMM)
         ms_gpu_cuda_host_stats(E.gpu, &hs);
     ms_unlock(&E.lock);
-    char lim[160] = "";
+    char lim[240] = "";
     if (hs.limit_hits || s->host_limited)
         snprintf(lim, sizeof(lim),
                  "; the host memory limit (%llu MiB) refused %llu host chunks, %llu faults moved "
                  "nothing",
                  (unsigned long long)(hs.limit / MS_MIB), (unsigned long long)hs.limit_hits,
                  (unsigned long long)s->host_limited);
+    if (s->capture_skips) {
+        size_t l = strlen(lim);
+        snprintf(lim + l, sizeof(lim) - l, "; %llu faults moved nothing during a stream capture",
+                 (unsigned long long)s->capture_skips);
+    }
     fprintf(stderr,
             "msched[%d]: misses: %llu commands ran with %llu named chunks on the host%s%s, %llu "
             "of unknown reach with allocations on the host; %llu host chunks made (%llu MiB), "
@@ -650,7 +655,8 @@ void ms_engine_exit(bool verbose)
         fprintf(stderr,
                 "msched[%d]: daemon: %s, %llu slices, %llu stops, %llu demands (%llu repeated), "
                 "%llu idles (%llu quiet), %llu evict orders, %llu populate orders, %llu waits "
-                "(%.3f s), ran %.3f s (%.3f s of it waiting on demands, %.3f s executing orders "
+                "(%.3f s), %llu orders waited for a capture, ran %.3f s (%.3f s of it waiting on "
+                "demands, %.3f s executing orders "
                 "under the lock)\n",
                 (int)getpid(),
                 s.daemon   ? "connected"
@@ -660,6 +666,7 @@ void ms_engine_exit(bool verbose)
                 (unsigned long long)c.demands, (unsigned long long)c.demand_repeats,
                 (unsigned long long)c.idles, (unsigned long long)c.quiet_idles,
                 (unsigned long long)c.evict_orders, (unsigned long long)c.pop_orders,
-                (unsigned long long)c.waits, (double)c.wait_ns / 1e9, (double)c.run_ns / 1e9,
+                (unsigned long long)c.waits, (double)c.wait_ns / 1e9,
+                (unsigned long long)c.capture_waits, (double)c.run_ns / 1e9,
                 (double)c.dwait_ns / 1e9, (double)c.order_run_ns / 1e9);
 }

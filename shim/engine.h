@@ -144,9 +144,10 @@ struct ms_engine_stats {
     uint64_t host_chunks, host_bytes; /* host chunks created (always-mapped regions) */
     uint64_t host_ns;                 /* time making an allocation's host chunks */
     uint64_t host_placed;             /* allocations that started on host chunks (no room) */
-    uint64_t host_limited; /* faults that moved nothing: host chunks over the host memory limit */
-    bool daemon;           /* connected to the daemon now */
-    bool failed;           /* the daemon went away and the footprint could not be held alone */
+    uint64_t host_limited;  /* faults that moved nothing: host chunks over the host memory limit */
+    uint64_t capture_skips; /* faults that moved nothing: a stream capture was open */
+    bool daemon;            /* connected to the daemon now */
+    bool failed;            /* the daemon went away and the footprint could not be held alone */
 };
 void ms_engine_stats_get(struct ms_engine_stats *out);
 

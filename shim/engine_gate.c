@@ -115,6 +115,12 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     }
     if (E.plan.n == 0)
         return CUDA_SUCCESS; /* what fits is resident; the rest runs from the host */
+    /* An open stream capture (another thread's: a captured command never faults) forbids the
+     * synchronization a migration needs: run on what is mapped, a miss, not a broken graph. */
+    if (must_ready && ms__shim_capture_open()) {
+        E.st.capture_skips++;
+        return CUDA_SUCCESS;
+    }
     /* Nothing in flight may use a victim: other threads' admitted commands reach the driver
      * first (they may touch chunks they did not name), then the GPU finishes everything. */
     if (E.admitted > my_admitted)
@@ -173,8 +179,8 @@ static int strict_evict(const struct ms_chunk_set *need)
                 !g->chunks[k].mark && ms_chunk_set_add(&E.scratch, MS_CHUNK_ID(r, k)))
                 return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (!E.scratch.n)
-        return CUDA_SUCCESS;
+    if (!E.scratch.n || ms__shim_capture_open())
+        return CUDA_SUCCESS;     /* nothing to evict, or a synchronization would break a capture */
     MS_REAL(cuCtxSynchronize)(); /* nothing in flight may use a victim */
     E.st.strict_evictions += E.scratch.n;
     return ms__eng_cuerr(ms__eng_exec_sets(&E.scratch, NULL, NULL));

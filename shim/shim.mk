@@ -38,7 +38,7 @@ SHIM_SOFLAGS = $(LDFLAGS) -shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,no
 SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 
 SHIM_SRC := shim/log.c shim/locks.c shim/config.c shim/driver.c shim/shim.c shim/events.c shim/recorder.c shim/funcinfo.c cuabi/procaddr.c shim/hook_init.c \
-            shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/hook_vmm.c shim/hook_ptr.c \
+            shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/hook_capture.c shim/hook_vmm.c shim/hook_ptr.c \
             cuabi/ptrattr.c cuabi/gen/syms.c shim/gen/tramp.c shim/engine.c shim/engine_mem.c shim/engine_gate.c shim/engine_graph.c shim/hostmem.c shim/accuracy.c \
             shim/client.c shim/client_conn.c shim/client_gate.c shim/client_orders.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c core/region.c \
             core/predict.c core/history.c core/accuracy.c core/plan.c core/exec.c core/timeline.c core/proto.c \
@@ -118,7 +118,7 @@ $(SHIM_TDIR)/ptr_query: tests/shim/ptr_query.c
 $(SHIM_TDIR)/capture: tests/shim/capture.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
-	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl -lpthread
 
 $(SHIM_TDIR)/exit_signal: tests/shim/exit_signal.c
 	@mkdir -p $(dir $@)

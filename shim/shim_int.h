@@ -79,4 +79,8 @@ MS_HIDDEN void ms__shim_launch_build(struct ms_shim_launch *out, int kind, CUfun
 /* Forget cached facts (a module or library was unloaded: handles may be reused). */
 MS_HIDDEN void ms__shim_funcinfo_flush(void);
 
+/* A stream capture in global or thread-local mode is open in this process (shim/hook_capture.c):
+ * a context synchronization now, from any thread, would invalidate it. Thread-safe. */
+MS_HIDDEN bool ms__shim_capture_open(void);
+
 #endif /* MS_SHIM_INT_H */

@@ -18,7 +18,8 @@
 #   threads      tests/shim/workload.c (four threads, every hooked family) beside a cycle:
 #                the same result as directly on the fake driver
 #   capture      tests/shim/capture.c (a stream capture of kernels, a memset and a copy on evicted
-#                and never-populated memory), alone: the graph gives the right result
+#                and never-populated memory), alone: the graph gives the right result; then held
+#                open beside a busy client: orders that arrive meanwhile wait for its end
 #   exit         a client releasing its primary context at exit (as the CUDA runtime does)
 #                while the daemon still sends it orders: they run, nothing fails
 #   kill client  a client killed (-9) while its working set is loading: the others finish
@@ -163,9 +164,7 @@ pass "a multi-threaded workload under the daemon gives the direct result"
 # A stream capture of kernels, a memset and a copy on memory evicted or never touched (the
 # daemon has not populated it: mapped nowhere), the only task. The driver checks a captured
 # copy's pointers at capture time (cu_graph failed so under the engine on the H200); the shim
-# maps such chunks to host chunks, and the graph's launches bring them in. Alone, because a STOP
-# that arrives during a global-mode capture drains with cuCtxSynchronize, which invalidates the
-# capture (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): a known gap (docs/engine.md, "Limits").
+# maps such chunks to host chunks, and the graph's launches bring them in.
 CAP=$BUILD/tests/shim/capture
 env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKELIB" MS_FAKECUDA="$FAKELIB" \
     MSCHED_VERBOSE=1 "$CAP" >"$T/capture.out" 2>&1 &
@@ -176,6 +175,23 @@ grep -q "CAPTURE ok" "$T/capture.out" || fail "capture: $(tail -n 3 "$T/capture.
 grep -q "daemon: connected, [1-9][0-9]* slices" "$T/capture.out" ||
     fail "capture did not run under the daemon"
 pass "a stream capture of a copy of memory never populated runs under the daemon"
+
+# The same capture held open for a second beside a busy client: the daemon's STOP (or an
+# EVICT) arrives while the global-mode capture is open. Its drain's cuCtxSynchronize would
+# invalidate the capture (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED at its end); the order waits
+# for the capture to end instead, and the exit summary counts it.
+client busy -- "$LONG" 4 cycle
+env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKELIB" MS_FAKECUDA="$FAKELIB" \
+    MSCHED_VERBOSE=1 CAPTURE_HOLD_MS=1000 "$CAP" >"$T/capture2.out" 2>&1 &
+PID_capture2=$!
+PIDS+=("$PID_capture2")
+wait_shim capture2 0 "$LIMIT"
+kill "$PID_busy" 2>/dev/null
+wait "$PID_busy" 2>/dev/null
+grep -q "CAPTURE ok" "$T/capture2.out" || fail "capture beside a client: $(tail -n 3 "$T/capture2.out")"
+grep -q " [1-9][0-9]* orders waited for a capture" "$T/capture2.out" ||
+    fail "capture beside a client: no order arrived during the capture: $(grep 'daemon:' "$T/capture2.out")"
+pass "a STOP or EVICT during a global-mode capture waits for its end; the graph is right"
 
 # ---- exit -------------------------------------------------------------------------------------
 # exit_case NAME PASS-MESSAGE ENV...: a client NAME with ENV ends its cycle as a program exits

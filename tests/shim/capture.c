@@ -12,13 +12,20 @@
  * instantiated and launched twice, the first buffer read back must hold fill + 2 x second,
  * and the fourth the memset's value in its first half and the first buffer's second half in
  * its second. Prints "CAPTURE ok" or what failed; exit 0 only on ok. MS_FAKECUDA names the
- * fake driver (kernels are host functions registered with it).
+ * fake driver (kernels are host functions registered with it). CAPTURE_HOLD_MS keeps the
+ * capture open that long before its first command (under the daemon, beside a busy client, a
+ * STOP or an EVICT then arrives while it is open: its drain must not synchronize).
+ * CAPTURE_SIDE=1: while the capture is open, a second thread launches a kernel on its own
+ * stream on the first buffer, evicted by then (alone, the engine's fault for it must not
+ * synchronize the context: it runs on the host chunk instead).
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "gpu/fakecuda/fakecuda.h"
 
@@ -57,6 +64,30 @@ static void k_add(const struct ms_fake_launch *l)
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
+
+/* The side thread's launch (CAPTURE_SIDE): fill the first buffer on a stream of its own. */
+struct side {
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, CUstream, void **, void **);
+    CUresult (*screate)(CUstream *, unsigned);
+    CUresult (*setcur)(CUcontext);
+    CUcontext ctx;
+    CUfunction f;
+    void **params;
+    CUresult rc;
+};
+
+static void *side_main(void *arg)
+{
+    struct side *sd = arg;
+    CUstream s2;
+    sd->rc = sd->setcur(sd->ctx);
+    if (sd->rc == CUDA_SUCCESS)
+        sd->rc = sd->screate(&s2, CU_STREAM_NON_BLOCKING);
+    if (sd->rc == CUDA_SUCCESS)
+        sd->rc = sd->launch(sd->f, 1, 1, 1, 1, 1, 1, 0, s2, sd->params, NULL);
+    return NULL;
+}
 
 int main(void)
 {
@@ -123,6 +154,23 @@ int main(void)
     CUstream s;
     CK(screate(&s, CU_STREAM_NON_BLOCKING));
     CK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    const char *hold = getenv("CAPTURE_HOLD_MS");
+    if (hold) {
+        long ms = strtol(hold, NULL, 10);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    const char *side = getenv("CAPTURE_SIDE");
+    if (side && *side == '1') {
+        struct side sd = {launch, screate, setcur, ctx, f_fill, pa, CUDA_SUCCESS};
+        pthread_t th;
+        if (pthread_create(&th, NULL, side_main, &sd) != 0) {
+            printf("CAPTURE failed: pthread_create\n");
+            return 1;
+        }
+        pthread_join(th, NULL);
+        CK(sd.rc);
+    }
     void *add[] = {&a, &b};
     CK(launch(f_fill, 1, 1, 1, 1, 1, 1, 0, s, pa, NULL));
     CK(launch(f_add, 1, 1, 1, 1, 1, 1, 0, s, add, NULL));

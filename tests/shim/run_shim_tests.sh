@@ -379,6 +379,16 @@ if grep -q "CAPTURE ok" <<<"$out" && grep -q "CAPTURE ok" <<<"$out2" && [ "${evi
 else
     fail engine/stream-capture "$(grep -m2 CAPTURE <<<"$out$out2" | tr '\n' ' ')"
 fi
+# Another thread faults on the evicted buffer while the capture is open: the fault's
+# cuCtxSynchronize would invalidate the capture, so it moves nothing and the launch runs on
+# the host chunk (counted).
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=64MiB \
+    MSCHED_DAEMON=off MSCHED_VERBOSE=1 CAPTURE_SIDE=1 timeout 60 "$T/capture" 2>&1)
+if grep -q "CAPTURE ok" <<<"$out" && grep -q "[1-9][0-9]* faults moved nothing during a stream capture" <<<"$out"; then
+    pass "engine/capture-side-fault"
+else
+    fail engine/capture-side-fault "$(grep -m3 "CAPTURE\|misses:" <<<"$out" | tr '\n' ' ')"
+fi
 # exit() from a signal handler while paging (the handler may interrupt the shim holding the
 # engine's lock): 100 runs, none may hang or die (before: 7 of 20 died of the lock check's
 # abort, and without the check they hang).

@@ -1,0 +1,185 @@
+/*
+ * hook_capture.c - stream capture begins and ends (cuStreamBeginCapture*, cuStreamEndCapture*):
+ * which captures are open, so that nothing msched does disturbs one.
+ *
+ * Design
+ *   While a capture in global or thread-local mode is open, a context synchronization from any
+ *   thread (the engine's before a migration, the daemon client's drain before answering STOP or
+ *   carrying out EVICT) breaks it: the driver fails the capture with
+ *   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED at its end (torch.cuda.graph failed so on the H200).
+ *   So the hooks keep a table of open captures, and ms__shim_capture_open() says whether one that
+ *   such a call would break is open. A relaxed-mode capture is not counted: it allows those
+ *   calls. The legacy cuStreamBeginCapture (no mode) is counted as global, the mode it behaves
+ *   as.
+ *
+ *   A capture ends at its cuStreamEndCapture, whatever that returns (an invalidated capture
+ *   ends there too). A program that never ends one would keep the table's entry forever, so
+ *   ms__shim_capture_open() asks the driver about every entry it can ask about
+ *   (cuStreamIsCapturing): an entry whose stream no longer captures, or whose capture is
+ *   already invalidated (nothing left to protect), is dropped. A per-thread default stream's
+ *   capture can only be asked about from its own thread, so that entry stays until its end.
+ *
+ * Invariants (under `lock`): at most MAX_OPEN entries; an entry is (stream handle, thread for
+ *   per-thread streams, counted); `counted` equals the number of counted entries. A capture that
+ *   does not fit the table (more than MAX_OPEN at once) is counted in `overflow` until any end,
+ *   which keeps the answer conservative (open) rather than wrong.
+ * Locking: one internal mutex, never held across a driver call other than cuStreamIsCapturing.
+ */
+#include "shim/shim_int.h"
+
+#include <pthread.h>
+
+#define MAX_OPEN 64
+
+struct open_capture {
+    CUstream stream;
+    pthread_t thread; /* meaningful for per-thread streams only */
+    bool per_thread;
+    bool counted; /* global or thread-local mode */
+    bool live;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct open_capture open_tab[MAX_OPEN];
+static unsigned counted, overflow;
+
+static bool is_per_thread(CUstream s, bool ptsz)
+{
+    return s == CU_STREAM_PER_THREAD || (!s && ptsz);
+}
+
+static struct open_capture *find(CUstream s, bool per_thread)
+{
+    for (int i = 0; i < MAX_OPEN; i++) {
+        struct open_capture *o = &open_tab[i];
+        if (o->live && o->stream == s && o->per_thread == per_thread &&
+            (!per_thread || pthread_equal(o->thread, pthread_self())))
+            return o;
+    }
+    return NULL;
+}
+
+static void began(CUresult rc, CUstream s, bool ptsz, bool counts)
+{
+    if (rc != CUDA_SUCCESS)
+        return;
+    bool pt = is_per_thread(s, ptsz);
+    pthread_mutex_lock(&lock);
+    struct open_capture *o = find(s, pt);
+    for (int i = 0; !o && i < MAX_OPEN; i++)
+        if (!open_tab[i].live)
+            o = &open_tab[i];
+    if (!o) {
+        if (counts)
+            overflow++;
+    } else {
+        if (o->live && o->counted)
+            counted--;
+        *o = (struct open_capture){s, pthread_self(), pt, counts, true};
+        if (counts)
+            counted++;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void ended(CUstream s, bool ptsz)
+{
+    bool pt = is_per_thread(s, ptsz);
+    pthread_mutex_lock(&lock);
+    struct open_capture *o = find(s, pt);
+    if (o) {
+        if (o->counted)
+            counted--;
+        o->live = false;
+    }
+    overflow = 0; /* conservative until any capture ends, then trusted again */
+    pthread_mutex_unlock(&lock);
+}
+
+bool ms__shim_capture_open(void)
+{
+    pthread_mutex_lock(&lock);
+    for (int i = 0; counted && i < MAX_OPEN; i++) {
+        struct open_capture *o = &open_tab[i];
+        if (!o->live || !o->counted || o->per_thread)
+            continue;
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        if (MS_REAL(cuStreamIsCapturing)(o->stream, &st) == CUDA_SUCCESS &&
+            st != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+            o->live = false;
+            counted--;
+        }
+    }
+    bool open = counted > 0 || overflow > 0;
+    pthread_mutex_unlock(&lock);
+    return open;
+}
+
+static bool mode_counts(CUstreamCaptureMode mode)
+{
+    return mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream)
+{
+    CUresult rc = MS_REAL(cuStreamBeginCapture)(hStream);
+    began(rc, hStream, false, true);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream)
+{
+    CUresult rc = MS_REAL(cuStreamBeginCapture_ptsz)(hStream);
+    began(rc, hStream, true, true);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    CUresult rc = MS_REAL(cuStreamBeginCapture_v2)(hStream, mode);
+    began(rc, hStream, false, mode_counts(mode));
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+    CUresult rc = MS_REAL(cuStreamBeginCapture_v2_ptsz)(hStream, mode);
+    began(rc, hStream, true, mode_counts(mode));
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                             const CUgraphNode *dependencies,
+                                             const CUgraphEdgeData *dependencyData,
+                                             size_t numDependencies, CUstreamCaptureMode mode)
+{
+    CUresult rc = MS_REAL(cuStreamBeginCaptureToGraph)(hStream, hGraph, dependencies,
+                                                       dependencyData, numDependencies, mode);
+    began(rc, hStream, false, mode_counts(mode));
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                  const CUgraphNode *dependencies,
+                                                  const CUgraphEdgeData *dependencyData,
+                                                  size_t numDependencies, CUstreamCaptureMode mode)
+{
+    CUresult rc = MS_REAL(cuStreamBeginCaptureToGraph_ptsz)(hStream, hGraph, dependencies,
+                                                            dependencyData, numDependencies, mode);
+    began(rc, hStream, true, mode_counts(mode));
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    CUresult rc = MS_REAL(cuStreamEndCapture)(hStream, phGraph);
+    ended(hStream, false);
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+    CUresult rc = MS_REAL(cuStreamEndCapture_ptsz)(hStream, phGraph);
+    ended(hStream, true);
+    return rc;
+}
