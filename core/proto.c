@@ -386,6 +386,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u32(w, (uint32_t)m->hello.prio);
         put_u32(w, m->hello.weight);
         put_u64(w, m->hello.mem_limit);
+        put_u64(w, m->hello.host_limit);
         put_str(w, m->hello.name);
         break;
     case MS_MSG_WELCOME:
@@ -413,6 +414,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u32(w, m->demand.nnext);
         put_u32(w, m->demand.nrecent);
         put_u64(w, m->demand.misses);
+        put_u64(w, m->demand.host_bytes);
         put_runs(w, m->demand.next, m->demand.nnext);
         put_runs(w, m->demand.recent, m->demand.nrecent);
         break;
@@ -422,13 +424,17 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u64(w, m->run.slice_ns);
         break;
     case MS_MSG_STOP: put_u32(w, m->stop.epoch); break;
-    case MS_MSG_REPORT: put_u64(w, m->report.misses); break;
+    case MS_MSG_REPORT:
+        put_u64(w, m->report.misses);
+        put_u64(w, m->report.host_bytes);
+        break;
     case MS_MSG_STOPPED:
         put_u32(w, m->stopped.epoch);
         put_u32(w, 0);
         put_u64(w, m->stopped.gpu_ns);
         put_u64(w, m->stopped.bytes_moved);
         put_u64(w, m->stopped.misses);
+        put_u64(w, m->stopped.host_bytes);
         break;
     case MS_MSG_EVICT:
         put_u32(w, m->order.epoch);
@@ -488,6 +494,8 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
             put_u64(w, t->switches);
             put_u64(w, t->run_ns);
             put_u64(w, t->misses);
+            put_u64(w, t->host_bytes);
+            put_u64(w, t->host_limit);
             put_str(w, t->name);
         }
         break;
@@ -646,7 +654,7 @@ static int get_runs(struct rd *r, uint32_t n, struct ms_run **out)
 }
 
 /* Minimal wire bytes of one STATUS task entry (empty name). */
-#define TASK_WIRE_MIN (4 + 4 + 4 + 4 + 4 + 8 * 8 + 2)
+#define TASK_WIRE_MIN (4 + 4 + 4 + 4 + 4 + 8 * 10 + 2)
 /* Minimal wire bytes of one CONFIG pair (two empty strings). */
 #define PAIR_WIRE_MIN 4
 
@@ -661,6 +669,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->hello.prio = get_i32(r);
         m->hello.weight = get_u32(r);
         m->hello.mem_limit = get_u64(r);
+        m->hello.host_limit = get_u64(r);
         GET_STR(r, m->hello.name, MS_PROTO_NAME_MAX);
         break;
     case MS_MSG_WELCOME:
@@ -688,6 +697,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->demand.nnext = get_u32(r);
         m->demand.nrecent = get_u32(r);
         m->demand.misses = get_u64(r);
+        m->demand.host_bytes = get_u64(r);
         if (r->bad)
             break;
         if ((uint64_t)m->demand.nnext + m->demand.nrecent > left(r) / MS_PROTO_RUN_BYTES) {
@@ -704,13 +714,17 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->run.slice_ns = get_u64(r);
         break;
     case MS_MSG_STOP: m->stop.epoch = get_u32(r); break;
-    case MS_MSG_REPORT: m->report.misses = get_u64(r); break;
+    case MS_MSG_REPORT:
+        m->report.misses = get_u64(r);
+        m->report.host_bytes = get_u64(r);
+        break;
     case MS_MSG_STOPPED:
         m->stopped.epoch = get_u32(r);
         zero(r, 4);
         m->stopped.gpu_ns = get_u64(r);
         m->stopped.bytes_moved = get_u64(r);
         m->stopped.misses = get_u64(r);
+        m->stopped.host_bytes = get_u64(r);
         break;
     case MS_MSG_EVICT:
         m->order.epoch = get_u32(r);
@@ -784,6 +798,8 @@ static int get_payload(struct rd *r, struct ms_msg *m)
             t->switches = get_u64(r);
             t->run_ns = get_u64(r);
             t->misses = get_u64(r);
+            t->host_bytes = get_u64(r);
+            t->host_limit = get_u64(r);
             GET_STR(r, t->name, MS_PROTO_NAME_MAX);
         }
         break;

@@ -53,7 +53,7 @@
 #include <stdbool.h>
 
 #define MS_PROTO_MAGIC "MSCH"
-#define MS_PROTO_VERSION 2
+#define MS_PROTO_VERSION 3
 #define MS_PROTO_HDR_BYTES 16u
 #define MS_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB */
 #define MS_PROTO_MAX_FRAME (MS_PROTO_HDR_BYTES + MS_PROTO_MAX_PAYLOAD)
@@ -120,11 +120,12 @@ struct ms_run {
 };
 
 struct ms_msg_hello {
-    uint16_t version;   /* highest protocol version the shim speaks, >= 1 */
-    uint32_t pid;       /* the application's pid (informational: the daemon asks the kernel) */
-    int32_t prio;       /* MS_PRIO_BE .. MS_PRIO_RT */
-    uint32_t weight;    /* slice multiplier, 0 .. MS_PROTO_WEIGHT_MAX (0 = 1) */
-    uint64_t mem_limit; /* bytes this task may hold resident, 0 = no limit beyond the budget */
+    uint16_t version;    /* highest protocol version the shim speaks, >= 1 */
+    uint32_t pid;        /* the application's pid (informational: the daemon asks the kernel) */
+    int32_t prio;        /* MS_PRIO_BE .. MS_PRIO_RT */
+    uint32_t weight;     /* slice multiplier, 0 .. MS_PROTO_WEIGHT_MAX (0 = 1) */
+    uint64_t mem_limit;  /* bytes this task may hold resident, 0 = no limit beyond the budget */
+    uint64_t host_limit; /* host bytes its shim may pin for memory off the device, 0 = none */
     char name[MS_PROTO_NAME_MAX + 1];
 };
 
@@ -152,6 +153,7 @@ struct ms_msg_region {
 struct ms_msg_demand {
     uint32_t flags;      /* MS_DEMAND_* */
     uint64_t misses;     /* commands so far that ran with named chunks off the device */
+    uint64_t host_bytes; /* host bytes the shim holds pinned now (host chunks, pool, stores) */
     struct ms_run *next; /* predicted working set of the next slice, in access order */
     uint32_t nnext;
     struct ms_run *recent; /* what the most recent slice touched */
@@ -159,7 +161,8 @@ struct ms_msg_demand {
 };
 
 struct ms_msg_report {
-    uint64_t misses; /* commands so far that ran with named chunks off the device */
+    uint64_t misses;     /* commands so far that ran with named chunks off the device */
+    uint64_t host_bytes; /* host bytes the shim holds pinned now */
 };
 
 struct ms_msg_run {
@@ -176,6 +179,7 @@ struct ms_msg_stopped {
     uint64_t gpu_ns;      /* GPU time the task used in the slice */
     uint64_t bytes_moved; /* bytes the shim moved on its own in the slice (launch faults) */
     uint64_t misses;      /* commands so far that ran with named chunks off the device */
+    uint64_t host_bytes;  /* host bytes the shim holds pinned now */
 };
 
 /* EVICT and POPULATE orders. */
@@ -203,16 +207,18 @@ struct ms_task_status {
     uint32_t pid;
     int32_t prio;
     uint32_t weight;
-    uint8_t state;      /* enum ms_task_state */
-    uint64_t resident;  /* bytes resident now (daemon's accounting) */
-    uint64_t footprint; /* bytes of all its regions */
-    uint64_t limit;     /* mem_limit, 0 = none */
-    uint64_t bytes_in;  /* bytes populated for it, total */
-    uint64_t bytes_out; /* bytes evicted from it, total */
-    uint64_t switches;  /* slices it was given */
-    uint64_t run_ns;    /* time it held the GPU */
-    uint64_t misses;    /* its commands that ran with named chunks off the device (its shim's
-                         * count, as of its last DEMAND or STOPPED) */
+    uint8_t state;       /* enum ms_task_state */
+    uint64_t resident;   /* bytes resident now (daemon's accounting) */
+    uint64_t footprint;  /* bytes of all its regions */
+    uint64_t limit;      /* mem_limit, 0 = none */
+    uint64_t bytes_in;   /* bytes populated for it, total */
+    uint64_t bytes_out;  /* bytes evicted from it, total */
+    uint64_t switches;   /* slices it was given */
+    uint64_t run_ns;     /* time it held the GPU */
+    uint64_t misses;     /* its commands that ran with named chunks off the device (its shim's
+                          * count, as of its last DEMAND or STOPPED) */
+    uint64_t host_bytes; /* host bytes its shim holds pinned (as of its last report) */
+    uint64_t host_limit; /* the most its shim may pin (HELLO), 0 = none */
     char name[MS_PROTO_NAME_MAX + 1];
 };
 

@@ -110,6 +110,8 @@ struct ms_stask {
     uint64_t slice_ns;
     uint64_t bytes_in, bytes_out, switches, run_ns, run_since;
     uint64_t misses;      /* the shim's count of commands run with named chunks off the device */
+    uint64_t host_bytes;  /* host bytes its shim holds pinned, as last reported */
+    uint64_t host_limit;  /* the most its shim may pin (HELLO), 0 = none */
     uint8_t share;        /* SH_*: its part in sharing */
     uint32_t share_epoch; /* SH_LOADING: the epoch its RUN will carry (its POPULATE's) */
 };
@@ -623,6 +625,7 @@ int ms_sched_hello(struct ms_sched *s, uint64_t now, const struct ms_msg_hello *
     t->prio = MS_MAX(MS_PRIO_BE, MS_MIN(MS_PRIO_RT, hello->prio));
     t->weight = hello->weight;
     t->limit = hello->mem_limit;
+    t->host_limit = hello->host_limit;
     snprintf(t->name, sizeof(t->name), "%s", hello->name);
     ms_chunk_set_init(&t->next_ws);
     ms_chunk_set_init(&t->recent_ws);
@@ -812,6 +815,7 @@ static int on_demand(struct ms_sched *s, struct ms_stask *t, const struct ms_msg
     t->recent_ws = rc_set;
     t->dflags = d->flags;
     t->misses = MS_MAX(t->misses, d->misses);
+    t->host_bytes = d->host_bytes;
     if (!t->runnable && t->idle_at) {
         uint64_t g = s->now > t->idle_at ? s->now - t->idle_at : 0;
         t->gap_avg = t->gap_known ? (3 * t->gap_avg + g) / 4 : g;
@@ -2028,9 +2032,13 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
             t->stall_demand = false;
             t->idle_at = now;
             break;
-        case MS_MSG_REPORT: t->misses = MS_MAX(t->misses, m->report.misses); break;
+        case MS_MSG_REPORT:
+            t->misses = MS_MAX(t->misses, m->report.misses);
+            t->host_bytes = m->report.host_bytes;
+            break;
         case MS_MSG_STOPPED:
             t->misses = MS_MAX(t->misses, m->stopped.misses);
+            t->host_bytes = m->stopped.host_bytes;
             if (t->stalled && m->stopped.epoch == t->run_epoch) {
                 unstall(s, now, t);
             } else if (t->share == SH_STOPPING && m->stopped.epoch == t->run_epoch) {
@@ -2208,6 +2216,8 @@ int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out)
                      t->share == SH_STOPPING;
         ts->run_ns = t->run_ns + (holds ? now - t->run_since : 0);
         ts->misses = t->misses;
+        ts->host_bytes = t->host_bytes;
+        ts->host_limit = t->host_limit;
         snprintf(ts->name, sizeof(ts->name), "%s", t->name);
     }
     return MS_OK;

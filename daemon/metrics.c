@@ -223,6 +223,8 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
         {"msched_task_run_seconds_total", "counter", "Time the task held the GPU."},
         {"msched_task_misses_total", "counter",
          "Commands of the task that ran with named chunks off the device."},
+        {"msched_task_host_bytes", "gauge",
+         "Host memory the task's shim holds pinned for memory off the device."},
         {"msched_task_state", "gauge", "1 for the task's current state."},
     };
     for (size_t f = 0; f < MS_ARRAY_LEN(per); f++) {
@@ -254,6 +256,9 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
             case 5: put(&o, "%s{%s} %.6f\n", per[f].name, labels, sec(t->run_ns)); break;
             case 6:
                 put(&o, "%s{%s} %llu\n", per[f].name, labels, (unsigned long long)t->misses);
+                break;
+            case 7:
+                put(&o, "%s{%s} %llu\n", per[f].name, labels, (unsigned long long)t->host_bytes);
                 break;
             default:
                 put(&o, "%s{%s,state=\"%s\"} 1\n", per[f].name, labels,

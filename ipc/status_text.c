@@ -123,6 +123,12 @@ int ms_status_render(const struct ms_msg_status *st, const struct ms_msg_status 
     line(&s, "memory: %s resident of %s budget (%.0f%%), %u task%s", res, bud,
          st->budget ? 100.0 * (double)st->resident / (double)st->budget : 0.0, st->ntasks,
          st->ntasks == 1 ? "" : "s");
+    uint64_t host = 0;
+    for (uint32_t i = 0; i < st->ntasks; i++)
+        host += st->tasks[i].host_bytes;
+    char hb[32];
+    ms_format_size_h(host, hb, sizeof(hb));
+    line(&s, "host: %s pinned by the tasks' shims (for memory off the device)", hb);
     line(&s, "mode: %s",
          st->sharing ? "shared (memory fits: tasks run at once)" : "sliced (one task at a time)");
     line(&s, "switches: %llu, mean %s, max %s; moved in %s, out %s",
@@ -141,32 +147,35 @@ int ms_status_render(const struct ms_msg_status *st, const struct ms_msg_status 
         return s.lines;
     }
     if (rates)
-        line(&s, "%-5s %-7s %-8s %-4s %-10s %-10s %-11s %-11s %-6s %-8s %-6s %s", "TASK", "PID",
-             "STATE", "PRIO", "RESIDENT", "FOOTPRINT", "IN/S", "OUT/S", "SLICES", "GPU TIME",
-             "MISSES", "NAME");
+        line(&s, "%-5s %-7s %-8s %-4s %-10s %-10s %-11s %-11s %-6s %-8s %-10s %-6s %s", "TASK",
+             "PID", "STATE", "PRIO", "RESIDENT", "FOOTPRINT", "IN/S", "OUT/S", "SLICES", "GPU TIME",
+             "HOST", "MISSES", "NAME");
     else
-        line(&s, "%-5s %-7s %-8s %-4s %-10s %-10s %-10s %-10s %-6s %-8s %-6s %s", "TASK", "PID",
-             "STATE", "PRIO", "RESIDENT", "FOOTPRINT", "IN", "OUT", "SLICES", "GPU TIME", "MISSES",
-             "NAME");
+        line(&s, "%-5s %-7s %-8s %-4s %-10s %-10s %-10s %-10s %-6s %-8s %-10s %-6s %s", "TASK",
+             "PID", "STATE", "PRIO", "RESIDENT", "FOOTPRINT", "IN", "OUT", "SLICES", "GPU TIME",
+             "HOST", "MISSES", "NAME");
     for (uint32_t i = 0; i < st->ntasks; i++) {
         const struct ms_task_status *t = &st->tasks[i];
-        char pb[16], r[32], f[32], a[32], b[32], g[32];
+        char pb[16], r[32], f[32], a[32], b[32], g[32], h[32];
         ms_format_size_h(t->resident, r, sizeof(r));
+        ms_format_size_h(t->host_bytes, h, sizeof(h));
         ms_format_size_h(t->footprint, f, sizeof(f));
         ms_format_duration_h(t->run_ns, g, sizeof(g));
         if (rates) {
             const struct ms_task_status *p = find(prev, t->task);
             rate(t->bytes_in, p ? p->bytes_in : UINT64_MAX, p ? dt_s : 0, a, sizeof(a));
             rate(t->bytes_out, p ? p->bytes_out : UINT64_MAX, p ? dt_s : 0, b, sizeof(b));
-            line(&s, "%-5u %-7u %-8s %-4s %-10s %-10s %-11s %-11s %-6llu %-8s %-6llu %s", t->task,
-                 t->pid, ms_task_state_name(t->state), prio_name(t->prio, pb, sizeof(pb)), r, f, a,
-                 b, (unsigned long long)t->switches, g, (unsigned long long)t->misses, t->name);
+            line(&s, "%-5u %-7u %-8s %-4s %-10s %-10s %-11s %-11s %-6llu %-8s %-10s %-6llu %s",
+                 t->task, t->pid, ms_task_state_name(t->state), prio_name(t->prio, pb, sizeof(pb)),
+                 r, f, a, b, (unsigned long long)t->switches, g, h, (unsigned long long)t->misses,
+                 t->name);
         } else {
             ms_format_size_h(t->bytes_in, a, sizeof(a));
             ms_format_size_h(t->bytes_out, b, sizeof(b));
-            line(&s, "%-5u %-7u %-8s %-4s %-10s %-10s %-10s %-10s %-6llu %-8s %-6llu %s", t->task,
-                 t->pid, ms_task_state_name(t->state), prio_name(t->prio, pb, sizeof(pb)), r, f, a,
-                 b, (unsigned long long)t->switches, g, (unsigned long long)t->misses, t->name);
+            line(&s, "%-5u %-7u %-8s %-4s %-10s %-10s %-10s %-10s %-6llu %-8s %-10s %-6llu %s",
+                 t->task, t->pid, ms_task_state_name(t->state), prio_name(t->prio, pb, sizeof(pb)),
+                 r, f, a, b, (unsigned long long)t->switches, g, h, (unsigned long long)t->misses,
+                 t->name);
         }
     }
     return s.lines;

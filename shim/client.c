@@ -177,6 +177,7 @@ int ms_client_connect(unsigned gpu, const char *uuid, uint64_t limit, struct ms_
     hello.hello.prio = C.prio;
     hello.hello.weight = C.weight;
     hello.hello.mem_limit = limit;
+    hello.hello.host_limit = C.eng && C.eng->host_limit ? C.eng->host_limit() : 0;
     snprintf(hello.hello.name, sizeof(hello.hello.name), "%s", program_invocation_short_name);
     for (char *q = hello.hello.name; *q; q++)
         if ((unsigned char)*q < 0x20 || *q == 0x7f)

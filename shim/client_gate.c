@@ -78,8 +78,10 @@ void ms__cl_send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exa
     m.demand.recent = C.runs + nnext;
     m.demand.nrecent = (uint32_t)(n - nnext);
     m.demand.misses = C.eng->misses ? C.eng->misses() : 0;
+    m.demand.host_bytes = C.eng->host_bytes ? C.eng->host_bytes() : 0;
     if (ms__cl_csend(&m, 0) == MS_OK) {
         C.misses_sent = m.demand.misses;
+        C.host_sent = m.demand.host_bytes;
         C.dem_pending = true;
         C.dem_at = ms__cl_now_ns();
         C.idle_sent = false;
@@ -93,21 +95,25 @@ void ms__cl_send_demand(const struct ms_chunk_set *need, bool whole)
 }
 
 /* A running task whose commands keep missing may send no DEMAND or STOPPED for a long time:
- * its misses count goes to the daemon in a REPORT when it changed, at most every 100 ms. */
+ * its misses count and pinned host bytes go to the daemon in a REPORT when they changed, at most
+ * every 100 ms (or at once with `now_anyway`: after an EVICT order, which makes host chunks). */
 #define REPORT_NS 100000000ull
-static void report_misses(void)
+void ms__cl_report(bool now_anyway)
 {
     uint64_t n = C.eng->misses ? C.eng->misses() : 0;
-    if (n == C.misses_sent)
+    uint64_t hb = C.eng->host_bytes ? C.eng->host_bytes() : 0;
+    if (n == C.misses_sent && hb == C.host_sent)
         return;
     uint64_t now = ms__cl_now_ns();
-    if (C.report_at && now - C.report_at < REPORT_NS)
+    if (!now_anyway && C.report_at && now - C.report_at < REPORT_NS)
         return;
     struct ms_msg m;
     ms_msg_init(&m, MS_MSG_REPORT);
     m.report.misses = n;
+    m.report.host_bytes = hb;
     if (ms__cl_csend(&m, 0) == MS_OK) {
         C.misses_sent = n;
+        C.host_sent = hb;
         C.report_at = now;
     }
 }
@@ -175,7 +181,7 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             ms__cl_admitted = true;
             /* What it names, also what it runs on host chunks: admitted counts those as misses. */
             C.eng->admitted(fitted ? &named : need);
-            report_misses();
+            ms__cl_report(false);
             break;
         }
         if (capt < 0)

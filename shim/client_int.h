@@ -85,6 +85,7 @@ struct ms_client_state {
     bool dem_pending, want_whole;
     uint64_t dem_at;          /* when the last DEMAND went out */
     uint64_t misses_sent;     /* the misses count the daemon has (DEMAND, STOPPED, REPORT) */
+    uint64_t host_sent;       /* the pinned host bytes the daemon has (same messages) */
     uint64_t report_at;       /* when the last REPORT went out */
     struct ms_chunk_set want; /* union of the needs of threads waiting for RUN */
     size_t want_sent;
@@ -139,6 +140,9 @@ MS_HIDDEN int ms__cl_want_add(const struct ms_chunk_set *s);
 MS_HIDDEN void ms__cl_drop_dead(struct ms_chunk_set *s);
 MS_HIDDEN void ms__cl_send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exact);
 MS_HIDDEN void ms__cl_send_demand(const struct ms_chunk_set *need, bool whole);
+/* REPORT the misses count and pinned host bytes if either changed since the daemon last heard
+ * them: at most every 100 ms, unless now_anyway. Lock held. */
+MS_HIDDEN void ms__cl_report(bool now_anyway);
 MS_HIDDEN void ms__cl_drain(const char *why);
 MS_HIDDEN void ms__cl_on_run(const struct ms_msg *m);
 MS_HIDDEN void ms__cl_on_stop(const struct ms_msg *m);

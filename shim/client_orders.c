@@ -94,7 +94,9 @@ void ms__cl_on_stop(const struct ms_msg *m)
     C.st.run_ns += r.stopped.gpu_ns; /* the slice ends with its STOPPED */
     r.stopped.bytes_moved = 0;
     r.stopped.misses = C.eng->misses ? C.eng->misses() : 0;
+    r.stopped.host_bytes = C.eng->host_bytes ? C.eng->host_bytes() : 0;
     C.misses_sent = r.stopped.misses;
+    C.host_sent = r.stopped.host_bytes;
     ms__cl_csend(&r, m->seq);
     C.dem_pending = false;
     if (C.waiters == 0) {
@@ -191,6 +193,8 @@ void ms__cl_on_evict(const struct ms_msg *m)
     }
     ms__host_gate_leave();
     ms__cl_order_timed("eviction", work, step, freed, &longest, &started);
+    if (C.up && !C.broken)
+        ms__cl_report(true); /* host chunks made for the victims: `msched status` shows them */
     C.hold = false;
     ms__cl_broadcast();
 }

@@ -60,6 +60,8 @@ static const struct ms_client_engine client_ops = {
     .admitted = ms__eng_admitted,
     .daemon_gone = daemon_gone,
     .misses = ms__eng_misses,
+    .host_bytes = ms__eng_host_bytes,
+    .host_limit = ms__eng_host_limit,
     .map_empty = ms__eng_map_empty_host,
 };
 
@@ -137,7 +139,7 @@ static void leave_daemon_at_exit(void)
 }
 
 /* MSCHED_HOST_LIMIT, or half the machine's RAM when it is not set (0: no limit). */
-static uint64_t host_limit(void)
+uint64_t ms__eng_host_limit(void)
 {
     if (ms__shim_opt_set(MS_OPT_HOST_LIMIT))
         return ms__shim_opt(MS_OPT_HOST_LIMIT);
@@ -198,7 +200,7 @@ static bool start(void)
     } else if (e == MS_OK) {
         e = ms_gpu_cuda_new(&E.api, ms_hash_ptx, 0, &E.gpu);
         if (e == MS_OK)
-            ms_gpu_cuda_set_host_limit(E.gpu, host_limit());
+            ms_gpu_cuda_set_host_limit(E.gpu, ms__eng_host_limit());
     }
     if (e != MS_OK) {
         say("memory engine disabled: %s", missing ? missing : ms_strerror(e));

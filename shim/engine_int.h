@@ -157,6 +157,11 @@ MS_HIDDEN void ms__eng_add_exec_stats(const struct ms_exec_stats *x);
 MS_HIDDEN void ms__eng_kernel_missed(const char *name, uint64_t chunks);
 /* Commands so far that ran with named chunks off the device (lock held). */
 MS_HIDDEN uint64_t ms__eng_misses(void);
+/* Host bytes this process holds pinned for msched now: host chunks handed out or pooled, and
+ * backing stores (lock held or not: the counters have their own locks). */
+MS_HIDDEN uint64_t ms__eng_host_bytes(void);
+/* The host memory limit (MSCHED_HOST_LIMIT, default half the RAM; 0: none). */
+MS_HIDDEN uint64_t ms__eng_host_limit(void);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
 MS_HIDDEN int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s);
 MS_HIDDEN int ms__eng_add_refs(struct ms_chunk_set *s);

@@ -2,10 +2,10 @@
  * hostmem.c - pinned host backing stores, in pieces when configured (contract: hostmem.h).
  *
  * A pieced store is an anonymous mapping registered piece by piece; a whole one is a single
- * cuMemHostAlloc. ms__host_unpin must know which, so pieced stores are listed (base, size,
- * piece) in a small array under `lock`: one entry per live store, found by a linear scan
- * (stores are freed rarely: PyTorch's caching allocator keeps its segments). The lock guards the
- * list and the statistics only; no driver call runs under it.
+ * cuMemHostAlloc. ms__host_unpin must know which and how big (the live bytes are reported), so
+ * every store is listed (base, size, piece; piece 0 for a whole one) in a small array under
+ * `lock`: one entry per live store, found by a linear scan (stores are freed rarely). The lock
+ * guards the list and the statistics only; no driver call runs under it.
  *
  * The migration gate is a second mutex and condition variable over two counts: `pinning`
  * (driver pin and unpin calls in flight) and `migrating` (migrations between enter and leave). A
@@ -122,6 +122,22 @@ static CUresult drop_pieces(void *base, size_t bytes, size_t done, size_t piece)
     return first;
 }
 
+/* List a live store (lock held). MS_E_NOMEM when the list cannot grow. */
+static int list_add(void *base, size_t bytes, size_t piece)
+{
+    if (nlist == caplist) {
+        size_t cap = caplist ? caplist * 2 : 64;
+        struct pieced *p = ms_realloc(list, cap * sizeof(*list));
+        if (!p)
+            return MS_E_NOMEM;
+        list = p;
+        caplist = cap;
+    }
+    list[nlist++] = (struct pieced){base, bytes, piece};
+    st.live_bytes += bytes;
+    return MS_OK;
+}
+
 /* A pieced store: *out on success; on failure nothing is held. *waited grows by the time spent
  * waiting for migrations at the gate. */
 static CUresult pin_pieces(size_t bytes, size_t piece, void **out, uint64_t *waited)
@@ -147,19 +163,12 @@ static CUresult pin_pieces(size_t bytes, size_t piece, void **out, uint64_t *wai
         return r;
     }
     ms_lock(&lock);
-    if (nlist == caplist) {
-        size_t cap = caplist ? caplist * 2 : 64;
-        struct pieced *p = ms_realloc(list, cap * sizeof(*list));
-        if (!p) {
-            ms_unlock(&lock);
-            drop_pieces(base, bytes, bytes, piece);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        list = p;
-        caplist = cap;
-    }
-    list[nlist++] = (struct pieced){base, bytes, piece};
+    int e = list_add(base, bytes, piece);
     ms_unlock(&lock);
+    if (e != MS_OK) {
+        drop_pieces(base, bytes, bytes, piece);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *out = base;
     return CUDA_SUCCESS;
 }
@@ -195,6 +204,17 @@ CUresult ms__host_pin(size_t bytes, size_t align, void **out)
         waited += pin_begin();
         r = MS_REAL(cuMemHostAlloc)(out, bytes, 0);
         pin_end();
+        if (r == CUDA_SUCCESS) {
+            ms_lock(&lock);
+            int e = list_add(*out, bytes, 0);
+            ms_unlock(&lock);
+            if (e != MS_OK) {
+                pin_begin();
+                MS_REAL(cuMemFreeHost)(*out);
+                pin_end();
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        }
     }
     uint64_t dt = ms_ipc_now_ns() - t0;
     dt -= MS_MIN(dt, waited);
@@ -230,11 +250,12 @@ CUresult ms__host_unpin(void *p)
         if (list[i].base == p) {
             found = list[i];
             list[i] = list[--nlist];
+            st.live_bytes -= found.bytes;
             break;
         }
     ms_unlock(&lock);
     CUresult r;
-    if (found.base) {
+    if (found.base && found.piece) {
         r = drop_pieces(found.base, found.bytes, found.bytes, found.piece);
     } else {
         pin_begin();
@@ -255,6 +276,7 @@ void ms__host_atfork_child(void)
     ms_lock_reset(&gate);
     pthread_cond_init(&gate_cv, NULL);
     pinning = migrating = 0;
+    st.live_bytes = 0;
     nlist = 0; /* the stores were not inherited (MADV_DONTFORK; the driver's are not either) */
 }
 

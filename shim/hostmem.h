@@ -56,6 +56,7 @@ MS_HIDDEN CUresult ms__host_unpin(void *p);
 struct ms_host_stats {
     uint64_t stores;       /* pinned so far */
     uint64_t bytes;        /* their bytes */
+    uint64_t live_bytes;   /* bytes of the stores pinned now (not yet unpinned) */
     uint64_t pin_ns;       /* time in the driver pinning them */
     uint64_t longest_ns;   /* the slowest store's */
     uint64_t pieced;       /* stores registered in pieces */

@@ -3,7 +3,8 @@
 # a client under mschedd whose commands name one buffer larger than its limit (engine_stress
 # onebuf, limited to 150 MiB) runs them with what fits resident and the rest on host chunks;
 # its shim reports how many commands ran so in DEMAND and STOPPED, and `msched status --json`,
-# the table and the Prometheus text show the count while it runs. On the fake CUDA driver.
+# the table and the Prometheus text show the count while it runs, and the host memory its shim
+# pinned for the chunks on the host (with its host limit). On the fake CUDA driver.
 . "$(dirname "$0")/../daemon/lib.sh"
 
 need_fake_cuda
@@ -30,6 +31,20 @@ done
 "$MSCHED" status --prometheus | grep -Eq "^msched_task_misses_total\{.*pid=\"$PID_one\".*\} [1-9]" ||
     fail "no msched_task_misses_total for it"
 pass "misses in msched status, its JSON and its metrics while the client runs ($misses so far)"
+# Its never-populated chunks beyond the limit went to host chunks: pinned host memory the
+# status reports (JSON host_bytes, the HOST column, msched_task_host_bytes), with its limit.
+read -r hostb hostl < <("$MSCHED" status --json 2>/dev/null | python3 -c '
+import json, sys
+p = int(sys.argv[1])
+t = next((t for t in json.load(sys.stdin)["tasks"] if t["pid"] == p), {})
+print(t.get("host_bytes", 0), t.get("host_limit_bytes", 0))' "$PID_one")
+[ "${hostb:-0}" -gt 0 ] || fail "msched status --json shows no pinned host bytes for the client"
+[ "${hostl:-0}" -gt 0 ] || fail "msched status --json shows no host limit for the client"
+"$MSCHED" status | grep -q "^host: .* pinned by the tasks' shims" ||
+    fail "the status text has no host line: $("$MSCHED" status)"
+"$MSCHED" status --prometheus | grep -Eq "^msched_task_host_bytes\{.*pid=\"$PID_one\".*\} [1-9]" ||
+    fail "no msched_task_host_bytes for it"
+pass "pinned host memory in msched status, its JSON and its metrics ($hostb bytes of $hostl)"
 kill "$PID_one" 2>/dev/null
 wait "$PID_one" 2>/dev/null
 

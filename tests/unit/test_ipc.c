@@ -585,7 +585,8 @@ static void test_status_render(void **state)
                                    .resident = MS_GIB,
                                    .footprint = 2 * MS_GIB,
                                    .bytes_in = 4 * MS_GIB,
-                                   .switches = 3};
+                                   .switches = 3,
+                                   .host_bytes = 512 * MS_MIB};
     snprintf(t[0].name, sizeof(t[0].name), "python3 train.py");
     t[1] = (struct ms_task_status){.task = 2, .pid = 43, .prio = 10, .state = MS_TS_WAITING};
     snprintf(t[1].name, sizeof(t[1].name), "serve");
@@ -599,8 +600,10 @@ static void test_status_render(void **state)
     snprintf(st.evict, sizeof(st.evict), "opt");
     char text[4096];
     int n = ms_status_render(&st, NULL, 0, 0, text, sizeof(text));
-    assert_int_equal(n, 8);
+    assert_int_equal(n, 9);
     assert_non_null(strstr(text, "\nmode: sliced"));
+    assert_non_null(strstr(text, "\nhost: 512 MiB pinned"));
+    assert_non_null(strstr(text, " HOST "));
     assert_non_null(strstr(text, "1.00 GiB resident of 16.0 GiB budget (6%)"));
     assert_non_null(strstr(text, "mean 1.00 ms"));
     assert_non_null(strstr(text, "running"));
@@ -628,7 +631,7 @@ static void test_status_render(void **state)
         p = nl + 1;
     }
     n = ms_status_render(&st, NULL, 0, 0, text, 100);
-    assert_true(n >= 1 && n < 8);
+    assert_true(n >= 1 && n < 9);
     assert_int_equal(text[strlen(text) - 1], '\n');
 }
 

@@ -46,6 +46,7 @@ static void sample(struct ms_msg *m, unsigned type)
         m->hello.prio = MS_PRIO_RT;
         m->hello.weight = 3;
         m->hello.mem_limit = 5 * MS_GIB;
+        m->hello.host_limit = 64 * MS_GIB + 3;
         strcpy(m->hello.name, "python3 serve.py \xc3\xa9");
         break;
     case MS_MSG_WELCOME:
@@ -72,6 +73,12 @@ static void sample(struct ms_msg *m, unsigned type)
         m->demand.next = runs_of(3, 100);
         m->demand.nrecent = 2;
         m->demand.recent = runs_of(2, 200);
+        m->demand.misses = 77;
+        m->demand.host_bytes = 3 * MS_GIB + 1;
+        break;
+    case MS_MSG_REPORT:
+        m->report.misses = 78;
+        m->report.host_bytes = 5 * MS_GIB + 2;
         break;
     case MS_MSG_RUN:
         m->run.epoch = 99;
@@ -82,6 +89,8 @@ static void sample(struct ms_msg *m, unsigned type)
         m->stopped.epoch = 99;
         m->stopped.gpu_ns = 12345678;
         m->stopped.bytes_moved = 1ull << 33;
+        m->stopped.misses = 79;
+        m->stopped.host_bytes = 7 * MS_GIB + 3;
         break;
     case MS_MSG_EVICT:
         m->order.epoch = 5;
@@ -137,6 +146,9 @@ static void sample(struct ms_msg *m, unsigned type)
             t->bytes_out = 222 + i;
             t->switches = 9 + i;
             t->run_ns = 5555 + i;
+            t->misses = 40 + i;
+            t->host_bytes = MS_GIB * (3 + i);
+            t->host_limit = i ? 0 : 60 * MS_GIB;
             snprintf(t->name, sizeof(t->name), "task%u", i);
         }
         break;
@@ -189,6 +201,7 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_int_equal(a->hello.prio, b->hello.prio);
         assert_int_equal(a->hello.weight, b->hello.weight);
         assert_true(a->hello.mem_limit == b->hello.mem_limit);
+        assert_true(a->hello.host_limit == b->hello.host_limit);
         assert_string_equal(a->hello.name, b->hello.name);
         break;
     case MS_MSG_WELCOME:
@@ -215,6 +228,12 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_int_equal(a->demand.nrecent, b->demand.nrecent);
         assert_runs_equal(a->demand.next, b->demand.next, a->demand.nnext);
         assert_runs_equal(a->demand.recent, b->demand.recent, a->demand.nrecent);
+        assert_true(a->demand.misses == b->demand.misses);
+        assert_true(a->demand.host_bytes == b->demand.host_bytes);
+        break;
+    case MS_MSG_REPORT:
+        assert_true(a->report.misses == b->report.misses);
+        assert_true(a->report.host_bytes == b->report.host_bytes);
         break;
     case MS_MSG_RUN:
         assert_int_equal(a->run.epoch, b->run.epoch);
@@ -225,6 +244,8 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_int_equal(a->stopped.epoch, b->stopped.epoch);
         assert_true(a->stopped.gpu_ns == b->stopped.gpu_ns);
         assert_true(a->stopped.bytes_moved == b->stopped.bytes_moved);
+        assert_true(a->stopped.misses == b->stopped.misses);
+        assert_true(a->stopped.host_bytes == b->stopped.host_bytes);
         break;
     case MS_MSG_EVICT:
     case MS_MSG_POPULATE:
@@ -266,7 +287,8 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
             assert_true(s->resident == t->resident && s->footprint == t->footprint);
             assert_true(s->limit == t->limit && s->bytes_in == t->bytes_in);
             assert_true(s->bytes_out == t->bytes_out && s->switches == t->switches);
-            assert_true(s->run_ns == t->run_ns);
+            assert_true(s->run_ns == t->run_ns && s->misses == t->misses);
+            assert_true(s->host_bytes == t->host_bytes && s->host_limit == t->host_limit);
             assert_string_equal(s->name, t->name);
         }
         break;
@@ -508,7 +530,8 @@ static void hello(struct fb *f, uint16_t version, uint16_t rsv, int32_t prio, ui
     fb_le(f, 1234, 4);
     fb_le(f, (uint32_t)prio, 4);
     fb_le(f, weight, 4);
-    fb_le(f, 0, 8);
+    fb_le(f, 0, 8); /* memory limit */
+    fb_le(f, 0, 8); /* host limit */
     fb_str(f, name, namelen);
 }
 
@@ -529,9 +552,9 @@ static void test_malformed_header(void **state)
         for (size_t k = (size_t)i + 1; k <= sizeof(bad); k++)
             assert_int_equal(ms_msg_decode(bad, k, &m, &used), MS_E_PARSE);
     }
-    /* Version: 0, 1 (before the misses counts), 3, 0xffff are another protocol, known from six
-     * bytes. */
-    uint16_t versions[] = {0, 1, 3, 0x0100, 0xffff};
+    /* Version: 0, 1 (before the misses counts), 2 (before the host bytes), 4, 0xffff are another
+     * protocol, known from six bytes. */
+    uint16_t versions[] = {0, 1, 2, 4, 0x0100, 0xffff};
     for (size_t i = 0; i < MS_ARRAY_LEN(versions); i++) {
         uint8_t bad[6] = {'M', 'S', 'C', 'H', (uint8_t)versions[i], (uint8_t)(versions[i] >> 8)};
         struct ms_msg m;
@@ -702,6 +725,7 @@ static void test_malformed_runs(void **state)
     fb_le(&f, 1, 4);
     fb_le(&f, 1, 4);
     fb_le(&f, 7, 8); /* misses */
+    fb_le(&f, 9, 8); /* host bytes */
     fb_le(&f, 1, 4), fb_le(&f, 0, 4), fb_le(&f, 1, 4);
     fb_le(&f, 2, 4), fb_le(&f, 0, 4), fb_le(&f, 1, 4);
     assert_int_equal(fb_decode(&f), 1);
@@ -714,10 +738,13 @@ static void test_malformed_runs(void **state)
     f.d[MS_PROTO_HDR_BYTES + 4] = 0xff, f.d[MS_PROTO_HDR_BYTES + 7] = 0xff; /* sum overflows */
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
     fb_start(&f, MS_MSG_DEMAND); /* empty demand: the task has work but no prediction */
-    fb_le(&f, 0, 20);
+    fb_le(&f, 0, 28);
     assert_int_equal(fb_decode(&f), 1);
     fb_start(&f, MS_MSG_DEMAND); /* the misses count cut short */
     fb_le(&f, 0, 16);
+    assert_int_equal(fb_decode(&f), MS_E_PARSE);
+    fb_start(&f, MS_MSG_DEMAND); /* the host bytes cut short */
+    fb_le(&f, 0, 24);
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
 }
 
