@@ -28,7 +28,7 @@ V = int(os.environ["MS_PROTO_VERSION"])  # core/proto.h's
 
 def hello():
     name = b"flood"
-    p = struct.pack("<HHIiIQ", V, 0, os.getpid(), 0, 1, 0) + struct.pack("<H", len(name)) + name
+    p = struct.pack("<HHIiIQQ", V, 0, os.getpid(), 0, 1, 0, 0) + struct.pack("<H", len(name)) + name
     return b"MSCH" + struct.pack("<HHII", V, 1, len(p), 1) + p
 
 def conn(block=True):
