@@ -165,6 +165,34 @@ int ms_daemon_run(struct ms_daemon *d);
 /* Say BYE to every session, close everything, remove the socket. */
 void ms_daemon_fini(struct ms_daemon *d);
 
+/* Shared by the loop's files (server.c). ms_daemon_reply queues m on s (a client that does
+ * not read its replies is dropped); ms_daemon_reply_error sends ERROR{code, text} answering
+ * seq; ms_daemon_session_close closes s now (died: its process is gone or broke the rules);
+ * ms_daemon_ep_set/ep_del change what epoll watches (0 or -1 with errno). */
+uint64_t ms_daemon_now_ns(void);
+void ms_daemon_reply(struct ms_daemon *d, struct ms_session *s, struct ms_msg *m);
+void ms_daemon_reply_error(struct ms_daemon *d, struct ms_session *s, uint32_t seq, int code,
+                           const char *text);
+void ms_daemon_session_close(struct ms_daemon *d, struct ms_session *s, bool died);
+struct ms_session *ms_daemon_session_of_task(struct ms_daemon *d, uint32_t task);
+int ms_daemon_ep_set(struct ms_daemon *d, int op, int fd, struct ms_ev *ev, uint32_t events);
+void ms_daemon_ep_del(struct ms_daemon *d, int fd);
+
+/* Control requests (control.c): each answers req on s. ms_daemon_apply_option carries the
+ * option `key` of d->conf over to the scheduler and the log; ms_daemon_admins writes who may
+ * do what an admin may, for error texts. */
+void ms_daemon_do_status(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req);
+void ms_daemon_do_metrics(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req);
+void ms_daemon_do_config_get(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req);
+void ms_daemon_do_config_set(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req);
+void ms_daemon_apply_option(struct ms_daemon *d, const char *key);
+void ms_daemon_admins(const struct ms_daemon *d, char *buf, size_t len);
+
+/* New connections (accept.c): accept what the listening socket has, within the bounds; after
+ * a pause for want of descriptors, watch the socket again once the pause is over. */
+void ms_daemon_on_listen(struct ms_daemon *d);
+void ms_daemon_resume_accept(struct ms_daemon *d);
+
 /* Prometheus text exposition of a STATUS message and the daemon's own counters into out
  * (replacing its contents), at most MS_PROTO_MAX_PAYLOAD bytes. uids[i] is the uid of
  * st->tasks[i]'s process (-1: unknown; uids NULL: none known). Errors: MS_E_NOMEM. */

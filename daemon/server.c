@@ -42,18 +42,13 @@
 #include <unistd.h>
 
 #define CLOSE_GRACE_NS 1000000000ull
-#define MAX_EXTRA_SESSIONS 64                 /* control sessions beyond max_tasks */
 #define CONTROL_IDLE_NS (120 * 1000000000ull) /* a control client silent this long is closed */
 #define MSGS_PER_PASS 64                      /* one session's messages per loop pass */
-#define ACCEPTS_PER_PASS 32                   /* connections accepted per loop pass */
-#define RECYCLE_AGE_NS (200 * 1000000ull)     /* quiet this long before it may be recycled */
-#define ACCEPT_BACKOFF_MIN_NS (50 * 1000000ull)
-#define ACCEPT_BACKOFF_MAX_NS (1000 * 1000000ull)
-#define GHOST_WARN_NS (2 * 1000000000ull) /* a closed task's process still runs after this */
+#define GHOST_WARN_NS (2 * 1000000000ull)     /* a closed task's process still runs after this */
 
 static struct ms_session *graveyard;
 
-static uint64_t now_ns(void)
+uint64_t ms_daemon_now_ns(void)
 {
     return ms_ipc_now_ns();
 }
@@ -69,7 +64,7 @@ static int pidfd_open_compat(pid_t pid)
 #endif
 }
 
-static int ep_set(struct ms_daemon *d, int op, int fd, struct ms_ev *ev, uint32_t events)
+int ms_daemon_ep_set(struct ms_daemon *d, int op, int fd, struct ms_ev *ev, uint32_t events)
 {
     struct epoll_event e;
     memset(&e, 0, sizeof(e));
@@ -78,7 +73,7 @@ static int ep_set(struct ms_daemon *d, int op, int fd, struct ms_ev *ev, uint32_
     return epoll_ctl(d->epfd, op, fd, &e);
 }
 
-static void ep_del(struct ms_daemon *d, int fd)
+void ms_daemon_ep_del(struct ms_daemon *d, int fd)
 {
     epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
@@ -101,7 +96,7 @@ static void update_out(struct ms_daemon *d, struct ms_session *s)
     if (pending == s->want_out || s->conn.fd < 0)
         return;
     uint32_t events = (s->closing ? 0 : EPOLLIN) | (pending ? EPOLLOUT : 0);
-    if (ep_set(d, EPOLL_CTL_MOD, s->conn.fd, &s->ev, events) == 0)
+    if (ms_daemon_ep_set(d, EPOLL_CTL_MOD, s->conn.fd, &s->ev, events) == 0)
         s->want_out = pending;
 }
 
@@ -120,7 +115,7 @@ static bool still_running(int pidfd)
  * socket): then it still holds what it mapped, so the task is dropped as a ghost, charged until
  * the process exits.
  */
-static void session_close(struct ms_daemon *d, struct ms_session *s, bool died)
+void ms_daemon_session_close(struct ms_daemon *d, struct ms_session *s, bool died)
 {
     if (s->ev.kind != MS_EV_SESSION)
         return; /* already dead */
@@ -129,7 +124,7 @@ static void session_close(struct ms_daemon *d, struct ms_session *s, bool died)
     if (s->task != MS_TASK_NONE && died) {
         uint32_t task = s->task;
         if (s->pidfd >= 0 && still_running(s->pidfd) &&
-            ms_sched_task_drop(&d->sched, now_ns(), task, MS_E_IO,
+            ms_sched_task_drop(&d->sched, ms_daemon_now_ns(), task, MS_E_IO,
                                "closed its connection while its process runs") == MS_OK) {
             ms_log_info("task %u (pid %d) closed its connection but still runs", task, (int)s->pid);
             task_dropped(d, s, task); /* takes s->pidfd over */
@@ -138,17 +133,17 @@ static void session_close(struct ms_daemon *d, struct ms_session *s, bool died)
              * worth a warning (ghost_check). */
             for (struct ms_ghost *g = d->ghosts; g; g = g->next)
                 if (g->task == task && !g->warn_at)
-                    g->warn_at = now_ns() + GHOST_WARN_NS;
+                    g->warn_at = ms_daemon_now_ns() + GHOST_WARN_NS;
         } else {
             ms_log_info("task %u (pid %d) is gone; its memory is released", task, (int)s->pid);
-            ms_sched_task_gone(&d->sched, now_ns(), task);
+            ms_sched_task_gone(&d->sched, ms_daemon_now_ns(), task);
         }
     }
     s->task = MS_TASK_NONE;
     if (s->conn.fd >= 0)
-        ep_del(d, s->conn.fd);
+        ms_daemon_ep_del(d, s->conn.fd);
     if (s->pidfd >= 0) {
-        ep_del(d, s->pidfd);
+        ms_daemon_ep_del(d, s->pidfd);
         close(s->pidfd);
         s->pidfd = -1;
     }
@@ -174,16 +169,16 @@ static void session_finish(struct ms_daemon *d, struct ms_session *s)
         return;
     s->closing = true;
     if (!ms_conn_out_pending(&s->conn)) {
-        session_close(d, s, false);
+        ms_daemon_session_close(d, s, false);
         return;
     }
-    s->close_by = now_ns() + CLOSE_GRACE_NS;
+    s->close_by = ms_daemon_now_ns() + CLOSE_GRACE_NS;
     /* Stop reading; write what is queued (hang-ups are reported regardless). */
-    if (ep_set(d, EPOLL_CTL_MOD, s->conn.fd, &s->ev, EPOLLOUT) == 0)
+    if (ms_daemon_ep_set(d, EPOLL_CTL_MOD, s->conn.fd, &s->ev, EPOLLOUT) == 0)
         s->want_out = true;
 }
 
-static struct ms_session *session_of_task(struct ms_daemon *d, uint32_t task)
+struct ms_session *ms_daemon_session_of_task(struct ms_daemon *d, uint32_t task)
 {
     for (struct ms_session *s = d->sessions; s; s = s->next)
         if (s->task == task)
@@ -209,25 +204,25 @@ static int session_send(struct ms_daemon *d, struct ms_session *s, struct ms_msg
 }
 
 /* Queue a reply; a client that does not read its replies is dropped like any slow client. */
-static void reply(struct ms_daemon *d, struct ms_session *s, struct ms_msg *m)
+void ms_daemon_reply(struct ms_daemon *d, struct ms_session *s, struct ms_msg *m)
 {
     if (session_send(d, s, m) != MS_E_NOSPACE)
         return;
     char who[96];
     d->st.slow_dropped++;
     ms_log_warn("%s does not read its replies; dropping it", peer(s, who, sizeof(who)));
-    session_close(d, s, true);
+    ms_daemon_session_close(d, s, true);
 }
 
-static void reply_error(struct ms_daemon *d, struct ms_session *s, uint32_t seq, int code,
-                        const char *text)
+void ms_daemon_reply_error(struct ms_daemon *d, struct ms_session *s, uint32_t seq, int code,
+                           const char *text)
 {
     struct ms_msg m;
     ms_msg_init(&m, MS_MSG_ERROR);
     m.seq = seq;
     m.error.code = code < 0 ? code : MS_E_INVAL;
     snprintf(m.error.text, sizeof(m.error.text), "%s", text);
-    reply(d, s, &m);
+    ms_daemon_reply(d, s, &m);
 }
 
 /* The peer broke the protocol: ERROR, then close (a task through the scheduler). */
@@ -237,181 +232,12 @@ static void protocol_error(struct ms_daemon *d, struct ms_session *s, int code, 
     d->st.protocol_errors++;
     ms_log_warn("%s: %s (%s); closing it", peer(s, who, sizeof(who)), why, ms_strerror(code));
     if (s->task != MS_TASK_NONE &&
-        ms_sched_task_drop(&d->sched, now_ns(), s->task, code, why) == MS_OK) {
+        ms_sched_task_drop(&d->sched, ms_daemon_now_ns(), s->task, code, why) == MS_OK) {
         s->closing = true; /* read nothing more; the DROP action closes it */
         return;
     }
-    reply_error(d, s, 0, code, why);
+    ms_daemon_reply_error(d, s, 0, code, why);
     session_finish(d, s);
-}
-
-/* ---- control requests ----------------------------------------------------------------------- */
-
-static void do_status(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
-{
-    struct ms_msg r;
-    if (ms_sched_status(&d->sched, now_ns(), &r) != MS_OK) {
-        reply_error(d, s, req->seq, MS_E_NOMEM, "out of memory");
-        return;
-    }
-    r.status.daemon_pid = (uint32_t)getpid();
-    r.status.gpu = d->conf.gpu;
-    r.seq = req->seq;
-    reply(d, s, &r);
-    ms_msg_free(&r);
-}
-
-int ms_daemon_metrics(struct ms_daemon *d, struct ms_buf *out)
-{
-    struct ms_msg st;
-    int rc = ms_sched_status(&d->sched, now_ns(), &st);
-    if (rc)
-        return rc;
-    st.status.daemon_pid = (uint32_t)getpid();
-    st.status.gpu = d->conf.gpu;
-    d->st.switch_stop_ns = d->sched.stop_ns_total;
-    d->st.idle_holds = d->sched.idle_holds;
-    d->st.idle_resumes = d->sched.idle_resumes;
-    long *uids = ms_calloc(st.status.ntasks ? st.status.ntasks : 1, sizeof(*uids));
-    if (!uids) {
-        ms_msg_free(&st);
-        return MS_E_NOMEM;
-    }
-    for (uint32_t i = 0; i < st.status.ntasks; i++) {
-        const struct ms_session *s = session_of_task(d, st.status.tasks[i].task);
-        uids[i] = s ? (long)s->uid : -1;
-    }
-    rc = ms_metrics_text(&st.status, &d->st, d->nsessions, uids, out);
-    ms_free(uids);
-    ms_msg_free(&st);
-    return rc;
-}
-
-static void do_metrics(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
-{
-    struct ms_msg r;
-    struct ms_buf text;
-    ms_buf_init(&text);
-    int rc = ms_daemon_metrics(d, &text);
-    ms_msg_init(&r, MS_MSG_METRICS);
-    if (!rc) {
-        r.metrics.text = ms_malloc(text.len + 1);
-        if (!r.metrics.text)
-            rc = MS_E_NOMEM;
-    }
-    if (rc) {
-        ms_buf_fini(&text);
-        reply_error(d, s, req->seq, rc, "cannot build metrics");
-        return;
-    }
-    memcpy(r.metrics.text, text.data, text.len);
-    r.metrics.text[text.len] = '\0';
-    r.metrics.len = (uint32_t)text.len;
-    ms_buf_fini(&text);
-    r.seq = req->seq;
-    reply(d, s, &r);
-    ms_msg_free(&r);
-}
-
-static void do_config_get(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
-{
-    size_t n;
-    const struct ms_conf_opt *o = ms_conf_opts(&n);
-    const char *key = req->config.kv.key;
-    struct ms_msg r;
-    ms_msg_init(&r, MS_MSG_CONFIG);
-    r.seq = req->seq;
-    r.config.pairs = ms_calloc(n, sizeof(*r.config.pairs));
-    if (!r.config.pairs) {
-        reply_error(d, s, req->seq, MS_E_NOMEM, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (key[0] && strcmp(key, o[i].name) != 0)
-            continue;
-        struct ms_kv *kv = &r.config.pairs[r.config.npairs];
-        snprintf(kv->key, sizeof(kv->key), "%s", o[i].name);
-        if (ms_conf_get(&d->conf, o[i].name, kv->value, sizeof(kv->value)) == MS_OK)
-            r.config.npairs++;
-    }
-    if (r.config.npairs == 0) {
-        ms_msg_free(&r);
-        char text[128];
-        snprintf(text, sizeof(text), "unknown option '%s'", key);
-        reply_error(d, s, req->seq, MS_E_NOTFOUND, text);
-        return;
-    }
-    reply(d, s, &r);
-    ms_msg_free(&r);
-}
-
-/* Carry a runtime option over to the scheduler and the log. */
-static void apply_option(struct ms_daemon *d, const char *key)
-{
-    uint64_t now = now_ns();
-    struct ms_sched_config sc;
-    ms_conf_to_sched(&d->conf, &sc);
-    if (strcmp(key, "budget") == 0)
-        ms_sched_set_budget(&d->sched, now, sc.budget);
-    else if (strcmp(key, "slice") == 0)
-        ms_sched_set_slice(&d->sched, now, sc.slice_ns);
-    else if (strcmp(key, "policy") == 0)
-        ms_sched_set_policy(&d->sched, now, sc.policy);
-    else if (strcmp(key, "evict") == 0)
-        ms_sched_set_evict(&d->sched, now, sc.evict);
-    else if (strcmp(key, "share") == 0)
-        ms_sched_set_share(&d->sched, now, sc.share);
-    else if (strcmp(key, "log_level") == 0)
-        ms_log_set_level((enum ms_log_level)d->conf.log_level);
-    /* The rest are read by the scheduler at its next decision. */
-    d->sched.cfg.slice_max_ns = sc.slice_max_ns;
-    d->sched.cfg.switch_frac_pct = sc.switch_frac_pct;
-    d->sched.cfg.cost = sc.cost;
-    d->sched.cfg.stop_timeout_ns = sc.stop_timeout_ns;
-    d->sched.cfg.order_timeout_ns = sc.order_timeout_ns;
-    d->sched.cfg.horizon = sc.horizon;
-    d->sched.cfg.early_run = sc.early_run;
-    d->sched.cfg.idle_hold_ns = sc.idle_hold_ns;
-}
-
-/* Who may do what an admin may, for error texts. */
-static void admins(const struct ms_daemon *d, char *buf, size_t len)
-{
-    if (d->conf.admin_group[0])
-        snprintf(buf, len, "uid %u, root or group %s", (unsigned)geteuid(), d->conf.admin_group);
-    else
-        snprintf(buf, len, "uid %u or root", (unsigned)geteuid());
-}
-
-static void do_config_set(struct ms_daemon *d, struct ms_session *s, const struct ms_msg *req)
-{
-    if (!s->admin) {
-        char who[96], text[200];
-        admins(d, who, sizeof(who));
-        snprintf(text, sizeof(text), "changing the configuration needs an admin (%s)", who);
-        ms_log_warn("uid %u (pid %d) may not set %s", (unsigned)s->uid, (int)s->pid,
-                    req->config.kv.key);
-        reply_error(d, s, req->seq, MS_E_STATE, text);
-        return;
-    }
-    struct ms_conf c = d->conf;
-    char why[256];
-    const char *key = req->config.kv.key;
-    int rc = ms_conf_set(&c, key, req->config.kv.value, true, why, sizeof(why));
-    if (!rc)
-        rc = ms_conf_check(&c, why, sizeof(why));
-    if (rc) {
-        reply_error(d, s, req->seq, rc, why);
-        return;
-    }
-    d->conf = c;
-    apply_option(d, key);
-    char val[MS_PROTO_VALUE_MAX + 1];
-    ms_conf_get(&d->conf, key, val, sizeof(val));
-    ms_log_info("configuration: %s = %s", key, val);
-    struct ms_msg get = *req;
-    get.type = MS_MSG_CONFIG_GET;
-    do_config_get(d, s, &get);
 }
 
 /* ---- messages ------------------------------------------------------------------------------- */
@@ -433,7 +259,7 @@ static bool hello_allowed(const struct ms_daemon *d, const struct ms_session *s,
     if (s->admin)
         return true;
     char who[96];
-    admins(d, who, sizeof(who));
+    ms_daemon_admins(d, who, sizeof(who));
     if (h->prio > (int32_t)d->conf.max_user_priority) {
         snprintf(text, len,
                  "priority %d is above max_user_priority %u; only an admin (%s) may ask for it",
@@ -456,20 +282,21 @@ static void do_hello(struct ms_daemon *d, struct ms_session *s, const struct ms_
     if (!hello_allowed(d, s, &m->hello, text, sizeof(text))) {
         ms_log_warn("session %llu (pid %d, uid %u): %s", (unsigned long long)s->id, (int)s->pid,
                     (unsigned)s->uid, text);
-        reply_error(d, s, m->seq, MS_E_STATE, text);
+        ms_daemon_reply_error(d, s, m->seq, MS_E_STATE, text);
         session_finish(d, s);
         return;
     }
-    int rc = live_tasks(d) >= d->conf.max_tasks
-                 ? MS_E_NOSPACE
-                 : ms_sched_hello(&d->sched, now_ns(), &m->hello, (uint32_t)s->pid, &task);
+    int rc =
+        live_tasks(d) >= d->conf.max_tasks
+            ? MS_E_NOSPACE
+            : ms_sched_hello(&d->sched, ms_daemon_now_ns(), &m->hello, (uint32_t)s->pid, &task);
     if (rc) {
         if (rc == MS_E_NOSPACE)
             snprintf(text, sizeof(text), "too many tasks (max_tasks = %u)", d->conf.max_tasks);
         else
             snprintf(text, sizeof(text), "cannot register: %s", ms_strerror(rc));
         ms_log_warn("session %llu (pid %d): %s", (unsigned long long)s->id, (int)s->pid, text);
-        reply_error(d, s, m->seq, rc, text);
+        ms_daemon_reply_error(d, s, m->seq, rc, text);
         session_finish(d, s);
         return;
     }
@@ -479,7 +306,8 @@ static void do_hello(struct ms_daemon *d, struct ms_session *s, const struct ms_
                 (unsigned long long)m->hello.mem_limit);
     if (s->pid > 0) {
         s->pidfd = pidfd_open_compat(s->pid);
-        if (s->pidfd >= 0 && ep_set(d, EPOLL_CTL_ADD, s->pidfd, &s->pidev, EPOLLIN) != 0) {
+        if (s->pidfd >= 0 &&
+            ms_daemon_ep_set(d, EPOLL_CTL_ADD, s->pidfd, &s->pidev, EPOLLIN) != 0) {
             close(s->pidfd);
             s->pidfd = -1;
         }
@@ -502,10 +330,10 @@ static void handle(struct ms_daemon *d, struct ms_session *s, const struct ms_ms
         else
             do_hello(d, s, m);
         return;
-    case MS_MSG_STATUS_REQ: do_status(d, s, m); return;
-    case MS_MSG_METRICS_REQ: do_metrics(d, s, m); return;
-    case MS_MSG_CONFIG_GET: do_config_get(d, s, m); return;
-    case MS_MSG_CONFIG_SET: do_config_set(d, s, m); return;
+    case MS_MSG_STATUS_REQ: ms_daemon_do_status(d, s, m); return;
+    case MS_MSG_METRICS_REQ: ms_daemon_do_metrics(d, s, m); return;
+    case MS_MSG_CONFIG_GET: ms_daemon_do_config_get(d, s, m); return;
+    case MS_MSG_CONFIG_SET: ms_daemon_do_config_set(d, s, m); return;
     case MS_MSG_BYE:
         if (s->task == MS_TASK_NONE) {
             session_finish(d, s);
@@ -521,7 +349,7 @@ static void handle(struct ms_daemon *d, struct ms_session *s, const struct ms_ms
         return;
     }
     /* The session's task is live (daemon.h), so any error is the peer's violation. */
-    int rc = ms_sched_message(&d->sched, now_ns(), s->task, m);
+    int rc = ms_sched_message(&d->sched, ms_daemon_now_ns(), s->task, m);
     if (rc) {
         d->st.protocol_errors++;
         s->closing = true; /* the scheduler queued ERROR and DROP */
@@ -533,13 +361,13 @@ static void on_session_in(struct ms_daemon *d, struct ms_session *s)
     s->more = false;
     int rc = ms_conn_fill(&s->conn);
     if (rc < 0) {
-        session_close(d, s, true);
+        ms_daemon_session_close(d, s, true);
         return;
     }
     if (s->closing) {
         s->conn.in.len = 0; /* a closing session's input is ignored */
         if (s->conn.eof)
-            session_close(d, s, s->task != MS_TASK_NONE);
+            ms_daemon_session_close(d, s, s->task != MS_TASK_NONE);
         return;
     }
     for (int handled = 0;; handled++) {
@@ -553,7 +381,7 @@ static void on_session_in(struct ms_daemon *d, struct ms_session *s)
             break;
         if (rc == 1) {
             s->spoke = true;
-            s->last_in = now_ns();
+            s->last_in = ms_daemon_now_ns();
         }
         if (rc < 0) {
             protocol_error(d, s, rc,
@@ -569,7 +397,7 @@ static void on_session_in(struct ms_daemon *d, struct ms_session *s)
     if (s->conn.eof) {
         if (s->conn.in.len > 0)
             ms_log_debug("session %llu closed mid-frame", (unsigned long long)s->id);
-        session_close(d, s, true);
+        ms_daemon_session_close(d, s, true);
     }
 }
 
@@ -577,187 +405,14 @@ static void on_session_out(struct ms_daemon *d, struct ms_session *s)
 {
     int rc = ms_conn_flush(&s->conn);
     if (rc < 0) {
-        session_close(d, s, true);
+        ms_daemon_session_close(d, s, true);
         return;
     }
     if (rc == 0 && s->closing && s->task == MS_TASK_NONE) {
-        session_close(d, s, false);
+        ms_daemon_session_close(d, s, false);
         return;
     }
     update_out(d, s);
-}
-
-/* The oldest quiet session that is not a task, of uid (or of anyone when uid < 0): the one
- * that makes room when a limit is reached. A session quiet for less than RECYCLE_AGE_NS is
- * spared (NULL: refuse the newcomer instead), so a client that just connected gets to say
- * what it wants however fast a flood of others arrives. */
-static struct ms_session *oldest_idle(struct ms_daemon *d, long uid)
-{
-    struct ms_session *best = NULL;
-    uint64_t now = now_ns();
-    for (struct ms_session *s = d->sessions; s; s = s->next)
-        if (s->task == MS_TASK_NONE && !s->closing && (uid < 0 || (long)s->uid == uid) &&
-            now - s->last_in >= RECYCLE_AGE_NS && (!best || s->last_in < best->last_in))
-            best = s;
-    return best;
-}
-
-static size_t sessions_of(const struct ms_daemon *d, uid_t uid)
-{
-    size_t n = 0;
-    for (const struct ms_session *s = d->sessions; s; s = s->next)
-        n += s->uid == uid;
-    return n;
-}
-
-/* Out of descriptors with nothing to recycle: stop watching the socket for a while. */
-static void pause_accept(struct ms_daemon *d, int err)
-{
-    uint64_t b = d->accept_backoff_ns;
-    b = b ? MS_MIN(2 * b, ACCEPT_BACKOFF_MAX_NS) : ACCEPT_BACKOFF_MIN_NS;
-    d->accept_backoff_ns = b;
-    d->accept_resume = now_ns() + b;
-    ep_del(d, d->listen_fd);
-    d->st.conns_refused++;
-    ms_log_warn("cannot accept connections: %s; pausing for %llu ms (%zu sessions)", strerror(err),
-                (unsigned long long)(b / 1000000ull), d->nsessions);
-}
-
-static void resume_accept(struct ms_daemon *d)
-{
-    if (!d->accept_resume || now_ns() < d->accept_resume)
-        return;
-    d->accept_resume = 0;
-    if (ep_set(d, EPOLL_CTL_ADD, d->listen_fd, &d->listen_ev, EPOLLIN) != 0) {
-        ms_log_error("cannot watch the listening socket again: %s", strerror(errno));
-        d->exit_code = 1;
-        d->stop = true;
-    }
-}
-
-/* Make room for one more session of uid. Returns false when the connection must be refused. */
-static bool make_room(struct ms_daemon *d, uid_t uid)
-{
-    size_t mine = sessions_of(d, uid);
-    if (mine >= d->conf.max_conns_per_uid) {
-        struct ms_session *v = oldest_idle(d, (long)uid);
-        if (!v) {
-            ms_log_warn("uid %u holds %zu connections (max_conns_per_uid %u): refusing one",
-                        (unsigned)uid, mine, d->conf.max_conns_per_uid);
-            return false;
-        }
-        d->st.conns_refused++;
-        ms_log_info("uid %u holds %zu connections (max_conns_per_uid %u): closing its oldest "
-                    "quiet one",
-                    (unsigned)uid, mine, d->conf.max_conns_per_uid);
-        session_close(d, v, false);
-    }
-    if (d->nsessions >= (size_t)d->conf.max_tasks + MAX_EXTRA_SESSIONS) {
-        struct ms_session *v = oldest_idle(d, -1);
-        if (!v) {
-            ms_log_warn("too many connections (%zu); refusing one", d->nsessions);
-            return false;
-        }
-        d->st.conns_refused++;
-        ms_log_info("too many connections (%zu); closing the oldest quiet one (uid %u)",
-                    d->nsessions, (unsigned)v->uid);
-        session_close(d, v, false);
-    }
-    return true;
-}
-
-#ifndef SO_PEERGROUPS
-#define SO_PEERGROUPS 59
-#endif
-
-/* The daemon's uid, root, or (by the peer's groups at connect time) admin_group. */
-static bool is_admin(const struct ms_daemon *d, int fd, const struct ucred *cred)
-{
-    if (cred->uid == 0 || cred->uid == geteuid())
-        return true;
-    if (d->admin_gid < 0)
-        return false;
-    if ((long)cred->gid == d->admin_gid)
-        return true;
-    gid_t groups[256];
-    socklen_t len = sizeof(groups);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
-        return false; /* too many groups or no support: not an admin by group */
-    for (size_t i = 0; i < len / sizeof(gid_t); i++)
-        if ((long)groups[i] == d->admin_gid)
-            return true;
-    return false;
-}
-
-static void on_listen(struct ms_daemon *d)
-{
-    /* At most ACCEPTS_PER_PASS at a time: the sessions accepted get to speak (their input is
-     * handled next pass) before a flood of newer ones could make them the oldest to recycle. */
-    for (int n = 0; n < ACCEPTS_PER_PASS && !d->accept_resume; n++) {
-        int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            int e = errno;
-            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
-                /* A quiet control connection gives its descriptor up for this one. */
-                struct ms_session *v = oldest_idle(d, -1);
-                if (v) {
-                    d->st.conns_refused++;
-                    ms_log_info("out of descriptors (%s): closing the oldest quiet connection",
-                                strerror(e));
-                    session_close(d, v, false);
-                    n--; /* this one is still to accept */
-                    continue;
-                }
-                pause_accept(d, e);
-                return;
-            }
-            if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR)
-                ms_log_warn("accept: %s", strerror(e));
-            return;
-        }
-        d->accept_backoff_ns = 0;
-        struct ucred cred;
-        socklen_t cl = sizeof(cred);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
-            ms_log_warn("a connection without credentials: %s; refusing it", strerror(errno));
-            close(fd);
-            continue;
-        }
-        if (!make_room(d, cred.uid)) {
-            d->st.conns_refused++;
-            close(fd);
-            continue;
-        }
-        struct ms_session *s = calloc(1, sizeof(*s));
-        if (!s) {
-            close(fd);
-            continue;
-        }
-        s->ev.kind = MS_EV_SESSION;
-        s->pidev.kind = MS_EV_PIDFD;
-        s->id = ++d->next_session_id;
-        s->task = MS_TASK_NONE;
-        s->pidfd = -1;
-        s->pid = cred.pid;
-        s->uid = cred.uid;
-        s->gid = cred.gid;
-        s->admin = is_admin(d, fd, &cred);
-        s->last_in = now_ns();
-        ms_conn_init(&s->conn, fd, d->conf.session_out_max);
-        if (ep_set(d, EPOLL_CTL_ADD, fd, &s->ev, EPOLLIN) != 0) {
-            ms_conn_fini(&s->conn);
-            free(s);
-            continue;
-        }
-        s->next = d->sessions;
-        if (d->sessions)
-            d->sessions->prev = s;
-        d->sessions = s;
-        d->nsessions++;
-        d->st.sessions_total++;
-        ms_log_debug("session %llu: pid %d uid %d connected", (unsigned long long)s->id,
-                     (int)s->pid, (int)s->uid);
-    }
 }
 
 /*
@@ -799,7 +454,7 @@ static void reload_config(struct ms_daemon *d)
             ms_log_warn("SIGHUP: %s", why);
             continue;
         }
-        apply_option(d, o[i].name);
+        ms_daemon_apply_option(d, o[i].name);
         ms_log_info("configuration: %s = %s (reloaded)", o[i].name, want);
         changed++;
     }
@@ -829,8 +484,8 @@ static void on_signal(struct ms_daemon *d)
 static void ghost_gone(struct ms_daemon *d, struct ms_ghost *g)
 {
     ms_log_info("dropped task %u (pid %d) exited; its memory is released", g->task, (int)g->pid);
-    ms_sched_task_gone(&d->sched, now_ns(), g->task);
-    ep_del(d, g->pidfd);
+    ms_sched_task_gone(&d->sched, ms_daemon_now_ns(), g->task);
+    ms_daemon_ep_del(d, g->pidfd);
     close(g->pidfd);
     struct ms_ghost **pp = &d->ghosts;
     while (*pp != g)
@@ -859,7 +514,7 @@ static void task_dropped(struct ms_daemon *d, struct ms_session *s, uint32_t tas
     if (ms_sched_task_resident(&d->sched, task) == 0) {
         /* Nothing charged: a ghost would only take a slot (a process that says HELLO and
          * closes, again and again, must not fill the task table). */
-        ms_sched_task_gone(&d->sched, now_ns(), task);
+        ms_sched_task_gone(&d->sched, ms_daemon_now_ns(), task);
         return;
     }
     for (struct ms_ghost *g = d->ghosts; g; g = g->next)
@@ -871,7 +526,7 @@ static void task_dropped(struct ms_daemon *d, struct ms_session *s, uint32_t tas
         g->task = task;
         g->pidfd = s->pidfd;
         g->pid = s->pid;
-        if (ep_set(d, EPOLL_CTL_MOD, g->pidfd, &g->ev, EPOLLIN) == 0) {
+        if (ms_daemon_ep_set(d, EPOLL_CTL_MOD, g->pidfd, &g->ev, EPOLLIN) == 0) {
             s->pidfd = -1;
             g->next = d->ghosts;
             d->ghosts = g;
@@ -881,7 +536,7 @@ static void task_dropped(struct ms_daemon *d, struct ms_session *s, uint32_t tas
         free(g);
     }
     ms_log_warn("task %u: cannot watch its process; releasing its memory now", task);
-    ms_sched_task_gone(&d->sched, now_ns(), task);
+    ms_sched_task_gone(&d->sched, ms_daemon_now_ns(), task);
 }
 
 /* ---- the scheduler's actions ---------------------------------------------------------------- */
@@ -927,17 +582,17 @@ static void run_actions(struct ms_daemon *d)
     struct ms_action a;
     note_switch(d);
     while (ms_sched_next_action(&d->sched, &a)) {
-        struct ms_session *s = session_of_task(d, a.task);
+        struct ms_session *s = ms_daemon_session_of_task(d, a.task);
         if (a.kind == MS_ACT_SEND) {
             if (s) {
                 int rc = session_send(d, s, &a.msg);
                 if (rc == MS_E_NOSPACE) {
                     d->st.slow_dropped++;
-                    ms_sched_task_drop(&d->sched, now_ns(), a.task, MS_E_NOSPACE,
+                    ms_sched_task_drop(&d->sched, ms_daemon_now_ns(), a.task, MS_E_NOSPACE,
                                        "does not read its messages");
                     s->closing = true;
                 } else if (rc && rc != MS_OK) {
-                    session_close(d, s, true);
+                    ms_daemon_session_close(d, s, true);
                 }
             }
         } else if (a.kind == MS_ACT_DROP) {
@@ -1052,7 +707,7 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
     rc = take_lock(d, why, whylen);
     if (rc)
         return rc;
-    d->start_ns = now_ns();
+    d->start_ns = ms_daemon_now_ns();
     struct ms_sched_config sc;
     ms_conf_to_sched(&d->conf, &sc);
     /* max_tasks bounds the live tasks (do_hello); the scheduler's table also holds the ghosts
@@ -1081,8 +736,8 @@ int ms_daemon_init(struct ms_daemon *d, char *why, size_t whylen)
     d->signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     d->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (d->signal_fd < 0 || d->epfd < 0 ||
-        ep_set(d, EPOLL_CTL_ADD, d->listen_fd, &d->listen_ev, EPOLLIN) != 0 ||
-        ep_set(d, EPOLL_CTL_ADD, d->signal_fd, &d->signal_ev, EPOLLIN) != 0) {
+        ms_daemon_ep_set(d, EPOLL_CTL_ADD, d->listen_fd, &d->listen_ev, EPOLLIN) != 0 ||
+        ms_daemon_ep_set(d, EPOLL_CTL_ADD, d->signal_fd, &d->signal_ev, EPOLLIN) != 0) {
         snprintf(why, whylen, "event loop setup: %s", strerror(errno));
         return MS_E_IO;
     }
@@ -1133,7 +788,7 @@ int ms_daemon_run(struct ms_daemon *d)
 {
     struct epoll_event evs[64];
     while (!d->stop) {
-        uint64_t now = now_ns();
+        uint64_t now = ms_daemon_now_ns();
         uint64_t dl = ms_sched_deadline(&d->sched);
         bool more = false;
         for (struct ms_session *s = d->sessions; s; s = s->next) {
@@ -1168,7 +823,7 @@ int ms_daemon_run(struct ms_daemon *d)
             struct ms_ev *ev = evs[i].data.ptr;
             uint32_t e = evs[i].events;
             switch (ev->kind) {
-            case MS_EV_LISTEN: on_listen(d); break;
+            case MS_EV_LISTEN: ms_daemon_on_listen(d); break;
             case MS_EV_SIGNAL: on_signal(d); break;
             case MS_EV_SESSION: {
                 struct ms_session *s = (struct ms_session *)ev;
@@ -1183,7 +838,7 @@ int ms_daemon_run(struct ms_daemon *d)
                     (struct ms_session *)((char *)ev - offsetof(struct ms_session, pidev));
                 if (s->ev.kind == MS_EV_SESSION && s->pidfd >= 0) {
                     ms_log_info("pid %d exited", (int)s->pid);
-                    session_close(d, s, true);
+                    ms_daemon_session_close(d, s, true);
                 }
                 break;
             }
@@ -1208,14 +863,14 @@ int ms_daemon_run(struct ms_daemon *d)
             on_session_in(d, s);
             run_actions(d);
         }
-        now = now_ns();
+        now = ms_daemon_now_ns();
         if (now >= ms_sched_deadline(&d->sched))
             ms_sched_tick(&d->sched, now);
         run_actions(d);
         for (struct ms_session *s = d->sessions, *nx; s; s = nx) {
             nx = s->next;
             if (s->closing && s->close_by && now >= s->close_by) {
-                session_close(d, s, false);
+                ms_daemon_session_close(d, s, false);
             } else if (s->task == MS_TASK_NONE && !s->closing &&
                        now - s->last_in >= idle_limit(d, s)) {
                 char who[96];
@@ -1223,10 +878,10 @@ int ms_daemon_run(struct ms_daemon *d)
                 ms_log_info("%s %s; closing it", peer(s, who, sizeof(who)),
                             s->spoke ? "has been quiet for too long"
                                      : "said nothing within hello_timeout");
-                session_close(d, s, false);
+                ms_daemon_session_close(d, s, false);
             }
         }
-        resume_accept(d);
+        ms_daemon_resume_accept(d);
         ms_httpd_tick(d, now);
         ghost_check(d, now);
         ms_log_tick();
@@ -1256,7 +911,7 @@ void ms_daemon_fini(struct ms_daemon *d)
             ms_msg_init(&bye, MS_MSG_BYE);
             ms_conn_send(&s->conn, &bye); /* best effort: shims also notice the close */
         }
-        session_close(d, s, false);
+        ms_daemon_session_close(d, s, false);
     }
     free_graveyard();
     ms_httpd_fini(d);
