@@ -48,6 +48,13 @@ extern const char *const ms_hash_ptx; /* generated from gpu/cuda/hash.cu; NULL w
 /* MSCHED_BUDGET (0: none): what the engine runs under alone; E.budget is the budget in force. */
 #define ALONE_BUDGET ms__shim_opt(MS_OPT_BUDGET)
 
+/* The engine's own budget running alone under MSCHED_BUDGET: what device memory taken from
+ * the driver past the engine (E.driver_bytes) leaves of it (lock held). */
+static uint64_t alone_budget(void)
+{
+    return ALONE_BUDGET > E.driver_bytes ? ALONE_BUDGET - E.driver_bytes : 0;
+}
+
 static void daemon_gone(const char *why);
 
 /* What the daemon client may do with the engine (client.h). */
@@ -224,7 +231,7 @@ static bool start(void)
         if (ms_client_start(ctx) != MS_OK) {
             /* No service thread: run alone (or observe only) from the start. */
             E.mode = MODE_ALONE;
-            E.budget = ALONE_BUDGET;
+            E.budget = alone_budget();
             if (!ALONE_BUDGET) {
                 ms_gpu_cuda_free(E.gpu);
                 E.gpu = NULL;
@@ -472,6 +479,36 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
     return CUDA_SUCCESS;
 }
 
+void ms_engine_driver_mem(int64_t delta)
+{
+    if (!ms__eng_is_active())
+        return;
+    ms_lock(&E.lock);
+    if (delta < 0)
+        E.driver_bytes -= MS_MIN(E.driver_bytes, (uint64_t)-delta);
+    else
+        E.driver_bytes += (uint64_t)delta;
+    /* The limit the process is held to: MSCHED_BUDGET alone, the daemon's budget with it. */
+    uint64_t limit = E.mode == MODE_ALONE ? ALONE_BUDGET : E.budget;
+    if (E.mode == MODE_ALONE && ALONE_BUDGET) {
+        E.budget = alone_budget();
+        E.prefetch = E.budget / 4;
+    }
+    bool over = limit && delta > 0 && E.driver_bytes + E.rt.resident_bytes > limit;
+    bool tell = over && !E.said_over;
+    if (tell)
+        E.said_over = true;
+    uint64_t drv = E.driver_bytes, res = E.rt.resident_bytes;
+    ms_unlock(&E.lock);
+    if (tell)
+        say("OVER BUDGET: this process now holds %llu MiB of device memory, more than its "
+            "budget of %llu MiB: %llu MiB of it the application took from the driver with "
+            "cuMemCreate that msched does not move (see the line on cuMemCreate above; with "
+            "MSCHED_VMM_EXPORTABLE=0 exportable handles are among them)",
+            (unsigned long long)((drv + res) / MS_MIB), (unsigned long long)(limit / MS_MIB),
+            (unsigned long long)(drv / MS_MIB));
+}
+
 static void daemon_gone(const char *why)
 {
     if (E.mode != MODE_DAEMON)
@@ -479,7 +516,7 @@ static void daemon_gone(const char *why)
     uint64_t fp = E.st.footprint;
     if (ALONE_BUDGET) {
         E.mode = MODE_ALONE;
-        E.budget = ALONE_BUDGET;
+        E.budget = alone_budget();
         E.prefetch = E.budget / 4;
         say("the daemon is gone (%s); running alone under MSCHED_BUDGET (%llu MiB)", why,
             (unsigned long long)(E.budget / MS_MIB));
@@ -534,7 +571,7 @@ void ms_engine_atfork_child(void)
         /* The parent's connection is not the child's: run alone (CUDA in a child of a process
          * that used it is not supported by the driver anyway). */
         E.mode = ALONE_BUDGET ? MODE_ALONE : MODE_FAILED;
-        E.budget = ALONE_BUDGET;
+        E.budget = alone_budget();
     }
 }
 

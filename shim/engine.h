@@ -122,6 +122,13 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data);
 int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled);
 bool ms_engine_vmm_owns(uint64_t va);
 /*
+ * Device memory taken from the driver past the engine (a cuMemCreate the shim does not
+ * virtualize: delta > 0; its release: delta < 0). Running alone it counts against the budget
+ * (the engine keeps that much less resident); the first time the process holds more device
+ * memory than its budget because of it, that is said on stderr (whatever the verbosity).
+ */
+void ms_engine_driver_mem(int64_t delta);
+/*
  * Pointer queries (hook_ptr.c): the facts of the engine region holding p, for answering as the
  * driver would for a cuMemAlloc pointer, whether or not its chunks are mapped or resident:
  * device memory of the engine's context, the region's base and size, a buffer id of its own,

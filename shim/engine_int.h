@@ -110,6 +110,10 @@ struct ms_engine_state {
     uint64_t overflow_at; /* 1 + E.st.faults at the last command naming more than the budget */
     uint64_t rng;         /* its generator */
     uint64_t last_missed; /* chunks the last admitted command named that were on the host */
+    /* Device memory the application took from the driver past the engine (a cuMemCreate not
+     * virtualized): alone, the engine's own budget shrinks by it (alone_budget()). */
+    uint64_t driver_bytes;
+    bool said_over; /* the process held more than its budget because of it: said once */
     struct kmiss kmiss[KMISS_MAX];
 };
 

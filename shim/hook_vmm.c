@@ -4,9 +4,9 @@
  *
  * Design
  *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of plain
- *   pinned device memory on the current device (no compression or usage flags, no export handle
- *   type or RDMA capability; with MSCHED_VMM_EXPORTABLE=1 also a POSIX file descriptor or fabric
- *   export type and RDMA capability) returns a *virtual* handle: a record with the requested size
+ *   pinned device memory on the current device (no compression or usage flags; a POSIX file
+ *   descriptor or fabric export type and RDMA capability are accepted unless
+ *   MSCHED_VMM_EXPORTABLE=0) returns a *virtual* handle: a record with the requested size
  *   and properties and a pinned host backing store of that size, allocated once here; no device
  *   memory is taken. cuMemMap of a virtual handle adopts the range as an engine region (kind
  *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory there
@@ -15,21 +15,24 @@
  *   for this device); cuMemUnmap saves what is resident into the store and releases the device
  *   memory; cuMemRelease frees the record once it is neither referenced nor mapped. Retaining,
  *   property and access queries are answered from the record. Export of a virtual handle is refused
- *   (CUDA_ERROR_NOT_SUPPORTED, one line on stderr): its memory moves, so another process could not
- *   hold it. Exportable handles are therefore passed to the driver by default: NCCL creates its
- *   buffers exportable and exports them to the other ranks, and RDMA-capable memory may be
- *   registered with a network adapter. PyTorch's expandable segments ask for the same (a POSIX file
- *   descriptor type, RDMA capability where the GPU has it) but export only when a tensor is shared
- *   with another process; with MSCHED_VMM_EXPORTABLE=1 they are virtualized (the RDMA request
- *   ignored) and work until such sharing, which then fails cleanly. Any other cuMemCreate goes to
- *   the driver, and the first one says why on stderr, as that memory stays resident. Everything
- *   else, and every handle that is not virtual, goes to the driver; ranges that mix adopted and
- *   driver mappings are split, the driver getting the parts that are its own. Mappings are reported
- *   as allocations (MS_RK_VMM) either way, so the shim's live bytes include them.
+ *   (CUDA_ERROR_NOT_SUPPORTED, one line on stderr naming MSCHED_VMM_EXPORTABLE=0): its memory
+ *   moves, so another process could not hold it. PyTorch's expandable segments and XLA ask for
+ *   an exportable handle (a POSIX file descriptor type, RDMA capability where the GPU has it)
+ *   but export only when a tensor is shared with another process: virtualized by default (the
+ *   RDMA request ignored), they work until such sharing, which then fails cleanly. NCCL creates
+ *   its buffers exportable and exports them to the other ranks: MSCHED_VMM_EXPORTABLE=0 passes
+ *   exportable handles to the driver. Any cuMemCreate that goes to the driver says why on stderr
+ *   (the first one), and its device memory is counted against the budget until its release
+ *   (ms_engine_driver_mem, `dhandles`). Everything else, and every handle that is not virtual,
+ *   goes to the driver; ranges that mix adopted and driver mappings are split, the driver getting
+ *   the parts that are its own. Mappings are reported as allocations (MS_RK_VMM) either way, so
+ *   the shim's live bytes include them.
  *
  * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is in
  *   `maps`, which is sorted by address; a handle's store is freed only when its references and
- *   mappings are both zero. Lock order: vmm_lock, then the engine's (never the reverse).
+ *   mappings are both zero; `dhandles` lists the device memory handles the driver made past
+ *   the engine that are not released yet. Lock order: vmm_lock, then the engine's (never the
+ * reverse).
  */
 #include "shim/shim_int.h"
 #include "shim/locks.h"
@@ -65,6 +68,38 @@ static struct vhandle **handles;
 static size_t nhandles, caphandles;
 static struct vmap *maps;
 static size_t nmaps, capmaps;
+
+/* Device memory handles the driver made past the engine (counted against the budget:
+ * ms_engine_driver_mem), until their release. */
+struct dhandle {
+    CUmemGenericAllocationHandle h;
+    uint64_t size;
+};
+static struct dhandle *dhandles;
+static size_t ndhandles, capdhandles;
+
+static void driver_note(CUmemGenericAllocationHandle h, uint64_t size)
+{
+    ms_lock(&vmm_lock);
+    bool ok = ms_grow((void **)&dhandles, &capdhandles, ndhandles + 1, sizeof(*dhandles)) == MS_OK;
+    if (ok)
+        dhandles[ndhandles++] = (struct dhandle){h, size};
+    ms_unlock(&vmm_lock);
+    if (ok)
+        ms_engine_driver_mem((int64_t)size);
+}
+
+/* The driver released handle h: its bytes no longer count (vmm_lock held). */
+static uint64_t driver_forget(CUmemGenericAllocationHandle h)
+{
+    for (size_t i = 0; i < ndhandles; i++)
+        if (dhandles[i].h == h) {
+            uint64_t size = dhandles[i].size;
+            dhandles[i] = dhandles[--ndhandles];
+            return size;
+        }
+    return 0;
+}
 
 static struct vhandle *virt(CUmemGenericAllocationHandle h)
 {
@@ -109,8 +144,7 @@ static const char *not_virtualizable(size_t size, const CUmemAllocationProp *p,
     if (!exportable &&
         (p->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE || p->allocFlags.gpuDirectRDMACapable))
         return "it asks for an exportable or RDMA-capable handle, as NCCL and PyTorch's "
-               "expandable segments do; MSCHED_VMM_EXPORTABLE=1 virtualizes those too, and "
-               "refuses their export";
+               "expandable segments do, and MSCHED_VMM_EXPORTABLE=0 passes those to the driver";
     if (p->requestedHandleTypes &
         ~(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
         return "an export handle type other than a file descriptor or fabric handle";
@@ -133,7 +167,10 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
             ms__shim_say("cuMemCreate passed to the driver, not moved by msched (%s): such "
                          "memory stays resident and counts against the budget",
                          why);
-        return MS_REAL(cuMemCreate)(handle, size, prop, flags);
+        CUresult rc = MS_REAL(cuMemCreate)(handle, size, prop, flags);
+        if (rc == CUDA_SUCCESS && prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+            driver_note(*handle, size);
+        return rc;
     }
     struct vhandle *vh = ms_calloc(1, sizeof(*vh));
     if (!vh)
@@ -184,7 +221,17 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
         vh_maybe_free(vh);
     }
     ms_unlock(&vmm_lock);
-    return vh ? rc : MS_REAL(cuMemRelease)(handle);
+    if (vh)
+        return rc;
+    rc = MS_REAL(cuMemRelease)(handle);
+    if (rc == CUDA_SUCCESS) {
+        ms_lock(&vmm_lock);
+        uint64_t gone = driver_forget(handle);
+        ms_unlock(&vmm_lock);
+        if (gone)
+            ms_engine_driver_mem(-(int64_t)gone);
+    }
+    return rc;
 }
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
@@ -372,9 +419,11 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
     if (v) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-            ms__shim_say("cuMemExportToShareableHandle on memory msched moves is not "
-                         "supported: run the program with --engine off (MSCHED_ENGINE=off) to "
-                         "share device memory");
+            ms__shim_say("cuMemExportToShareableHandle refused (CUDA_ERROR_NOT_SUPPORTED): "
+                         "msched virtualizes exportable VMM handles (it moves their memory, so "
+                         "another process could not hold it); run the program with "
+                         "MSCHED_VMM_EXPORTABLE=0 to give such handles to the driver (resident, "
+                         "counted against the budget), or with --engine off (MSCHED_ENGINE=off)");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     return MS_REAL(cuMemExportToShareableHandle)(shareableHandle, handle, handleType, flags);
