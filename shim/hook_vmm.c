@@ -7,26 +7,26 @@
  *   pinned device memory on the current device (no compression or usage flags; a POSIX file
  *   descriptor or fabric export type and RDMA capability are accepted unless
  *   MSCHED_VMM_EXPORTABLE=0) returns a *virtual* handle: a record with the requested size
- *   and properties and a pinned host backing store of that size, allocated once here; no device
- *   memory is taken. cuMemMap of a virtual handle adopts the range as an engine region (kind
- *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory there
- *   only while the chunks are resident, at the application's addresses, inside the application's
- *   reservation. cuMemSetAccess on adopted ranges succeeds (the engine maps its chunks read-write
- *   for this device); cuMemUnmap saves what is resident into the store and releases the device
- *   memory; cuMemRelease frees the record once it is neither referenced nor mapped. Retaining,
- *   property and access queries are answered from the record. Export of a virtual handle is refused
- *   (CUDA_ERROR_NOT_SUPPORTED, one line on stderr naming MSCHED_VMM_EXPORTABLE=0): its memory
- *   moves, so another process could not hold it. PyTorch's expandable segments and XLA ask for
- *   an exportable handle (a POSIX file descriptor type, RDMA capability where the GPU has it)
- *   but export only when a tensor is shared with another process: virtualized by default (the
- *   RDMA request ignored), they work until such sharing, which then fails cleanly. NCCL creates
- *   its buffers exportable and exports them to the other ranks: MSCHED_VMM_EXPORTABLE=0 passes
- *   exportable handles to the driver. Any cuMemCreate that goes to the driver says why on stderr
- *   (the first one), and its device memory is counted against the budget until its release
- *   (ms_engine_driver_mem, `dhandles`). Everything else, and every handle that is not virtual,
- *   goes to the driver; ranges that mix adopted and driver mappings are split, the driver getting
- *   the parts that are its own. Mappings are reported as allocations (MS_RK_VMM) either way, so
- *   the shim's live bytes include them.
+ *   and properties; no device memory is taken, and no host memory: its pinned host backing
+ *   store (the handle's size) is allocated at its first mapping. cuMemMap of a virtual handle
+ * adopts the range as an engine region (kind MS_RK_VMM) backed by the store at the mapping's
+ * offset: the engine maps physical memory there only while the chunks are resident, at the
+ * application's addresses, inside the application's reservation. cuMemSetAccess on adopted ranges
+ * succeeds (the engine maps its chunks read-write for this device); cuMemUnmap saves what is
+ * resident into the store and releases the device memory; cuMemRelease frees the record once it is
+ * neither referenced nor mapped. Retaining, property and access queries are answered from the
+ * record. Export of a virtual handle is refused (CUDA_ERROR_NOT_SUPPORTED, one line on stderr
+ * naming MSCHED_VMM_EXPORTABLE=0): its memory moves, so another process could not hold it.
+ * PyTorch's expandable segments and XLA ask for an exportable handle (a POSIX file descriptor type,
+ * RDMA capability where the GPU has it) but export only when a tensor is shared with another
+ * process: virtualized by default (the RDMA request ignored), they work until such sharing, which
+ * then fails cleanly. NCCL creates its buffers exportable and exports them to the other ranks:
+ * MSCHED_VMM_EXPORTABLE=0 passes exportable handles to the driver. Any cuMemCreate that goes to the
+ * driver says why on stderr (the first one), and its device memory is counted against the budget
+ * until its release (ms_engine_driver_mem, `dhandles`). Everything else, and every handle that is
+ * not virtual, goes to the driver; ranges that mix adopted and driver mappings are split, the
+ * driver getting the parts that are its own. Mappings are reported as allocations (MS_RK_VMM)
+ * either way, so the shim's live bytes include them.
  *
  * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is in
  *   `maps`, which is sorted by address; a handle's store is freed only when its references and
@@ -175,12 +175,6 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     struct vhandle *vh = ms_calloc(1, sizeof(*vh));
     if (!vh)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    /* One piece: a mapping may start anywhere in the handle, so its chunks need not fall on
-     * piece boundaries of the store. */
-    if (ms__host_pin(size, size, &vh->host) != CUDA_SUCCESS) {
-        ms_free(vh);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     vh->magic = VH_MAGIC;
     vh->size = size;
     vh->prop = *prop;
@@ -201,7 +195,6 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         handles[nhandles++] = vh;
     ms_unlock(&vmm_lock);
     if (!ok) {
-        ms__host_unpin(vh->host);
         ms_free(vh);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -251,6 +244,10 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         offset > vh->size || size > vh->size - offset || map_at(ptr) || map_at(ptr + size - 1))
         rc = CUDA_ERROR_INVALID_VALUE;
     else if (ms_grow((void **)&maps, &capmaps, nmaps + 1, sizeof(*maps)) != MS_OK)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    /* The store is pinned at the first mapping, not at cuMemCreate, in one piece: a mapping
+     * may start anywhere in the handle, so its chunks need not fall on piece boundaries. */
+    else if (!vh->host && ms__host_pin(vh->size, vh->size, &vh->host) != CUDA_SUCCESS)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS)
         rc = (CUresult)ms_engine_vmm_map(ptr, size, (char *)vh->host + offset, vh->has_data);

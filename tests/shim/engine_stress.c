@@ -44,7 +44,8 @@
  *          unmapped and mapped again elsewhere (its contents must travel with it); everything
  *          unmapped and released. The two side by side ask what PyTorch's expandable segments
  *          ask for (an exportable handle type, GPUDirect RDMA capability where the GPU has
- *          it): they are still virtualized, and exporting one must be refused.
+ *          it): they are still virtualized, and exporting one must be refused. A 256 MiB
+ *          handle is created first and released at the end, never mapped.
  *          Prints "ENGINE_VMM rounds=N ipc=I export=X mismatches=M".
  * STRESS_OOM_OK=1: an allocation refused with CUDA_ERROR_OUT_OF_MEMORY is skipped (counted in
  * ooms) instead of failing the run.
@@ -220,6 +221,9 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
     /* slot i at 2 * i * sz (a hole after each); the pair at 2 * NBUF * sz; a spare after it */
     const uint64_t span = (2u * NBUF + 3) * sz, pbase = 2u * NBUF * sz, spare = pbase + 2 * sz;
     CK(reserve(&base, span, 0, 0, 0));
+    /* A large handle never mapped: it must take no memory at all (no host store either). */
+    CUmemGenericAllocationHandle idle;
+    CK(create(&idle, 64 * sz, &prop, 0));
     for (int i = 0; i < NBUF; i++) {
         CK(create(&hs[i], sz, &prop, 0));
         CK(map(base + 2 * (uint64_t)i * sz, sz, 0, hs[i], 0));
@@ -295,6 +299,7 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
         CK(release(hs[i]));
     CK(release(pair[0]));
     CK(release(pair[1]));
+    CK(release(idle));
     CK(afree(base, span));
     printf("ENGINE_VMM rounds=%d ipc=%d export=%d mismatches=%llu\n", rounds, ipc, exported,
            (unsigned long long)mismatches);
