@@ -332,7 +332,7 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
         }
     }
     if (r == CUDA_SUCCESS && e == MS_OK) {
-        e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, NULL, &id);
+        e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, NULL, 0, &id);
         if (e == MS_OK && E.backing == BACK_VMM) {
             /* With the daemon, device memory is the daemon's to grant: the region stays EMPTY
              * (mapped nowhere, no host memory) until its first POPULATE maps it fresh; every
@@ -426,7 +426,7 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
         return CUDA_ERROR_NOT_SUPPORTED;
     ms_lock(&E.lock);
     uint32_t id;
-    int e = ms__eng_region_new(va, bytes, MS_RK_VMM, host, &id);
+    int e = ms__eng_region_new(va, bytes, MS_RK_VMM, host, 0, &id);
     int rc = ms__eng_cuerr(e);
     if (e == MS_OK && has_data && ms_region_mark_host(&E.rt, id) != MS_OK) {
         ms__eng_region_drop(id);
@@ -436,9 +436,79 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
     return rc;
 }
 
-int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
+int ms_engine_vmm_map_amap(uint64_t va, uint64_t bytes, uint64_t chunk_bytes,
+                           const uint64_t *tokens)
+{
+    if (!ms__eng_is_active())
+        return CUDA_ERROR_NOT_SUPPORTED;
+    ms_lock(&E.lock);
+    uint32_t id;
+    int e = ms__eng_region_new(va, bytes, MS_RK_VMM, NULL, chunk_bytes, &id);
+    if (e != MS_OK) {
+        ms_unlock(&E.lock);
+        return ms__eng_cuerr(e);
+    }
+    struct ms_region *r = ms_region_get(&E.rt, id);
+    r->amap = true;
+    /* The chunks the handle kept from an earlier mapping start HOST, with their bytes. */
+    e = ms_exec_attach_host(&E.rt, E.ops, id, tokens);
+    /* The rest never held data. Alone: device memory when it fits the budget (as a new
+     * allocation), else host chunks. With the daemon they stay EMPTY (mapped nowhere) until its
+     * first POPULATE: device memory is the daemon's to grant (ms_engine_alloc). */
+    if (e == MS_OK && E.mode != MODE_DAEMON) {
+        ms_chunk_set_clear(&E.scratch);
+        uint64_t fresh = 0;
+        for (uint32_t k = 0; k < r->nchunks && e == MS_OK; k++)
+            if (r->chunks[k].state == MS_CS_EMPTY) {
+                fresh += r->chunks[k].bytes;
+                e = ms_chunk_set_add(&E.scratch, MS_CHUNK_ID(id, k));
+            }
+        if (e == MS_OK && fresh)
+            e = ms__eng_fits(fresh) ? ms__eng_exec_sets(NULL, &E.scratch, NULL)
+                                    : ms__eng_map_empty_host(&E.scratch); /* unlocks to pin */
+        r = ms_region_get(&E.rt, id);
+        for (uint32_t k = 0; e == MS_OK && r && k < r->nchunks; k++)
+            if (r->chunks[k].state == MS_CS_EMPTY)
+                e = MS_E_STATE; /* every chunk must be mapped before the mapping is returned */
+    }
+    if (e != MS_OK) {
+        say("cannot map an application VMM mapping of %llu MiB: %s (%s)",
+            (unsigned long long)(bytes / MS_MIB), ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+        /* The caller keeps its tokens: take them back off the region (those chunks are still
+         * HOST on them) before it goes with whatever else it holds. */
+        for (uint32_t k = 0; r && k < r->nchunks; k++) {
+            struct ms_chunk *c = &r->chunks[k];
+            if (!tokens[k] || c->state != MS_CS_HOST || c->host != tokens[k])
+                continue;
+            struct ms_gpu_chunk g = {
+                .va = r->base + ms_region_chunk_offset(r, k), .bytes = c->bytes, .hchunk = c->host};
+            E.ops->host_unmap(E.ops->impl, &g, 1);
+            c->host = 0;
+            ms_chunk_apply(&E.rt, MS_CHUNK_ID(id, k), MS_CE_DISCARD);
+        }
+        MS_REAL(cuCtxSynchronize)();
+        ms__eng_region_drop(id);
+    }
+    ms_unlock(&E.lock);
+    return ms__eng_cuerr(e);
+}
+
+void ms_engine_vmm_host_free(const uint64_t *tokens, size_t n)
+{
+    if (!ms__eng_is_active() || !E.ops || !E.ops->host_free)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i]) {
+            struct ms_gpu_chunk g = {.hchunk = tokens[i]};
+            E.ops->host_free(E.ops->impl, &g, 1);
+        }
+}
+
+int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled, uint64_t *tokens,
+                        size_t ntokens, bool *kept)
 {
     *handled = false;
+    *kept = false;
     if (!ms__eng_is_active())
         return CUDA_SUCCESS;
     ms_lock(&E.lock);
@@ -446,13 +516,15 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
     struct ms_region *r = NULL;
     if (ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK)
         r = ms_region_get(&E.rt, id);
-    if (!r || r->kind != MS_RK_VMM || r->base != va || r->size != bytes) {
+    if (!r || r->kind != MS_RK_VMM || r->base != va || r->size != bytes ||
+        (r->amap && r->nchunks > ntokens)) {
         ms_unlock(&E.lock);
         return CUDA_SUCCESS;
     }
     *handled = true;
     /* The handle keeps its contents across an unmap: evict what is resident to the host
-     * backing (which is the handle's), then release the device memory. */
+     * backing (the handle's store, or the chunks' host chunks, which go to the handle), then
+     * release the device memory. */
     MS_REAL(cuCtxSynchronize)();
     E.plan.n = 0;
     E.plan.evict_bytes = E.plan.populate_bytes = 0;
@@ -465,8 +537,12 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
         struct ms_exec_stats x;
         memset(&x, 0, sizeof(x));
         e = ms__eng_exec_plan(UINT64_MAX, &x);
-        E.st.bytes_out += x.bytes_out;
-        E.st.bytes_dropped += x.bytes_dropped;
+        ms__eng_add_exec_stats(&x);
+    }
+    bool amap = r->amap;
+    if (e == MS_OK && amap) {
+        e = ms_exec_detach_host(&E.rt, E.ops, id, tokens);
+        *kept = e == MS_OK;
     }
     if (e == MS_OK)
         e = ms__eng_region_drop(id);

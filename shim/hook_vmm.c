@@ -1,38 +1,58 @@
 /*
  * hook_vmm.c - hooks for the application's own virtual memory management (cuMemCreate,
- * cuMemMap and the rest), as PyTorch's expandable segments and llama.cpp's pools use it.
+ * cuMemMap and the rest), as PyTorch's expandable segments, JAX/XLA's allocator and llama.cpp's
+ * pools use it.
  *
  * Design
- *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of plain
- *   pinned device memory on the current device (no compression or usage flags; a POSIX file
- *   descriptor or fabric export type and RDMA capability are accepted unless
- *   MSCHED_VMM_EXPORTABLE=0) returns a *virtual* handle: a record with the requested size
- *   and properties; no device memory is taken, and no host memory: its pinned host backing
- *   store (the handle's size) is allocated at its first mapping. cuMemMap of a virtual handle
- * adopts the range as an engine region (kind MS_RK_VMM) backed by the store at the mapping's
- * offset: the engine maps physical memory there only while the chunks are resident, at the
- * application's addresses, inside the application's reservation. cuMemSetAccess on adopted ranges
- * succeeds (the engine maps its chunks read-write for this device); cuMemUnmap saves what is
- * resident into the store and releases the device memory; cuMemRelease frees the record once it is
- * neither referenced nor mapped. Retaining, property and access queries are answered from the
- * record. Export of a virtual handle is refused (CUDA_ERROR_NOT_SUPPORTED, one line on stderr
- * naming MSCHED_VMM_EXPORTABLE=0): its memory moves, so another process could not hold it.
- * PyTorch's expandable segments and XLA ask for an exportable handle (a POSIX file descriptor type,
- * RDMA capability where the GPU has it) but export only when a tensor is shared with another
- * process: virtualized by default (the RDMA request ignored), they work until such sharing, which
- * then fails cleanly. NCCL creates its buffers exportable and exports them to the other ranks:
- * MSCHED_VMM_EXPORTABLE=0 passes exportable handles to the driver. Any cuMemCreate that goes to the
- * driver says why on stderr (the first one), and its device memory is counted against the budget
- * until its release (ms_engine_driver_mem, `dhandles`). Everything else, and every handle that is
- * not virtual, goes to the driver; ranges that mix adopted and driver mappings are split, the
- * driver getting the parts that are its own. Mappings are reported as allocations (MS_RK_VMM)
- * either way, so the shim's live bytes include them.
+ *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of
+ *   plain pinned device memory on the current device (no compression or usage flags; a POSIX
+ *   file descriptor or fabric export type and RDMA capability are accepted unless
+ *   MSCHED_VMM_EXPORTABLE=0) returns a *virtual* handle: a record with the requested size and
+ *   properties; no device memory is taken, and no host memory. Its slots are chunks of
+ *   ms_chunk_bytes_for(size) bytes (`cb`).
  *
- * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is in
- *   `maps`, which is sorted by address; a handle's store is freed only when its references and
- *   mappings are both zero; `dhandles` lists the device memory handles the driver made past
- *   the engine that are not released yet. Lock order: vmm_lock, then the engine's (never the
- * reverse).
+ *   cuMemMap of a virtual handle that lines up with its slots (an offset at a slot boundary, an
+ *   end at one or at the handle's end: the driver maps whole handles at offset 0) while no
+ *   other mapping of it covers those slots becomes an always-mapped engine region (kind
+ *   MS_RK_VMM, its chunks the slots; ms_engine_vmm_map_amap), like a cuMemAlloc allocation:
+ *   every chunk is mapped at the application's address, inside its reservation, to device
+ *   memory or to a host chunk (the engine says which). cuMemUnmap evicts what is resident into
+ *   host chunks, and the engine hands their tokens back; the handle keeps them by slot (`kept`)
+ *   and its next mapping over those slots takes them (those chunks start HOST, with their
+ *   bytes), at the same address or another. Host memory is thus pinned only for chunks that
+ *   left the device.
+ *
+ *   Anything else (a handle mapped twice at once, a mapping that does not line up, a handle
+ *   whose store holds data) is the fallback, as every mapping was before: a region backed by a
+ *   pinned host store of the handle's size (`host`, pinned at the first fallback mapping, in
+ *   one piece: a mapping may start anywhere in the handle), resident only when used and
+ *   unmapped when evicted, so commands need its chunks resident; its cuMemUnmap saves what is
+ *   resident into the store (`has_data`). A fallback mapping over slots that keep host chunks
+ *   is refused (CUDA_ERROR_NOT_SUPPORTED, said once): their bytes cannot move into the store.
+ *
+ *   cuMemSetAccess on adopted ranges succeeds (the engine maps its chunks read-write for this
+ *   device); cuMemRelease frees the record, its store and its kept host chunks once it is
+ *   neither referenced nor mapped. Retaining, property and access queries are answered from
+ *   the record. Export of a virtual handle is refused (CUDA_ERROR_NOT_SUPPORTED, one line on
+ *   stderr naming MSCHED_VMM_EXPORTABLE=0): its memory moves, so another process could not
+ *   hold it. PyTorch's expandable segments and XLA ask for an exportable handle (a POSIX file
+ *   descriptor type, RDMA capability where the GPU has it) but export only when a tensor is
+ *   shared with another process: virtualized by default (the RDMA request ignored), they work
+ *   until such sharing, which then fails cleanly. NCCL creates its buffers exportable and
+ *   exports them to the other ranks: MSCHED_VMM_EXPORTABLE=0 passes exportable handles to the
+ *   driver. Any cuMemCreate that goes to the driver says why on stderr (the first one), and its
+ *   device memory is counted against the budget until its release (ms_engine_driver_mem,
+ *   `dhandles`). Everything else, and every handle that is not virtual, goes to the driver;
+ *   ranges that mix adopted and driver mappings are split, the driver getting the parts that
+ *   are its own. Mappings are reported as allocations (MS_RK_VMM) either way, so the shim's
+ *   live bytes include them.
+ *
+ * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is
+ *   in `maps`, which is sorted by address; a handle's store and kept host chunks are freed only
+ *   when its references and mappings are both zero; a slot's kept token is 0 while an
+ *   always-mapped mapping covers it (its region holds the host chunk then); `dhandles` lists
+ *   the device memory handles the driver made past the engine that are not released yet.
+ *   Lock order: vmm_lock, then the engine's (never the reverse).
  */
 #include "shim/shim_int.h"
 #include "shim/locks.h"
@@ -52,15 +72,19 @@
 struct vhandle {
     uint32_t magic;
     uint64_t size;
-    void *host;
+    void *host; /* the store: NULL until a fallback mapping needs it */
     CUmemAllocationProp prop;
     uint32_t refs, nmaps;
-    bool has_data; /* unmapped after use: the store holds its contents */
+    bool has_data; /* a fallback mapping was unmapped after use: the store holds contents */
+    uint64_t cb;   /* slot (chunk) size of its always-mapped mappings: ms_chunk_bytes_for(size) */
+    size_t nslots;
+    uint64_t *kept; /* per slot: the host chunk token an unmapped mapping left (0: none) */
 };
 
 struct vmap {
     uint64_t va, size, offset;
     struct vhandle *vh;
+    bool amap; /* always mapped (slot-aligned); else the fallback on the store */
 };
 
 static struct ms_lock vmm_lock = MS_LOCK_INIT(MS_LK_VMM, "vmm");
@@ -117,6 +141,24 @@ static struct vmap *map_at(uint64_t va)
     return NULL;
 }
 
+/* Whether a mapping of vh covers part of [lo, hi) of the handle (vmm_lock held). */
+static bool handle_mapped(const struct vhandle *vh, uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; i < nmaps; i++)
+        if (maps[i].vh == vh && maps[i].offset < hi && maps[i].offset + maps[i].size > lo)
+            return true;
+    return false;
+}
+
+/* Whether vh keeps host chunks for a slot that [lo, hi) of the handle overlaps. */
+static bool kept_in(const struct vhandle *vh, uint64_t lo, uint64_t hi)
+{
+    for (size_t k = (size_t)(lo / vh->cb); vh->kept && k < vh->nslots && k * vh->cb < hi; k++)
+        if (vh->kept[k])
+            return true;
+    return false;
+}
+
 static void vh_maybe_free(struct vhandle *vh)
 {
     if (vh->refs || vh->nmaps)
@@ -127,6 +169,9 @@ static void vh_maybe_free(struct vhandle *vh)
             break;
         }
     ms__host_unpin(vh->host); /* a release cannot be undone: nothing to report it to */
+    if (vh->kept)
+        ms_engine_vmm_host_free(vh->kept, vh->nslots);
+    ms_free(vh->kept);
     vh->magic = 0;
     ms_free(vh);
 }
@@ -177,6 +222,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_OUT_OF_MEMORY;
     vh->magic = VH_MAGIC;
     vh->size = size;
+    vh->cb = ms_chunk_bytes_for(size);
+    vh->nslots = (size_t)((size + vh->cb - 1) / vh->cb);
     vh->prop = *prop;
     vh->refs = 1;
     ms_lock(&vmm_lock);
@@ -245,18 +292,42 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         rc = CUDA_ERROR_INVALID_VALUE;
     else if (ms_grow((void **)&maps, &capmaps, nmaps + 1, sizeof(*maps)) != MS_OK)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
-    /* The store is pinned at the first mapping, not at cuMemCreate, in one piece: a mapping
-     * may start anywhere in the handle, so its chunks need not fall on piece boundaries. */
-    else if (!vh->host && ms__host_pin(vh->size, vh->size, &vh->host) != CUDA_SUCCESS)
+    else if (!vh->kept && !(vh->kept = ms_calloc(vh->nslots, sizeof(*vh->kept))))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (rc == CUDA_SUCCESS)
-        rc = (CUresult)ms_engine_vmm_map(ptr, size, (char *)vh->host + offset, vh->has_data);
+    uint64_t end = offset + size;
+    bool amap = rc == CUDA_SUCCESS && !vh->has_data && offset % vh->cb == 0 &&
+                (end % vh->cb == 0 || end == vh->size) && !handle_mapped(vh, offset, end);
+    size_t slot0 = (size_t)(offset / vh->cb);
+    if (rc == CUDA_SUCCESS && amap) {
+        rc = (CUresult)ms_engine_vmm_map_amap(ptr, size, vh->cb, vh->kept + slot0);
+        if (rc == CUDA_SUCCESS) /* the region holds them now */
+            memset(vh->kept + slot0, 0, (size_t)((size + vh->cb - 1) / vh->cb) * sizeof(uint64_t));
+    } else if (rc == CUDA_SUCCESS && kept_in(vh, offset, end)) {
+        /* The contents of that part of the handle live in host chunks an always-mapped mapping
+         * left, which a mapping that does not line up with them cannot take. */
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            ms__shim_say("cuMemMap refused (CUDA_ERROR_NOT_SUPPORTED): part of a VMM handle "
+                         "mapped again at an offset or size that does not line up with its "
+                         "%llu MiB chunks, after a mapping that did; run the program with "
+                         "MSCHED_ENGINE=off if it needs this",
+                         (unsigned long long)(vh->cb / MS_MIB));
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    } else if (rc == CUDA_SUCCESS) {
+        /* The fallback: the store is pinned at its first such mapping, in one piece (a
+         * mapping may start anywhere in the handle, so its chunks need not fall on piece
+         * boundaries). */
+        if (!vh->host && ms__host_pin(vh->size, vh->size, &vh->host) != CUDA_SUCCESS)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        if (rc == CUDA_SUCCESS)
+            rc = (CUresult)ms_engine_vmm_map(ptr, size, (char *)vh->host + offset, vh->has_data);
+    }
     if (rc == CUDA_SUCCESS) {
         size_t i = nmaps;
         while (i > 0 && maps[i - 1].va > ptr)
             i--;
         memmove(&maps[i + 1], &maps[i], (nmaps - i) * sizeof(*maps));
-        maps[i] = (struct vmap){ptr, size, offset, vh};
+        maps[i] = (struct vmap){ptr, size, offset, vh, amap};
         nmaps++;
         vh->nmaps++;
     }
@@ -320,8 +391,10 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
         }
         struct ms_shim_alloc was;
         bool known = ms_shim_on_free_begin(m.va, &was);
-        bool handled = false;
-        rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, &handled);
+        bool handled = false, kept = false;
+        size_t slot0 = (size_t)(m.offset / m.vh->cb);
+        rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, &handled, m.vh->kept + slot0,
+                                           m.amap ? m.vh->nslots - slot0 : 0, &kept);
         if (rc == CUDA_SUCCESS && !handled)
             rc = CUDA_ERROR_INVALID_VALUE;
         ms_shim_on_free_end(m.va, known ? &was : NULL, rc == CUDA_SUCCESS);
@@ -330,7 +403,8 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
         memmove(&maps[i], &maps[i + 1], (nmaps - i - 1) * sizeof(*maps));
         nmaps--;
         m.vh->nmaps--;
-        m.vh->has_data = true;
+        if (!kept) /* the store holds it (an always-mapped one left its host chunks in kept) */
+            m.vh->has_data = true;
         vh_maybe_free(m.vh);
     }
     ms_unlock(&vmm_lock);

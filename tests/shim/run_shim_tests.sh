@@ -566,7 +566,7 @@ fi
 
 # The application's own VMM memory (reserve, cuMemCreate, cuMemMap, cuMemSetAccess over many
 # mappings at once): 96 MiB of mappings under the 40 MiB budget are virtualized (faults and
-# evictions happen; the fake's oracle kills a touch of a non-resident chunk), the data is
+# evictions happen; a chunk off the device is mapped to its host chunk), the data is
 # intact, and a handle unmapped and mapped elsewhere keeps its contents.
 out=$(env LD_LIBRARY_PATH="$FAKEDIR" "$T/engine_stress" 3 1 vmm 2>&1)
 if [ $? -eq 0 ] && grep -q "mismatches=0" <<<"$out"; then
@@ -582,17 +582,48 @@ evicted=$(grep -o "out [0-9]* MiB" <<<"$out" | grep -o "[0-9]*")
 faults=$(grep -o "[0-9]* faults" <<<"$out" | grep -o "[0-9]*")
 # ipc=801, export=801: an IPC handle to memory msched moves, or an export of a virtualized
 # (exportable) VMM handle, is refused (CUDA_ERROR_NOT_SUPPORTED), the export in one line that
-# names the way out (MSCHED_VMM_EXPORTABLE=0); nothing went to the driver. Host stores are
-# pinned at a handle's first mapping: 26 handles of 4 MiB mapped, 104 MiB (the 256 MiB handle
-# never mapped pins nothing).
+# names the way out (MSCHED_VMM_EXPORTABLE=0); nothing went to the driver. Mappings are always
+# mapped: no host store is pinned but the fallback handle's (8 MiB: mapped twice at once); the
+# 256 MiB handle never mapped takes nothing.
 if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
     [ "$(grep -c "cuMemExportToShareableHandle refused.*MSCHED_VMM_EXPORTABLE=0" <<<"$out")" -eq 1 ] &&
     ! grep -q "cuMemCreate passed to the driver" <<<"$out" &&
-    grep -q "host backing: 26 stores, 104 MiB pinned" <<<"$out" &&
+    grep -q "host backing: 1 stores, 8 MiB pinned" <<<"$out" &&
     [ "${evicted:-0}" -gt 0 ] && [ "${faults:-0}" -gt 10 ]; then
     pass "engine/vmm-budget ($faults faults, $evicted MiB evicted)"
 else
     fail engine/vmm-budget "rc=$rc $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+# Application VMM mappings are always mapped: with 30 % of every prediction dropped (and, in
+# strict mode, everything a command does not name evicted), kernels reach mappings off the
+# device through their host chunks, and no byte is wrong (before they were always mapped, the
+# fake's oracle killed such a kernel: an evicted VMM chunk was mapped nowhere). The fallback
+# mappings are left out: they are not always mapped.
+for mode in "MSCHED_STRICT=1" "MSCHED_STRICT=0"; do
+    out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB $mode \
+        MSCHED_MISPREDICT=30 STRESS_VMM_FALLBACK=0 MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+    rc=$?
+    hml=$(grep -o "host_mapped_launches=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+    if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
+        [ "${hml:-0}" -gt 0 ]; then
+        pass "engine/vmm-mispredict $mode ($hml kernels reached host chunks, no mismatch)"
+    else
+        fail "engine/vmm-mispredict $mode" "rc=$rc host_mapped_launches=$hml $(grep -E 'ENGINE|misses|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+    fi
+done
+# Host chunks only for what leaves the device: with everything within the budget, none exists
+# before the first unmap (VMM_MID); each of the 27 mappings of a handle unmapped with data
+# leaves its contents in host chunks (one chunk each) that the next mapping takes (the moved
+# handles' data is checked at their new addresses), and none is left at exit.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=200MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
+    grep -q "VMM_MID host_handles=0 " <<<"$out" && grep -q " 27 host chunks made (112 MiB)" <<<"$out" &&
+    grep -q "FAKE host_handles=0 host_creates=27 " <<<"$out"; then
+    pass "engine/vmm-host-chunks (none before an unmap with everything resident, 27 made by unmaps, none left)"
+else
+    fail engine/vmm-host-chunks "rc=$rc $(grep -E 'ENGINE|VMM_MID|FAKE|host chunks|FAIL' <<<"$out" | tr '\n' ' ')"
 fi
 # With MSCHED_VMM_EXPORTABLE=0 the two exportable, RDMA-capable handles (what NCCL creates and
 # exports to other ranks) go to the driver: neither their export nor an IPC handle to them is
