@@ -27,8 +27,11 @@
  *   pinned host store of the handle's size (`host`, pinned at the first fallback mapping, in
  *   one piece: a mapping may start anywhere in the handle), resident only when used and
  *   unmapped when evicted, so commands need its chunks resident; its cuMemUnmap saves what is
- *   resident into the store (`has_data`). A fallback mapping over slots that keep host chunks
- *   is refused (CUDA_ERROR_NOT_SUPPORTED, said once): their bytes cannot move into the store.
+ *   resident into the store (`has_data`), unless the handle's contents live in host chunks
+ *   (kept, or an always-mapped mapping of it is still there): the two mappings never shared
+ *   their bytes, and the host chunks win, so a handle mapped twice can be mapped whole again. A
+ *   fallback mapping over slots that keep host chunks is refused (CUDA_ERROR_NOT_SUPPORTED,
+ *   said once): their bytes cannot move into the store.
  *
  *   cuMemSetAccess on adopted ranges succeeds (the engine maps its chunks read-write for this
  *   device); cuMemRelease frees the record, its store and its kept host chunks once it is
@@ -146,6 +149,15 @@ static bool handle_mapped(const struct vhandle *vh, uint64_t lo, uint64_t hi)
 {
     for (size_t i = 0; i < nmaps; i++)
         if (maps[i].vh == vh && maps[i].offset < hi && maps[i].offset + maps[i].size > lo)
+            return true;
+    return false;
+}
+
+/* Whether an always-mapped mapping of vh exists (vmm_lock held). */
+static bool amap_mapped(const struct vhandle *vh)
+{
+    for (size_t i = 0; i < nmaps; i++)
+        if (maps[i].vh == vh && maps[i].amap)
             return true;
     return false;
 }
@@ -403,7 +415,10 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
         memmove(&maps[i], &maps[i + 1], (nmaps - i - 1) * sizeof(*maps));
         nmaps--;
         m.vh->nmaps--;
-        if (!kept) /* the store holds it (an always-mapped one left its host chunks in kept) */
+        /* A fallback mapping's contents are in the store now, unless the handle's contents
+         * live in host chunks (kept, or an always-mapped mapping of it still there): the two
+         * never shared their bytes, and those win, so the next mapping can take them. */
+        if (!kept && !kept_in(m.vh, 0, m.vh->size) && !amap_mapped(m.vh))
             m.vh->has_data = true;
         vh_maybe_free(m.vh);
     }
