@@ -504,7 +504,7 @@ void ms_engine_vmm_host_free(const uint64_t *tokens, size_t n)
         }
 }
 
-int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled, uint64_t *tokens,
+int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool keep, bool *handled, uint64_t *tokens,
                         size_t ntokens, bool *kept)
 {
     *handled = false;
@@ -524,8 +524,16 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled, uint64_t *to
     *handled = true;
     /* The handle keeps its contents across an unmap: evict what is resident to the host
      * backing (the handle's store, or the chunks' host chunks, which go to the handle), then
-     * release the device memory. */
+     * release the device memory. Contents nobody can map again (!keep) are just dropped. */
     MS_REAL(cuCtxSynchronize)();
+    if (!keep) {
+        int d = ms__eng_region_drop(id);
+        ms_unlock(&E.lock);
+        if (d != MS_OK)
+            say("cannot unmap an application mapping: %s (%s)", ms_strerror(d),
+                ms_gpu_cuda_last_error(E.gpu));
+        return d == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+    }
     E.plan.n = 0;
     E.plan.evict_bytes = E.plan.populate_bytes = 0;
     ms_rtable_clear_marks(&E.rt);

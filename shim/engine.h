@@ -122,15 +122,16 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes);
  * ms_engine_vmm_unmap saves what is resident (into the store, or into the region's host
  * chunks, whose tokens it writes to tokens[0..nchunks) with *kept set: the caller owns them
  * now; ntokens is the room there) and forgets the region (*handled false: not an adopted
- * mapping that starts at va with that size). ms_engine_vmm_host_free releases kept host
- * chunks (0 tokens skipped). ms_engine_vmm_owns: va lies in an adopted mapping. CUresult
- * values.
+ * mapping that starts at va with that size); with keep false (the handle is released and this
+ * is its last mapping: nobody can map the contents again) nothing is saved. ms_engine_vmm_host_free
+ * releases kept host chunks (0 tokens skipped). ms_engine_vmm_owns: va lies in an adopted mapping.
+ * CUresult values.
  */
 bool ms_engine_vmm_ready(void);
 int ms_engine_vmm_map_amap(uint64_t va, uint64_t bytes, uint64_t chunk_bytes,
                            const uint64_t *tokens);
 int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data);
-int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled, uint64_t *tokens,
+int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool keep, bool *handled, uint64_t *tokens,
                         size_t ntokens, bool *kept);
 void ms_engine_vmm_host_free(const uint64_t *tokens, size_t n);
 bool ms_engine_vmm_owns(uint64_t va);

@@ -20,7 +20,8 @@
  *   host chunks, and the engine hands their tokens back; the handle keeps them by slot (`kept`)
  *   and its next mapping over those slots takes them (those chunks start HOST, with their
  *   bytes), at the same address or another. Host memory is thus pinned only for chunks that
- *   left the device.
+ *   left the device. The last mapping of a handle already released (CUDA's samples release a
+ *   handle right after mapping it) saves nothing at its unmap: nobody can map it again.
  *
  *   Anything else (a handle mapped twice at once, a mapping that does not line up, a handle
  *   whose store holds data) is the fallback, as every mapping was before: a region backed by a
@@ -405,7 +406,9 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
         bool known = ms_shim_on_free_begin(m.va, &was);
         bool handled = false, kept = false;
         size_t slot0 = (size_t)(m.offset / m.vh->cb);
-        rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, &handled, m.vh->kept + slot0,
+        /* A released handle's last mapping: its contents die with it, nothing to save. */
+        bool keep = m.vh->refs > 0 || m.vh->nmaps > 1;
+        rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, keep, &handled, m.vh->kept + slot0,
                                            m.amap ? m.vh->nslots - slot0 : 0, &kept);
         if (rc == CUDA_SUCCESS && !handled)
             rc = CUDA_ERROR_INVALID_VALUE;

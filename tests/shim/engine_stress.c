@@ -265,6 +265,10 @@ static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
     CK(map(base + pbase, sz, 0, pair[0], 0));
     CK(map(base + pbase + sz, sz, 0, pair[1], 0));
     CK(access(base + pbase, 2 * sz, &acc, 1));
+    /* Released at once, as CUDA's samples do: the mappings keep them; their unmap has nothing
+     * to save (nobody can map them again). */
+    CK(release(pair[0]));
+    CK(release(pair[1]));
     /* Memory msched moves cannot be shared with another process: an IPC handle is refused
      * (where the driver has no IPC at all, as the fake, the call is skipped: -1). */
     CUresult (*ipc_get)(CUipcMemHandle *, CUdeviceptr);
@@ -381,8 +385,6 @@ static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
     CK(unmap(base + spare, sz));
     for (int i = 0; i < NBUF; i++)
         CK(release(hs[i]));
-    CK(release(pair[0]));
-    CK(release(pair[1]));
     CK(release(idle));
     CK(afree(base, span));
     printf("ENGINE_VMM rounds=%d ipc=%d export=%d mismatches=%llu\n", rounds, ipc, exported,
