@@ -415,7 +415,9 @@ bool ms_engine_vmm_ready(void)
     if (!ms_engine_active())
         return false;
     ms_lock(&E.lock);
-    bool ok = start() && mine_ctx();
+    /* Only the VMM engine moves VMM memory: under the unified engines the application's
+     * handles are the driver's (a virtual one could not be mapped: no host chunks there). */
+    bool ok = start() && mine_ctx() && E.backing == BACK_VMM;
     ms_unlock(&E.lock);
     return ok;
 }
@@ -587,8 +589,7 @@ void ms_engine_driver_mem(int64_t delta)
     if (tell)
         say("OVER BUDGET: this process now holds %llu MiB of device memory, more than its "
             "budget of %llu MiB: %llu MiB of it the application took from the driver with "
-            "cuMemCreate that msched does not move (see the line on cuMemCreate above; with "
-            "MSCHED_VMM_EXPORTABLE=0 exportable handles are among them)",
+            "cuMemCreate that msched does not move (the line on cuMemCreate above says why)",
             (unsigned long long)((drv + res) / MS_MIB), (unsigned long long)(limit / MS_MIB),
             (unsigned long long)(drv / MS_MIB));
 }

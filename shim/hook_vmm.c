@@ -216,9 +216,17 @@ static const char *not_virtualizable(size_t size, const CUmemAllocationProp *p,
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    if (!handle || !ms_engine_vmm_ready())
+    if (!handle)
         return MS_REAL(cuMemCreate)(handle, size, prop, flags);
-    const char *why = not_virtualizable(size, prop, flags);
+    const char *why = NULL;
+    if (!ms_engine_vmm_ready()) {
+        if (!ms_engine_active())
+            return MS_REAL(cuMemCreate)(handle, size, prop, flags); /* the shim only observes */
+        why = "the memory engine in force does not move VMM memory (MSCHED_ENGINE=vmm does), or "
+              "the call is in another context than the engine's";
+    } else {
+        why = not_virtualizable(size, prop, flags);
+    }
     if (why) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))

@@ -626,6 +626,19 @@ if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0
 else
     fail engine/vmm-host-chunks "rc=$rc $(grep -E 'ENGINE|VMM_MID|FAKE|host chunks|FAIL' <<<"$out" | tr '\n' ' ')"
 fi
+# The unified engines do not move VMM memory: every handle goes to the driver (said once) and
+# the program runs as without msched (before, the mappings were adopted and the first launch on
+# one failed); the 256 MiB handle takes the process over its budget, said once.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=200MiB \
+    MSCHED_ENGINE=unified MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=500 export=500 mismatches=0" <<<"$out" &&
+    [ "$(grep -c "cuMemCreate passed to the driver, not moved by msched (the memory engine in force" <<<"$out")" -eq 1 ] &&
+    [ "$(grep -c "OVER BUDGET: this process now holds [0-9]* MiB .* budget of 200 MiB" <<<"$out")" -eq 1 ]; then
+    pass "engine/vmm-unified-passthrough"
+else
+    fail engine/vmm-unified-passthrough "rc=$rc $(grep -E 'ENGINE|msched|FAIL' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
 # With MSCHED_VMM_EXPORTABLE=0 the two exportable, RDMA-capable handles (what NCCL creates and
 # exports to other ranks) go to the driver: neither their export nor an IPC handle to them is
 # refused by msched (the fake has neither call: 500), the reason is said once, and the data is
