@@ -15,6 +15,9 @@
  * victims that have none get theirs in one host_new call before any copy is issued (creating
  * one pins host memory, which is slow: edges create them ahead of need where they can).
  *
+ * A region's host chunks may outlive it (ms_exec_detach_host) and start another region
+ * (ms_exec_attach_host): an application VMM handle keeps its contents between mappings.
+ *
  * Failure rule: the first error is kept and stops new steps; everything in flight is still
  * settled so no chunk is left IN/OUT and no mapping is leaked.
  */
@@ -536,4 +539,75 @@ int ms_exec_map_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_
     st->map_ns += gpu->now_ns(gpu->impl) - t;
     ms_free(g);
     return e;
+}
+
+int ms_exec_detach_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region,
+                        uint64_t *tokens)
+{
+    struct ms_region *r = ms_region_get(rt, region);
+    if (!r)
+        return MS_E_NOTFOUND;
+    if (!r->amap || !gpu->host_map || !gpu->host_unmap)
+        return MS_E_INVAL;
+    for (uint32_t k = 0; k < r->nchunks; k++) {
+        const struct ms_chunk *c = &r->chunks[k];
+        if (c->pins || (c->state != MS_CS_EMPTY && c->state != MS_CS_HOST))
+            return MS_E_BUSY;
+    }
+    for (uint32_t k = 0; k < r->nchunks; k++) {
+        if (r->chunks[k].state != MS_CS_HOST)
+            continue;
+        struct ms_gpu_chunk g = describe(rt, MS_CHUNK_ID(region, k));
+        int e = gpu->host_unmap(gpu->impl, &g, 1);
+        if (e) { /* put back the ones done */
+            for (uint32_t j = 0; j < k; j++)
+                if (r->chunks[j].state == MS_CS_HOST) {
+                    struct ms_gpu_chunk b = describe(rt, MS_CHUNK_ID(region, j));
+                    gpu->host_map(gpu->impl, &b, 1);
+                }
+            return e;
+        }
+    }
+    for (uint32_t k = 0; k < r->nchunks; k++) {
+        struct ms_chunk *c = &r->chunks[k];
+        tokens[k] = c->state == MS_CS_HOST ? c->host : 0;
+        if (c->state == MS_CS_HOST) {
+            c->host = 0;
+            ms_chunk_apply(rt, MS_CHUNK_ID(region, k), MS_CE_DISCARD); /* HOST -> EMPTY */
+        }
+    }
+    return MS_OK;
+}
+
+int ms_exec_attach_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region,
+                        const uint64_t *tokens)
+{
+    struct ms_region *r = ms_region_get(rt, region);
+    if (!r)
+        return MS_E_NOTFOUND;
+    if (!r->amap || !gpu->host_map || !gpu->host_unmap)
+        return MS_E_INVAL;
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        if (tokens[k] && r->chunks[k].state != MS_CS_EMPTY)
+            return MS_E_STATE;
+    for (uint32_t k = 0; k < r->nchunks; k++) {
+        if (!tokens[k])
+            continue;
+        struct ms_gpu_chunk g = describe(rt, MS_CHUNK_ID(region, k));
+        g.hchunk = tokens[k];
+        int e = gpu->host_map(gpu->impl, &g, 1);
+        if (e) { /* undo the ones done */
+            for (uint32_t j = 0; j < k; j++)
+                if (tokens[j]) {
+                    struct ms_gpu_chunk b = describe(rt, MS_CHUNK_ID(region, j));
+                    b.hchunk = tokens[j];
+                    gpu->host_unmap(gpu->impl, &b, 1);
+                }
+            return e;
+        }
+    }
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        if (tokens[k])
+            ms_chunk_mark_host(rt, MS_CHUNK_ID(region, k), tokens[k]); /* checked above */
+    return MS_OK;
 }

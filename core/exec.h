@@ -89,4 +89,29 @@ int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint
 int ms_exec_map_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region,
                      struct ms_exec_stats *st);
 
+/*
+ * Take the host chunks off an always-mapped region so that they outlive it (an application VMM
+ * mapping being unmapped: its handle keeps its contents for a later mapping). Every chunk must
+ * be EMPTY or HOST and unpinned (the caller evicted the resident ones), else MS_E_BUSY and
+ * nothing changes. Each HOST chunk's host chunk is unmapped from its address and its token
+ * stored in tokens[k] (0 for an EMPTY chunk); the chunk goes HOST -> EMPTY (DISCARD) holding no
+ * host chunk, so the region can then be freed (ms_exec_free_region) without releasing them.
+ * All-or-nothing: on a seam failure the host chunks unmapped so far are mapped back and the
+ * region is as it was. Errors: MS_E_NOTFOUND, MS_E_INVAL (not amap, or a backend without host
+ * chunks), MS_E_BUSY, the seam's error.
+ */
+int ms_exec_detach_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region,
+                        uint64_t *tokens);
+
+/*
+ * The reverse, for a new always-mapped region: every chunk k with tokens[k] != 0 gets that host
+ * chunk (detached from an earlier region, its bytes the chunk's: the caller matches sizes)
+ * mapped at its address and goes EMPTY -> HOST holding it (I9); chunks with a 0 token stay as
+ * they are. All-or-nothing: on error nothing is mapped and the tokens are still the caller's.
+ * Errors: MS_E_NOTFOUND, MS_E_INVAL (not amap, a backend without host chunks), MS_E_STATE (a
+ * chunk to take a token is not EMPTY), the seam's error.
+ */
+int ms_exec_attach_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region,
+                        const uint64_t *tokens);
+
 #endif /* MS_EXEC_H */

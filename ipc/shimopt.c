@@ -50,8 +50,8 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
     [MS_OPT_PIN_PIECE] = {"MSCHED_PIN_PIECE", NULL, "SIZE", NULL, MS_OT_SIZE, 0, UINT64_MAX, false,
         NULL, "64MiB", "host backing is pinned in pieces of this size (0: one call)"},
     [MS_OPT_VMM_EXPORTABLE] = {"MSCHED_VMM_EXPORTABLE", NULL, "0|1", NULL, MS_OT_FLAG, 0, 0, false,
-        NULL, "0", "virtualize the application's exportable VMM handles too (their export is "
-        "refused)"},
+        NULL, "1", "virtualize the application's exportable VMM handles too (their export is\n"
+        "refused; 0: pass them to the driver, outside the budget)"},
     [MS_OPT_REAL_LIBCUDA] = {"MSCHED_REAL_LIBCUDA", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false,
         NULL, "", "the real CUDA driver to load (default: searched)"},
     [MS_OPT_ACCURACY] = {"MSCHED_ACCURACY", NULL, "FILE", NULL, MS_OT_PATH, 0, 0, false, NULL, "",

@@ -227,8 +227,9 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
         if (bytes > C.cap) {
             ms__shim_say("%s needs %llu MiB resident, more than the %llu MiB this process may hold "
                          "(%s): refused",
-                         unbounded ? "a launch msched cannot bound (application VMM mappings)"
-                                   : "a command's application VMM mappings",
+                         unbounded
+                             ? "a launch msched cannot bound (fallback application VMM mappings)"
+                             : "a command's fallback application VMM mappings",
                          (unsigned long long)(bytes / MS_MIB), (unsigned long long)(C.cap / MS_MIB),
                          C.cap_is_limit ? "MSCHED_BUDGET" : "the daemon's budget");
             rc = CUDA_ERROR_OUT_OF_MEMORY;

@@ -48,6 +48,13 @@ extern const char *const ms_hash_ptx; /* generated from gpu/cuda/hash.cu; NULL w
 /* MSCHED_BUDGET (0: none): what the engine runs under alone; E.budget is the budget in force. */
 #define ALONE_BUDGET ms__shim_opt(MS_OPT_BUDGET)
 
+/* The engine's own budget running alone under MSCHED_BUDGET: what device memory taken from
+ * the driver past the engine (E.driver_bytes) leaves of it (lock held). */
+static uint64_t alone_budget(void)
+{
+    return ALONE_BUDGET > E.driver_bytes ? ALONE_BUDGET - E.driver_bytes : 0;
+}
+
 static void daemon_gone(const char *why);
 
 /* What the daemon client may do with the engine (client.h). */
@@ -226,7 +233,7 @@ static bool start(void)
         if (ms_client_start(ctx) != MS_OK) {
             /* No service thread: run alone (or observe only) from the start. */
             E.mode = MODE_ALONE;
-            E.budget = ALONE_BUDGET;
+            E.budget = alone_budget();
             if (!ALONE_BUDGET) {
                 ms_gpu_cuda_free(E.gpu);
                 E.gpu = NULL;
@@ -327,7 +334,7 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
         }
     }
     if (r == CUDA_SUCCESS && e == MS_OK) {
-        e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, NULL, &id);
+        e = ms__eng_region_new(va, bytes, MS_RK_DEVICE, NULL, 0, &id);
         if (e == MS_OK && E.backing == BACK_VMM) {
             /* With the daemon, device memory is the daemon's to grant: the region stays EMPTY
              * (mapped nowhere, no host memory) until its first POPULATE maps it fresh; every
@@ -410,7 +417,9 @@ bool ms_engine_vmm_ready(void)
     if (!ms_engine_active())
         return false;
     ms_lock(&E.lock);
-    bool ok = start() && mine_ctx();
+    /* Only the VMM engine moves VMM memory: under the unified engines the application's
+     * handles are the driver's (a virtual one could not be mapped: no host chunks there). */
+    bool ok = start() && mine_ctx() && E.backing == BACK_VMM;
     ms_unlock(&E.lock);
     return ok;
 }
@@ -421,7 +430,7 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
         return CUDA_ERROR_NOT_SUPPORTED;
     ms_lock(&E.lock);
     uint32_t id;
-    int e = ms__eng_region_new(va, bytes, MS_RK_VMM, host, &id);
+    int e = ms__eng_region_new(va, bytes, MS_RK_VMM, host, 0, &id);
     int rc = ms__eng_cuerr(e);
     if (e == MS_OK && has_data && ms_region_mark_host(&E.rt, id) != MS_OK) {
         ms__eng_region_drop(id);
@@ -431,9 +440,79 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
     return rc;
 }
 
-int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
+int ms_engine_vmm_map_amap(uint64_t va, uint64_t bytes, uint64_t chunk_bytes,
+                           const uint64_t *tokens)
+{
+    if (!ms__eng_is_active())
+        return CUDA_ERROR_NOT_SUPPORTED;
+    ms_lock(&E.lock);
+    uint32_t id;
+    int e = ms__eng_region_new(va, bytes, MS_RK_VMM, NULL, chunk_bytes, &id);
+    if (e != MS_OK) {
+        ms_unlock(&E.lock);
+        return ms__eng_cuerr(e);
+    }
+    struct ms_region *r = ms_region_get(&E.rt, id);
+    r->amap = true;
+    /* The chunks the handle kept from an earlier mapping start HOST, with their bytes. */
+    e = ms_exec_attach_host(&E.rt, E.ops, id, tokens);
+    /* The rest never held data. Alone: device memory when it fits the budget (as a new
+     * allocation), else host chunks. With the daemon they stay EMPTY (mapped nowhere) until its
+     * first POPULATE: device memory is the daemon's to grant (ms_engine_alloc). */
+    if (e == MS_OK && E.mode != MODE_DAEMON) {
+        ms_chunk_set_clear(&E.scratch);
+        uint64_t fresh = 0;
+        for (uint32_t k = 0; k < r->nchunks && e == MS_OK; k++)
+            if (r->chunks[k].state == MS_CS_EMPTY) {
+                fresh += r->chunks[k].bytes;
+                e = ms_chunk_set_add(&E.scratch, MS_CHUNK_ID(id, k));
+            }
+        if (e == MS_OK && fresh)
+            e = ms__eng_fits(fresh) ? ms__eng_exec_sets(NULL, &E.scratch, NULL)
+                                    : ms__eng_map_empty_host(&E.scratch); /* unlocks to pin */
+        r = ms_region_get(&E.rt, id);
+        for (uint32_t k = 0; e == MS_OK && r && k < r->nchunks; k++)
+            if (r->chunks[k].state == MS_CS_EMPTY)
+                e = MS_E_STATE; /* every chunk must be mapped before the mapping is returned */
+    }
+    if (e != MS_OK) {
+        say("cannot map an application VMM mapping of %llu MiB: %s (%s)",
+            (unsigned long long)(bytes / MS_MIB), ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+        /* The caller keeps its tokens: take them back off the region (those chunks are still
+         * HOST on them) before it goes with whatever else it holds. */
+        for (uint32_t k = 0; r && k < r->nchunks; k++) {
+            struct ms_chunk *c = &r->chunks[k];
+            if (!tokens[k] || c->state != MS_CS_HOST || c->host != tokens[k])
+                continue;
+            struct ms_gpu_chunk g = {
+                .va = r->base + ms_region_chunk_offset(r, k), .bytes = c->bytes, .hchunk = c->host};
+            E.ops->host_unmap(E.ops->impl, &g, 1);
+            c->host = 0;
+            ms_chunk_apply(&E.rt, MS_CHUNK_ID(id, k), MS_CE_DISCARD);
+        }
+        MS_REAL(cuCtxSynchronize)();
+        ms__eng_region_drop(id);
+    }
+    ms_unlock(&E.lock);
+    return ms__eng_cuerr(e);
+}
+
+void ms_engine_vmm_host_free(const uint64_t *tokens, size_t n)
+{
+    if (!ms__eng_is_active() || !E.ops || !E.ops->host_free)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i]) {
+            struct ms_gpu_chunk g = {.hchunk = tokens[i]};
+            E.ops->host_free(E.ops->impl, &g, 1);
+        }
+}
+
+int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool keep, bool *handled, uint64_t *tokens,
+                        size_t ntokens, bool *kept)
 {
     *handled = false;
+    *kept = false;
     if (!ms__eng_is_active())
         return CUDA_SUCCESS;
     ms_lock(&E.lock);
@@ -441,14 +520,24 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
     struct ms_region *r = NULL;
     if (ms_rtable_lookup(&E.rt, 0, va, &id, NULL) == MS_OK)
         r = ms_region_get(&E.rt, id);
-    if (!r || r->kind != MS_RK_VMM || r->base != va || r->size != bytes) {
+    if (!r || r->kind != MS_RK_VMM || r->base != va || r->size != bytes ||
+        (r->amap && r->nchunks > ntokens)) {
         ms_unlock(&E.lock);
         return CUDA_SUCCESS;
     }
     *handled = true;
     /* The handle keeps its contents across an unmap: evict what is resident to the host
-     * backing (which is the handle's), then release the device memory. */
+     * backing (the handle's store, or the chunks' host chunks, which go to the handle), then
+     * release the device memory. Contents nobody can map again (!keep) are just dropped. */
     MS_REAL(cuCtxSynchronize)();
+    if (!keep) {
+        int d = ms__eng_region_drop(id);
+        ms_unlock(&E.lock);
+        if (d != MS_OK)
+            say("cannot unmap an application mapping: %s (%s)", ms_strerror(d),
+                ms_gpu_cuda_last_error(E.gpu));
+        return d == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+    }
     E.plan.n = 0;
     E.plan.evict_bytes = E.plan.populate_bytes = 0;
     ms_rtable_clear_marks(&E.rt);
@@ -460,8 +549,12 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
         struct ms_exec_stats x;
         memset(&x, 0, sizeof(x));
         e = ms__eng_exec_plan(UINT64_MAX, &x);
-        E.st.bytes_out += x.bytes_out;
-        E.st.bytes_dropped += x.bytes_dropped;
+        ms__eng_add_exec_stats(&x);
+    }
+    bool amap = r->amap;
+    if (e == MS_OK && amap) {
+        e = ms_exec_detach_host(&E.rt, E.ops, id, tokens);
+        *kept = e == MS_OK;
     }
     if (e == MS_OK)
         e = ms__eng_region_drop(id);
@@ -474,6 +567,35 @@ int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled)
     return CUDA_SUCCESS;
 }
 
+void ms_engine_driver_mem(int64_t delta)
+{
+    if (!ms__eng_is_active())
+        return;
+    ms_lock(&E.lock);
+    if (delta < 0)
+        E.driver_bytes -= MS_MIN(E.driver_bytes, (uint64_t)-delta);
+    else
+        E.driver_bytes += (uint64_t)delta;
+    /* The limit the process is held to: MSCHED_BUDGET alone, the daemon's budget with it. */
+    uint64_t limit = E.mode == MODE_ALONE ? ALONE_BUDGET : E.budget;
+    if (E.mode == MODE_ALONE && ALONE_BUDGET) {
+        E.budget = alone_budget();
+        E.prefetch = E.budget / 4;
+    }
+    bool over = limit && delta > 0 && E.driver_bytes + E.rt.resident_bytes > limit;
+    bool tell = over && !E.said_over;
+    if (tell)
+        E.said_over = true;
+    uint64_t drv = E.driver_bytes, res = E.rt.resident_bytes;
+    ms_unlock(&E.lock);
+    if (tell)
+        say("OVER BUDGET: this process now holds %llu MiB of device memory, more than its "
+            "budget of %llu MiB: %llu MiB of it the application took from the driver with "
+            "cuMemCreate that msched does not move (the line on cuMemCreate above says why)",
+            (unsigned long long)((drv + res) / MS_MIB), (unsigned long long)(limit / MS_MIB),
+            (unsigned long long)(drv / MS_MIB));
+}
+
 static void daemon_gone(const char *why)
 {
     if (E.mode != MODE_DAEMON)
@@ -481,7 +603,7 @@ static void daemon_gone(const char *why)
     uint64_t fp = E.st.footprint;
     if (ALONE_BUDGET) {
         E.mode = MODE_ALONE;
-        E.budget = ALONE_BUDGET;
+        E.budget = alone_budget();
         E.prefetch = E.budget / 4;
         say("the daemon is gone (%s); running alone under MSCHED_BUDGET (%llu MiB)", why,
             (unsigned long long)(E.budget / MS_MIB));
@@ -536,7 +658,7 @@ void ms_engine_atfork_child(void)
         /* The parent's connection is not the child's: run alone (CUDA in a child of a process
          * that used it is not supported by the driver anyway). */
         E.mode = ALONE_BUDGET ? MODE_ALONE : MODE_FAILED;
-        E.budget = ALONE_BUDGET;
+        E.budget = alone_budget();
     }
 }
 

@@ -109,18 +109,39 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes);
 
 /*
  * The application's own VMM memory (hook_vmm.c). ms_engine_vmm_ready starts the engine if it
- * can and says whether it takes VMM memory now. ms_engine_vmm_map adopts a mapping
- * [va, va + bytes) of a handle whose contents live in `host` (pinned, owned by the caller):
- * it becomes a region of kind MS_RK_VMM, resident only when used; has_data: the handle already
- * holds data (mapped before): the region starts with its contents on the host.
- * ms_engine_vmm_unmap saves what is resident into the host backing and forgets the region
- * (*handled false: not an adopted mapping that starts at va with that size).
- * ms_engine_vmm_owns: va lies in an adopted mapping. CUresult values.
+ * can and says whether it takes VMM memory now.
+ * ms_engine_vmm_map_amap adopts a mapping [va, va + bytes) of a virtual handle as an always-
+ * mapped region (kind MS_RK_VMM, chunks of chunk_bytes): chunk k with tokens[k] != 0 starts
+ * HOST on that host chunk (kept from an earlier mapping; the region owns it on success, the
+ * caller still does on error); the others start on device memory when they fit the budget
+ * (alone), else on new host chunks, or EMPTY until the daemon's first POPULATE.
+ * ms_engine_vmm_map (the fallback: a mapping the handle's chunks do not line up with, or a
+ * handle mapped twice) adopts a mapping whose contents live in `host` (pinned, the caller's):
+ * a region resident only when used (not always mapped: commands need its chunks resident);
+ * has_data: the handle already holds data (mapped before): the region starts on the host.
+ * ms_engine_vmm_unmap saves what is resident (into the store, or into the region's host
+ * chunks, whose tokens it writes to tokens[0..nchunks) with *kept set: the caller owns them
+ * now; ntokens is the room there) and forgets the region (*handled false: not an adopted
+ * mapping that starts at va with that size); with keep false (the handle is released and this
+ * is its last mapping: nobody can map the contents again) nothing is saved. ms_engine_vmm_host_free
+ * releases kept host chunks (0 tokens skipped). ms_engine_vmm_owns: va lies in an adopted mapping.
+ * CUresult values.
  */
 bool ms_engine_vmm_ready(void);
+int ms_engine_vmm_map_amap(uint64_t va, uint64_t bytes, uint64_t chunk_bytes,
+                           const uint64_t *tokens);
 int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data);
-int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool *handled);
+int ms_engine_vmm_unmap(uint64_t va, uint64_t bytes, bool keep, bool *handled, uint64_t *tokens,
+                        size_t ntokens, bool *kept);
+void ms_engine_vmm_host_free(const uint64_t *tokens, size_t n);
 bool ms_engine_vmm_owns(uint64_t va);
+/*
+ * Device memory taken from the driver past the engine (a cuMemCreate the shim does not
+ * virtualize: delta > 0; its release: delta < 0). Running alone it counts against the budget
+ * (the engine keeps that much less resident); the first time the process holds more device
+ * memory than its budget because of it, that is said on stderr (whatever the verbosity).
+ */
+void ms_engine_driver_mem(int64_t delta);
 /*
  * Pointer queries (hook_ptr.c): the facts of the engine region holding p, for answering as the
  * driver would for a cuMemAlloc pointer, whether or not its chunks are mapped or resident:

@@ -34,8 +34,8 @@ static _Thread_local uint64_t my_admitted;
 #include <unistd.h>
 
 /* Chunks of `need` that must be resident for correctness: those of regions that are not
- * always mapped (the application's own VMM mappings) and EMPTY ones (mapped nowhere yet). The
- * rest is performance. */
+ * always mapped (fallback application VMM mappings, hook_vmm.c) and EMPTY ones (mapped nowhere
+ * yet). The rest is performance. */
 static uint64_t must_bytes(const struct ms_chunk_set *need, bool *all_ready)
 {
     uint64_t b = 0;
@@ -104,8 +104,8 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
         return CUDA_SUCCESS; /* nothing more fits beside the pinned: run on what is mapped */
     if (e == MS_E_NOSPACE) {
         say("%s needs %llu MiB resident, more than the budget of %llu MiB: refused",
-            unbounded ? "a launch msched cannot bound (every application VMM mapping)"
-                      : "a command's application VMM mappings",
+            unbounded ? "a launch msched cannot bound (every fallback application VMM mapping)"
+                      : "a command's fallback application VMM mappings",
             (unsigned long long)(must / MS_MIB), (unsigned long long)(E.budget / MS_MIB));
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -254,15 +254,18 @@ static void wait_unpinned(void)
 }
 
 /* MSCHED_MISPREDICT (a test of the correctness rule): drop about that percent of the
- * always-mapped chunks from every command's predicted set, so the command runs with them on
- * the host when strict mode evicts what it does not name (lock held). */
+ * always-mapped chunks, and of every application VMM mapping's, from every command's predicted
+ * set, so the command runs with them on the host when strict mode evicts what it does not name
+ * (lock held). A fallback VMM mapping (not always mapped) may then be reached off the device:
+ * the fake's oracle kills that, as it killed every VMM mapping before they were always mapped
+ * (tests/shim engine/vmm-mispredict leaves the fallback out). */
 static void mispredict(struct ms_chunk_set *need)
 {
     size_t k = 0;
     for (size_t i = 0; i < need->n; i++) {
         const struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
         E.rng = E.rng * 6364136223846793005ull + 1442695040888963407ull;
-        if (r && r->amap && (E.rng >> 33) % 100 < E.mispredict)
+        if (r && (r->amap || r->kind == MS_RK_VMM) && (E.rng >> 33) % 100 < E.mispredict)
             continue;
         need->ids[k++] = need->ids[i];
     }
@@ -276,8 +279,8 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
         struct ms_chunk_set own;
         ms_chunk_set_init(&own);
         /* Never "the whole footprint": an unbounded command's need already lists every chunk
-         * that must be resident (application VMM mappings); always-mapped memory is reachable
-         * wherever it is. */
+         * that must be resident (fallback application VMM mappings); always-mapped memory is
+         * reachable wherever it is. */
         rc = ms_client_gate(&need, &own, false, s, alone);
         if (!*alone) {
             /* Admitted, refused, or (with chunks missing) recorded by a stream capture: what a

@@ -110,6 +110,10 @@ struct ms_engine_state {
     uint64_t overflow_at; /* 1 + E.st.faults at the last command naming more than the budget */
     uint64_t rng;         /* its generator */
     uint64_t last_missed; /* chunks the last admitted command named that were on the host */
+    /* Device memory the application took from the driver past the engine (a cuMemCreate not
+     * virtualized): alone, the engine's own budget shrinks by it (alone_budget()). */
+    uint64_t driver_bytes;
+    bool said_over; /* the process held more than its budget because of it: said once */
     struct kmiss kmiss[KMISS_MAX];
 };
 
@@ -123,8 +127,9 @@ extern MS_HIDDEN struct ms_engine_state ms__engine;
 /* engine_mem.c: flags, regions, chunk sets, plans (lock held unless said). */
 MS_HIDDEN bool ms__eng_is_active(void); /* no lock: an atomic load */
 MS_HIDDEN void ms__eng_set_flag(bool *f, bool v);
+/* chunk_bytes 0: ms_chunk_bytes_for(bytes). */
 MS_HIDDEN int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, void *host,
-                                 uint32_t *out);
+                                 uint64_t chunk_bytes, uint32_t *out);
 MS_HIDDEN int ms__eng_region_drop(uint32_t id);
 /* A new allocation's host chunks, made and mapped at its addresses before its region exists. */
 struct ms_host_set {

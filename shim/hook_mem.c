@@ -242,8 +242,11 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     if (ms_engine_owns(dptr)) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-            ms__shim_say("cuIpcGetMemHandle on memory msched moves is not supported: run the "
-                         "program with --engine off (MSCHED_ENGINE=off) to share device memory");
+            ms__shim_say("cuIpcGetMemHandle refused (CUDA_ERROR_NOT_SUPPORTED): msched moves "
+                         "this memory, so another process could not hold it; run the program "
+                         "with --engine off (MSCHED_ENGINE=off) to share device memory (for the "
+                         "application's exportable VMM handles, MSCHED_VMM_EXPORTABLE=0 gives "
+                         "them to the driver instead)");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     return MS_REAL(cuIpcGetMemHandle)(pHandle, dptr);

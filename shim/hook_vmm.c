@@ -1,35 +1,62 @@
 /*
  * hook_vmm.c - hooks for the application's own virtual memory management (cuMemCreate,
- * cuMemMap and the rest), as PyTorch's expandable segments and llama.cpp's pools use it.
+ * cuMemMap and the rest), as PyTorch's expandable segments, JAX/XLA's allocator and llama.cpp's
+ * pools use it.
  *
  * Design
- *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of plain
- *   pinned device memory on the current device (no compression or usage flags, no export handle
- *   type or RDMA capability; with MSCHED_VMM_EXPORTABLE=1 also a POSIX file descriptor or fabric
- *   export type and RDMA capability) returns a *virtual* handle: a record with the requested size
- *   and properties and a pinned host backing store of that size, allocated once here; no device
- *   memory is taken. cuMemMap of a virtual handle adopts the range as an engine region (kind
- *   MS_RK_VMM) backed by the store at the mapping's offset: the engine maps physical memory there
- *   only while the chunks are resident, at the application's addresses, inside the application's
- *   reservation. cuMemSetAccess on adopted ranges succeeds (the engine maps its chunks read-write
- *   for this device); cuMemUnmap saves what is resident into the store and releases the device
- *   memory; cuMemRelease frees the record once it is neither referenced nor mapped. Retaining,
- *   property and access queries are answered from the record. Export of a virtual handle is refused
- *   (CUDA_ERROR_NOT_SUPPORTED, one line on stderr): its memory moves, so another process could not
- *   hold it. Exportable handles are therefore passed to the driver by default: NCCL creates its
- *   buffers exportable and exports them to the other ranks, and RDMA-capable memory may be
- *   registered with a network adapter. PyTorch's expandable segments ask for the same (a POSIX file
- *   descriptor type, RDMA capability where the GPU has it) but export only when a tensor is shared
- *   with another process; with MSCHED_VMM_EXPORTABLE=1 they are virtualized (the RDMA request
- *   ignored) and work until such sharing, which then fails cleanly. Any other cuMemCreate goes to
- *   the driver, and the first one says why on stderr, as that memory stays resident. Everything
- *   else, and every handle that is not virtual, goes to the driver; ranges that mix adopted and
- *   driver mappings are split, the driver getting the parts that are its own. Mappings are reported
- *   as allocations (MS_RK_VMM) either way, so the shim's live bytes include them.
+ *   When the memory engine takes VMM memory (engine.h: ms_engine_vmm_ready), cuMemCreate of
+ *   plain pinned device memory on the current device (no compression or usage flags; a POSIX
+ *   file descriptor or fabric export type and RDMA capability are accepted unless
+ *   MSCHED_VMM_EXPORTABLE=0) returns a *virtual* handle: a record with the requested size and
+ *   properties; no device memory is taken, and no host memory. Its slots are chunks of
+ *   ms_chunk_bytes_for(size) bytes (`cb`).
  *
- * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is in
- *   `maps`, which is sorted by address; a handle's store is freed only when its references and
- *   mappings are both zero. Lock order: vmm_lock, then the engine's (never the reverse).
+ *   cuMemMap of a virtual handle that lines up with its slots (an offset at a slot boundary, an
+ *   end at one or at the handle's end: the driver maps whole handles at offset 0) while no
+ *   other mapping of it covers those slots becomes an always-mapped engine region (kind
+ *   MS_RK_VMM, its chunks the slots; ms_engine_vmm_map_amap), like a cuMemAlloc allocation:
+ *   every chunk is mapped at the application's address, inside its reservation, to device
+ *   memory or to a host chunk (the engine says which). cuMemUnmap evicts what is resident into
+ *   host chunks, and the engine hands their tokens back; the handle keeps them by slot (`kept`)
+ *   and its next mapping over those slots takes them (those chunks start HOST, with their
+ *   bytes), at the same address or another. Host memory is thus pinned only for chunks that
+ *   left the device. The last mapping of a handle already released (CUDA's samples release a
+ *   handle right after mapping it) saves nothing at its unmap: nobody can map it again.
+ *
+ *   Anything else (a handle mapped twice at once, a mapping that does not line up, a handle
+ *   whose store holds data) is the fallback, as every mapping was before: a region backed by a
+ *   pinned host store of the handle's size (`host`, pinned at the first fallback mapping, in
+ *   one piece: a mapping may start anywhere in the handle), resident only when used and
+ *   unmapped when evicted, so commands need its chunks resident; its cuMemUnmap saves what is
+ *   resident into the store (`has_data`), unless the handle's contents live in host chunks
+ *   (kept, or an always-mapped mapping of it is still there): the two mappings never shared
+ *   their bytes, and the host chunks win, so a handle mapped twice can be mapped whole again. A
+ *   fallback mapping over slots that keep host chunks is refused (CUDA_ERROR_NOT_SUPPORTED,
+ *   said once): their bytes cannot move into the store.
+ *
+ *   cuMemSetAccess on adopted ranges succeeds (the engine maps its chunks read-write for this
+ *   device); cuMemRelease frees the record, its store and its kept host chunks once it is
+ *   neither referenced nor mapped. Retaining, property and access queries are answered from
+ *   the record. Export of a virtual handle is refused (CUDA_ERROR_NOT_SUPPORTED, one line on
+ *   stderr naming MSCHED_VMM_EXPORTABLE=0): its memory moves, so another process could not
+ *   hold it. PyTorch's expandable segments and XLA ask for an exportable handle (a POSIX file
+ *   descriptor type, RDMA capability where the GPU has it) but export only when a tensor is
+ *   shared with another process: virtualized by default (the RDMA request ignored), they work
+ *   until such sharing, which then fails cleanly. NCCL creates its buffers exportable and
+ *   exports them to the other ranks: MSCHED_VMM_EXPORTABLE=0 passes exportable handles to the
+ *   driver. Any cuMemCreate that goes to the driver says why on stderr (the first one), and its
+ *   device memory is counted against the budget until its release (ms_engine_driver_mem,
+ *   `dhandles`). Everything else, and every handle that is not virtual, goes to the driver;
+ *   ranges that mix adopted and driver mappings are split, the driver getting the parts that
+ *   are its own. Mappings are reported as allocations (MS_RK_VMM) either way, so the shim's
+ *   live bytes include them.
+ *
+ * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is
+ *   in `maps`, which is sorted by address; a handle's store and kept host chunks are freed only
+ *   when its references and mappings are both zero; a slot's kept token is 0 while an
+ *   always-mapped mapping covers it (its region holds the host chunk then); `dhandles` lists
+ *   the device memory handles the driver made past the engine that are not released yet.
+ *   Lock order: vmm_lock, then the engine's (never the reverse).
  */
 #include "shim/shim_int.h"
 #include "shim/locks.h"
@@ -49,15 +76,19 @@
 struct vhandle {
     uint32_t magic;
     uint64_t size;
-    void *host;
+    void *host; /* the store: NULL until a fallback mapping needs it */
     CUmemAllocationProp prop;
     uint32_t refs, nmaps;
-    bool has_data; /* unmapped after use: the store holds its contents */
+    bool has_data; /* a fallback mapping was unmapped after use: the store holds contents */
+    uint64_t cb;   /* slot (chunk) size of its always-mapped mappings: ms_chunk_bytes_for(size) */
+    size_t nslots;
+    uint64_t *kept; /* per slot: the host chunk token an unmapped mapping left (0: none) */
 };
 
 struct vmap {
     uint64_t va, size, offset;
     struct vhandle *vh;
+    bool amap; /* always mapped (slot-aligned); else the fallback on the store */
 };
 
 static struct ms_lock vmm_lock = MS_LOCK_INIT(MS_LK_VMM, "vmm");
@@ -65,6 +96,38 @@ static struct vhandle **handles;
 static size_t nhandles, caphandles;
 static struct vmap *maps;
 static size_t nmaps, capmaps;
+
+/* Device memory handles the driver made past the engine (counted against the budget:
+ * ms_engine_driver_mem), until their release. */
+struct dhandle {
+    CUmemGenericAllocationHandle h;
+    uint64_t size;
+};
+static struct dhandle *dhandles;
+static size_t ndhandles, capdhandles;
+
+static void driver_note(CUmemGenericAllocationHandle h, uint64_t size)
+{
+    ms_lock(&vmm_lock);
+    bool ok = ms_grow((void **)&dhandles, &capdhandles, ndhandles + 1, sizeof(*dhandles)) == MS_OK;
+    if (ok)
+        dhandles[ndhandles++] = (struct dhandle){h, size};
+    ms_unlock(&vmm_lock);
+    if (ok)
+        ms_engine_driver_mem((int64_t)size);
+}
+
+/* The driver released handle h: its bytes no longer count (vmm_lock held). */
+static uint64_t driver_forget(CUmemGenericAllocationHandle h)
+{
+    for (size_t i = 0; i < ndhandles; i++)
+        if (dhandles[i].h == h) {
+            uint64_t size = dhandles[i].size;
+            dhandles[i] = dhandles[--ndhandles];
+            return size;
+        }
+    return 0;
+}
 
 static struct vhandle *virt(CUmemGenericAllocationHandle h)
 {
@@ -82,6 +145,33 @@ static struct vmap *map_at(uint64_t va)
     return NULL;
 }
 
+/* Whether a mapping of vh covers part of [lo, hi) of the handle (vmm_lock held). */
+static bool handle_mapped(const struct vhandle *vh, uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; i < nmaps; i++)
+        if (maps[i].vh == vh && maps[i].offset < hi && maps[i].offset + maps[i].size > lo)
+            return true;
+    return false;
+}
+
+/* Whether an always-mapped mapping of vh exists (vmm_lock held). */
+static bool amap_mapped(const struct vhandle *vh)
+{
+    for (size_t i = 0; i < nmaps; i++)
+        if (maps[i].vh == vh && maps[i].amap)
+            return true;
+    return false;
+}
+
+/* Whether vh keeps host chunks for a slot that [lo, hi) of the handle overlaps. */
+static bool kept_in(const struct vhandle *vh, uint64_t lo, uint64_t hi)
+{
+    for (size_t k = (size_t)(lo / vh->cb); vh->kept && k < vh->nslots && k * vh->cb < hi; k++)
+        if (vh->kept[k])
+            return true;
+    return false;
+}
+
 static void vh_maybe_free(struct vhandle *vh)
 {
     if (vh->refs || vh->nmaps)
@@ -92,6 +182,9 @@ static void vh_maybe_free(struct vhandle *vh)
             break;
         }
     ms__host_unpin(vh->host); /* a release cannot be undone: nothing to report it to */
+    if (vh->kept)
+        ms_engine_vmm_host_free(vh->kept, vh->nslots);
+    ms_free(vh->kept);
     vh->magic = 0;
     ms_free(vh);
 }
@@ -109,8 +202,7 @@ static const char *not_virtualizable(size_t size, const CUmemAllocationProp *p,
     if (!exportable &&
         (p->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE || p->allocFlags.gpuDirectRDMACapable))
         return "it asks for an exportable or RDMA-capable handle, as NCCL and PyTorch's "
-               "expandable segments do; MSCHED_VMM_EXPORTABLE=1 virtualizes those too, and "
-               "refuses their export";
+               "expandable segments do, and MSCHED_VMM_EXPORTABLE=0 passes those to the driver";
     if (p->requestedHandleTypes &
         ~(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC))
         return "an export handle type other than a file descriptor or fabric handle";
@@ -124,28 +216,35 @@ static const char *not_virtualizable(size_t size, const CUmemAllocationProp *p,
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    if (!handle || !ms_engine_vmm_ready())
+    if (!handle)
         return MS_REAL(cuMemCreate)(handle, size, prop, flags);
-    const char *why = not_virtualizable(size, prop, flags);
+    const char *why = NULL;
+    if (!ms_engine_vmm_ready()) {
+        if (!ms_engine_active())
+            return MS_REAL(cuMemCreate)(handle, size, prop, flags); /* the shim only observes */
+        why = "the memory engine in force does not move VMM memory (MSCHED_ENGINE=vmm does), or "
+              "the call is in another context than the engine's";
+    } else {
+        why = not_virtualizable(size, prop, flags);
+    }
     if (why) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             ms__shim_say("cuMemCreate passed to the driver, not moved by msched (%s): such "
                          "memory stays resident and counts against the budget",
                          why);
-        return MS_REAL(cuMemCreate)(handle, size, prop, flags);
+        CUresult rc = MS_REAL(cuMemCreate)(handle, size, prop, flags);
+        if (rc == CUDA_SUCCESS && prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+            driver_note(*handle, size);
+        return rc;
     }
     struct vhandle *vh = ms_calloc(1, sizeof(*vh));
     if (!vh)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    /* One piece: a mapping may start anywhere in the handle, so its chunks need not fall on
-     * piece boundaries of the store. */
-    if (ms__host_pin(size, size, &vh->host) != CUDA_SUCCESS) {
-        ms_free(vh);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     vh->magic = VH_MAGIC;
     vh->size = size;
+    vh->cb = ms_chunk_bytes_for(size);
+    vh->nslots = (size_t)((size + vh->cb - 1) / vh->cb);
     vh->prop = *prop;
     vh->refs = 1;
     ms_lock(&vmm_lock);
@@ -164,7 +263,6 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         handles[nhandles++] = vh;
     ms_unlock(&vmm_lock);
     if (!ok) {
-        ms__host_unpin(vh->host);
         ms_free(vh);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -184,7 +282,17 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
         vh_maybe_free(vh);
     }
     ms_unlock(&vmm_lock);
-    return vh ? rc : MS_REAL(cuMemRelease)(handle);
+    if (vh)
+        return rc;
+    rc = MS_REAL(cuMemRelease)(handle);
+    if (rc == CUDA_SUCCESS) {
+        ms_lock(&vmm_lock);
+        uint64_t gone = driver_forget(handle);
+        ms_unlock(&vmm_lock);
+        if (gone)
+            ms_engine_driver_mem(-(int64_t)gone);
+    }
+    return rc;
 }
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
@@ -205,14 +313,42 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         rc = CUDA_ERROR_INVALID_VALUE;
     else if (ms_grow((void **)&maps, &capmaps, nmaps + 1, sizeof(*maps)) != MS_OK)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (rc == CUDA_SUCCESS)
-        rc = (CUresult)ms_engine_vmm_map(ptr, size, (char *)vh->host + offset, vh->has_data);
+    else if (!vh->kept && !(vh->kept = ms_calloc(vh->nslots, sizeof(*vh->kept))))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t end = offset + size;
+    bool amap = rc == CUDA_SUCCESS && !vh->has_data && offset % vh->cb == 0 &&
+                (end % vh->cb == 0 || end == vh->size) && !handle_mapped(vh, offset, end);
+    size_t slot0 = (size_t)(offset / vh->cb);
+    if (rc == CUDA_SUCCESS && amap) {
+        rc = (CUresult)ms_engine_vmm_map_amap(ptr, size, vh->cb, vh->kept + slot0);
+        if (rc == CUDA_SUCCESS) /* the region holds them now */
+            memset(vh->kept + slot0, 0, (size_t)((size + vh->cb - 1) / vh->cb) * sizeof(uint64_t));
+    } else if (rc == CUDA_SUCCESS && kept_in(vh, offset, end)) {
+        /* The contents of that part of the handle live in host chunks an always-mapped mapping
+         * left, which a mapping that does not line up with them cannot take. */
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            ms__shim_say("cuMemMap refused (CUDA_ERROR_NOT_SUPPORTED): part of a VMM handle "
+                         "mapped again at an offset or size that does not line up with its "
+                         "%llu MiB chunks, after a mapping that did; run the program with "
+                         "MSCHED_ENGINE=off if it needs this",
+                         (unsigned long long)(vh->cb / MS_MIB));
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    } else if (rc == CUDA_SUCCESS) {
+        /* The fallback: the store is pinned at its first such mapping, in one piece (a
+         * mapping may start anywhere in the handle, so its chunks need not fall on piece
+         * boundaries). */
+        if (!vh->host && ms__host_pin(vh->size, vh->size, &vh->host) != CUDA_SUCCESS)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        if (rc == CUDA_SUCCESS)
+            rc = (CUresult)ms_engine_vmm_map(ptr, size, (char *)vh->host + offset, vh->has_data);
+    }
     if (rc == CUDA_SUCCESS) {
         size_t i = nmaps;
         while (i > 0 && maps[i - 1].va > ptr)
             i--;
         memmove(&maps[i + 1], &maps[i], (nmaps - i) * sizeof(*maps));
-        maps[i] = (struct vmap){ptr, size, offset, vh};
+        maps[i] = (struct vmap){ptr, size, offset, vh, amap};
         nmaps++;
         vh->nmaps++;
     }
@@ -276,8 +412,12 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
         }
         struct ms_shim_alloc was;
         bool known = ms_shim_on_free_begin(m.va, &was);
-        bool handled = false;
-        rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, &handled);
+        bool handled = false, kept = false;
+        size_t slot0 = (size_t)(m.offset / m.vh->cb);
+        /* A released handle's last mapping: its contents die with it, nothing to save. */
+        bool keep = m.vh->refs > 0 || m.vh->nmaps > 1;
+        rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, keep, &handled, m.vh->kept + slot0,
+                                           m.amap ? m.vh->nslots - slot0 : 0, &kept);
         if (rc == CUDA_SUCCESS && !handled)
             rc = CUDA_ERROR_INVALID_VALUE;
         ms_shim_on_free_end(m.va, known ? &was : NULL, rc == CUDA_SUCCESS);
@@ -286,7 +426,11 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
         memmove(&maps[i], &maps[i + 1], (nmaps - i - 1) * sizeof(*maps));
         nmaps--;
         m.vh->nmaps--;
-        m.vh->has_data = true;
+        /* A fallback mapping's contents are in the store now, unless the handle's contents
+         * live in host chunks (kept, or an always-mapped mapping of it still there): the two
+         * never shared their bytes, and those win, so the next mapping can take them. */
+        if (!kept && !kept_in(m.vh, 0, m.vh->size) && !amap_mapped(m.vh))
+            m.vh->has_data = true;
         vh_maybe_free(m.vh);
     }
     ms_unlock(&vmm_lock);
@@ -372,9 +516,11 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
     if (v) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-            ms__shim_say("cuMemExportToShareableHandle on memory msched moves is not "
-                         "supported: run the program with --engine off (MSCHED_ENGINE=off) to "
-                         "share device memory");
+            ms__shim_say("cuMemExportToShareableHandle refused (CUDA_ERROR_NOT_SUPPORTED): "
+                         "msched virtualizes exportable VMM handles (it moves their memory, so "
+                         "another process could not hold it); run the program with "
+                         "MSCHED_VMM_EXPORTABLE=0 to give such handles to the driver (resident, "
+                         "counted against the budget), or with --engine off (MSCHED_ENGINE=off)");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     return MS_REAL(cuMemExportToShareableHandle)(shareableHandle, handle, handleType, flags);

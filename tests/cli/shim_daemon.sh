@@ -114,7 +114,7 @@ pass "three clients over-subscribing the budget: zero mismatches, $sw switches"
 # and neither ever has more managed memory on the device than the daemon's budget.
 client u MSCHED_ENGINE=unified -- "$OPS" 5
 client d MSCHED_ENGINE=demand -- "$OPS" 9
-client v MSCHED_VMM_EXPORTABLE=1 -- 3 1 vmm
+client v -- 3 1 vmm
 wait_shim u 0 "$LIMIT"
 wait_shim d 0 "$LIMIT"
 wait_shim v 0 "$LIMIT"

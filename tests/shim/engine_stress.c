@@ -44,7 +44,12 @@
  *          unmapped and mapped again elsewhere (its contents must travel with it); everything
  *          unmapped and released. The two side by side ask what PyTorch's expandable segments
  *          ask for (an exportable handle type, GPUDirect RDMA capability where the GPU has
- *          it): they are still virtualized, and exporting one must be refused.
+ *          it): they are still virtualized, and exporting one must be refused. A 256 MiB
+ *          handle is created first and released at the end, never mapped. Then every other
+ *          handle moves into the hole after it (checked there, filled again, checked again),
+ *          and an 8 MiB handle is mapped twice at once (the second mapping is the fallback;
+ *          STRESS_VMM_FALLBACK=0 skips it), unmapped and mapped whole again. Prints the fake's host
+ *          handle counts after (FAKE host_handles=...).
  *          Prints "ENGINE_VMM rounds=N ipc=I export=X mismatches=M".
  * STRESS_OOM_OK=1: an allocation refused with CUDA_ERROR_OUT_OF_MEMORY is skipped (counted in
  * ooms) instead of failing the run.
@@ -191,7 +196,7 @@ static double pct_ms(const double *lat, size_t n, double p)
 }
 
 /* The "vmm" mode (see the header). */
-static int vmm_mode(int rounds, void *h, CUfunction f_fill)
+static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
 {
     CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
     CUresult (*afree)(CUdeviceptr, size_t);
@@ -217,9 +222,14 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
     prop.location.id = 0;
     CUdeviceptr base;
     CUmemGenericAllocationHandle hs[NBUF], pair[2];
-    /* slot i at 2 * i * sz (a hole after each); the pair at 2 * NBUF * sz; a spare after it */
-    const uint64_t span = (2u * NBUF + 3) * sz, pbase = 2u * NBUF * sz, spare = pbase + 2 * sz;
+    /* slot i at 2 * i * sz (a hole after each); the pair at 2 * NBUF * sz; a spare after it;
+     * then room for the fallback mappings (fb, fb2: 2 * sz each) */
+    const uint64_t span = (2u * NBUF + 7) * sz, pbase = 2u * NBUF * sz, spare = pbase + 2 * sz,
+                   fb = spare + sz, fb2 = fb + 2 * sz;
     CK(reserve(&base, span, 0, 0, 0));
+    /* A large handle never mapped: it must take no memory at all (no host store either). */
+    CUmemGenericAllocationHandle idle;
+    CK(create(&idle, 64 * sz, &prop, 0));
     for (int i = 0; i < NBUF; i++) {
         CK(create(&hs[i], sz, &prop, 0));
         CK(map(base + 2 * (uint64_t)i * sz, sz, 0, hs[i], 0));
@@ -255,6 +265,10 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
     CK(map(base + pbase, sz, 0, pair[0], 0));
     CK(map(base + pbase + sz, sz, 0, pair[1], 0));
     CK(access(base + pbase, 2 * sz, &acc, 1));
+    /* Released at once, as CUDA's samples do: the mappings keep them; their unmap has nothing
+     * to save (nobody can map them again). */
+    CK(release(pair[0]));
+    CK(release(pair[1]));
     /* Memory msched moves cannot be shared with another process: an IPC handle is refused
      * (where the driver has no IPC at all, as the fake, the call is skipped: -1). */
     CUresult (*ipc_get)(CUipcMemHandle *, CUdeviceptr);
@@ -269,6 +283,15 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
         CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
     }
     CK(p_sync());
+    /* Host chunks exist only for what left the device (none when everything fits). */
+    ms_fake_get_stats_fn stats;
+    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
+    if (stats) {
+        struct ms_fake_stats st;
+        stats(&st);
+        printf("VMM_MID host_handles=%llu host_handle_bytes=%llu\n",
+               (unsigned long long)st.host_handles, (unsigned long long)st.host_handle_bytes);
+    }
     uint64_t mismatches = 0;
     uint32_t *v = malloc(2 * sz);
     for (int i = 0; i < NBUF; i++) {
@@ -286,18 +309,95 @@ static int vmm_mode(int rounds, void *h, CUfunction f_fill)
     CK(p_d2h(v, base + spare, sz));
     for (uint64_t k = 0; k < words; k++)
         mismatches += v[k] != pattern(k, (uint32_t)((rounds - 1) * 100));
+    /* Every other handle moves into the hole after it (its contents, on the device or in host
+     * chunks, travel with it), is checked there, filled once more and checked again. */
+    for (int i = 1; i < NBUF; i++) {
+        CK(unmap(base + 2 * (uint64_t)i * sz, sz));
+        CK(map(base + (2 * (uint64_t)i + 1) * sz, sz, 0, hs[i], 0));
+        CK(access(base + (2 * (uint64_t)i + 1) * sz, sz, &acc, 1));
+    }
+    for (int i = 1; i < NBUF; i++) {
+        CK(p_d2h(v, base + (2 * (uint64_t)i + 1) * sz, sz));
+        for (uint64_t k = 0; k < words; k++)
+            mismatches += v[k] != pattern(k, (uint32_t)((rounds - 1) * 100 + i));
+    }
+    for (int i = 1; i < NBUF; i++) {
+        CUdeviceptr d = base + (2 * (uint64_t)i + 1) * sz;
+        uint64_t n = words;
+        uint32_t seed = (uint32_t)(rounds * 100 + i);
+        void *args[] = {&d, &n, &seed};
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    }
+    CK(p_sync());
+    for (int i = 1; i < NBUF; i++) {
+        CK(p_d2h(v, base + (2 * (uint64_t)i + 1) * sz, sz));
+        for (uint64_t k = 0; k < words; k++)
+            mismatches += v[k] != pattern(k, (uint32_t)(rounds * 100 + i));
+    }
+    /* The fallback (store-based) mapping: an 8 MiB handle mapped at fb and, at the same time,
+     * at fb2 (a handle mapped twice; the driver maps whole handles, at offset 0). Each is filled
+     * and checked before the other is written (the two do not alias under msched: a known
+     * limit). Skipped with
+     * STRESS_VMM_FALLBACK=0: such mappings are not always mapped, so a dropped prediction
+     * (MSCHED_MISPREDICT) may reach one off the device. */
+    const char *fbenv = getenv("STRESS_VMM_FALLBACK");
+    if (!fbenv || strcmp(fbenv, "0") != 0) {
+        CUmemGenericAllocationHandle hf;
+        CK(create(&hf, 2 * sz, &prop, 0));
+        CK(map(base + fb, 2 * sz, 0, hf, 0));
+        CK(map(base + fb2, 2 * sz, 0, hf, 0));
+        CK(access(base + fb, 2 * sz, &acc, 1));
+        CK(access(base + fb2, 2 * sz, &acc, 1));
+        CUdeviceptr d1 = base + fb, d2 = base + fb2;
+        uint64_t n1 = 2 * words, n2 = 2 * words;
+        uint32_t s1 = 777, s2 = 778;
+        void *a1[] = {&d1, &n1, &s1}, *a2[] = {&d2, &n2, &s2};
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, a1, NULL));
+        CK(p_sync());
+        CK(p_d2h(v, d1, 2 * sz));
+        for (uint64_t k = 0; k < 2 * words; k++)
+            mismatches += v[k] != pattern(k, 777);
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, a2, NULL));
+        CK(p_sync());
+        CK(p_d2h(v, d2, 2 * sz));
+        for (uint64_t k = 0; k < 2 * words; k++)
+            mismatches += v[k] != pattern(k, 778);
+        CK(unmap(base + fb2, 2 * sz));
+        CK(unmap(base + fb, 2 * sz));
+        /* Mapped whole again (elsewhere): the first mapping's contents under msched (the
+         * second's never shared its bytes), the second's on a driver that aliases them. */
+        CK(map(base + fb2, 2 * sz, 0, hf, 0));
+        CK(access(base + fb2, 2 * sz, &acc, 1));
+        CK(p_d2h(v, d2, 2 * sz));
+        uint64_t m777 = 0, m778 = 0;
+        for (uint64_t k = 0; k < 2 * words; k++) {
+            m777 += v[k] != pattern(k, 777);
+            m778 += v[k] != pattern(k, 778);
+        }
+        mismatches += m777 < m778 ? m777 : m778;
+        CK(unmap(base + fb2, 2 * sz));
+        CK(release(hf));
+    }
     free(v);
     for (int i = 1; i < NBUF; i++)
-        CK(unmap(base + 2 * (uint64_t)i * sz, sz));
+        CK(unmap(base + (2 * (uint64_t)i + 1) * sz, sz));
     CK(unmap(base + pbase, 2 * sz)); /* one call over both mappings */
     CK(unmap(base + spare, sz));
     for (int i = 0; i < NBUF; i++)
         CK(release(hs[i]));
-    CK(release(pair[0]));
-    CK(release(pair[1]));
+    CK(release(idle));
     CK(afree(base, span));
     printf("ENGINE_VMM rounds=%d ipc=%d export=%d mismatches=%llu\n", rounds, ipc, exported,
            (unsigned long long)mismatches);
+    if (stats) {
+        struct ms_fake_stats st;
+        stats(&st);
+        printf("FAKE host_handles=%llu host_creates=%llu host_mapped_launches=%llu "
+               "host_handle_peak_bytes=%llu\n",
+               (unsigned long long)st.host_handles, (unsigned long long)st.host_creates,
+               (unsigned long long)st.host_mapped_launches,
+               (unsigned long long)st.host_handle_peak_bytes);
+    }
     return mismatches == 0 ? 0 : 1;
 }
 
@@ -659,7 +759,7 @@ int main(int argc, char **argv)
     if (argc > 3 && strcmp(argv[3], "graph") == 0)
         return graph_mode(ops, h, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "vmm") == 0)
-        return vmm_mode(ops, h, f_fill);
+        return vmm_mode(ops, h, fh, f_fill);
     uint64_t mismatches = 0, launches = 0, ooms = 0;
     const char *oe = getenv("STRESS_OOM_OK");
     bool oom_ok = oe && strcmp(oe, "1") == 0;

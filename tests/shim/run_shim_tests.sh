@@ -566,7 +566,7 @@ fi
 
 # The application's own VMM memory (reserve, cuMemCreate, cuMemMap, cuMemSetAccess over many
 # mappings at once): 96 MiB of mappings under the 40 MiB budget are virtualized (faults and
-# evictions happen; the fake's oracle kills a touch of a non-resident chunk), the data is
+# evictions happen; a chunk off the device is mapped to its host chunk), the data is
 # intact, and a handle unmapped and mapped elsewhere keeps its contents.
 out=$(env LD_LIBRARY_PATH="$FAKEDIR" "$T/engine_stress" 3 1 vmm 2>&1)
 if [ $? -eq 0 ] && grep -q "mismatches=0" <<<"$out"; then
@@ -574,28 +574,82 @@ if [ $? -eq 0 ] && grep -q "mismatches=0" <<<"$out"; then
 else
     fail engine/vmm-direct "$(tail -n 2 <<<"$out" | tr '\n' ' ')"
 fi
+# Exportable handles are virtualized by default (MSCHED_VMM_EXPORTABLE defaults to 1).
 out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
-    MSCHED_VMM_EXPORTABLE=1 MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+    MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
 rc=$?
 evicted=$(grep -o "out [0-9]* MiB" <<<"$out" | grep -o "[0-9]*")
 faults=$(grep -o "[0-9]* faults" <<<"$out" | grep -o "[0-9]*")
 # ipc=801, export=801: an IPC handle to memory msched moves, or an export of a virtualized
-# (exportable) VMM handle, is refused (CUDA_ERROR_NOT_SUPPORTED).
+# (exportable) VMM handle, is refused (CUDA_ERROR_NOT_SUPPORTED), the export in one line that
+# names the way out (MSCHED_VMM_EXPORTABLE=0); nothing went to the driver. Mappings are always
+# mapped: no host store is pinned but the fallback handle's (8 MiB: mapped twice at once); the
+# 256 MiB handle never mapped takes nothing.
 if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
+    [ "$(grep -c "cuMemExportToShareableHandle refused.*MSCHED_VMM_EXPORTABLE=0" <<<"$out")" -eq 1 ] &&
+    ! grep -q "cuMemCreate passed to the driver" <<<"$out" &&
+    grep -q "host backing: 1 stores, 8 MiB pinned" <<<"$out" &&
     [ "${evicted:-0}" -gt 0 ] && [ "${faults:-0}" -gt 10 ]; then
     pass "engine/vmm-budget ($faults faults, $evicted MiB evicted)"
 else
     fail engine/vmm-budget "rc=$rc $(grep -E 'ENGINE|engine|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
-# Without MSCHED_VMM_EXPORTABLE the two exportable, RDMA-capable handles (what NCCL creates and
-# exports to other ranks) go to the driver: neither their export nor an IPC handle to them is
-# refused by msched (the fake has neither call: 500), the reason is said once, and the data is
-# still right.
-out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+# Application VMM mappings are always mapped: with 30 % of every prediction dropped (and, in
+# strict mode, everything a command does not name evicted), kernels reach mappings off the
+# device through their host chunks, and no byte is wrong (before they were always mapped, the
+# fake's oracle killed such a kernel: an evicted VMM chunk was mapped nowhere). The fallback
+# mappings are left out: they are not always mapped.
+for mode in "MSCHED_STRICT=1" "MSCHED_STRICT=0"; do
+    out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB $mode \
+        MSCHED_MISPREDICT=30 STRESS_VMM_FALLBACK=0 MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+    rc=$?
+    hml=$(grep -o "host_mapped_launches=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+    if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
+        [ "${hml:-0}" -gt 0 ]; then
+        pass "engine/vmm-mispredict $mode ($hml kernels reached host chunks, no mismatch)"
+    else
+        fail "engine/vmm-mispredict $mode" "rc=$rc host_mapped_launches=$hml $(grep -E 'ENGINE|misses|FAIL|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+    fi
+done
+# Host chunks only for what leaves the device: with everything within the budget, none exists
+# before the first unmap (VMM_MID); each of the 25 mappings of a handle still held that are
+# unmapped with data leaves its contents in host chunks (one chunk each) that the next mapping
+# takes (the moved handles' data is checked at their new addresses); the pair, released right
+# after mapping, saves nothing at its unmap; none is left at exit.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=200MiB \
     MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
 rc=$?
+if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
+    grep -q "VMM_MID host_handles=0 " <<<"$out" && grep -q " 25 host chunks made (104 MiB)" <<<"$out" &&
+    grep -q "FAKE host_handles=0 host_creates=25 " <<<"$out"; then
+    pass "engine/vmm-host-chunks (none before an unmap with everything resident, 25 made by unmaps, none left)"
+else
+    fail engine/vmm-host-chunks "rc=$rc $(grep -E 'ENGINE|VMM_MID|FAKE|host chunks|FAIL' <<<"$out" | tr '\n' ' ')"
+fi
+# The unified engines do not move VMM memory: every handle goes to the driver (said once) and
+# the program runs as without msched (before, the mappings were adopted and the first launch on
+# one failed); the 256 MiB handle takes the process over its budget, said once.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=200MiB \
+    MSCHED_ENGINE=unified MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+rc=$?
 if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=500 export=500 mismatches=0" <<<"$out" &&
-    [ "$(grep -c "cuMemCreate passed to the driver, not moved by msched (it asks for an exportable" <<<"$out")" -eq 1 ]; then
+    [ "$(grep -c "cuMemCreate passed to the driver, not moved by msched (the memory engine in force" <<<"$out")" -eq 1 ] &&
+    [ "$(grep -c "OVER BUDGET: this process now holds [0-9]* MiB .* budget of 200 MiB" <<<"$out")" -eq 1 ]; then
+    pass "engine/vmm-unified-passthrough"
+else
+    fail engine/vmm-unified-passthrough "rc=$rc $(grep -E 'ENGINE|msched|FAIL' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+# With MSCHED_VMM_EXPORTABLE=0 the two exportable, RDMA-capable handles (what NCCL creates and
+# exports to other ranks) go to the driver: neither their export nor an IPC handle to them is
+# refused by msched (the fake has neither call: 500), the reason is said once, and the data is
+# still right. Their 8 MiB count against the budget: created while the engine holds its 40
+# MiB, the process holds more than its budget, which is said once (OVER BUDGET).
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VMM_EXPORTABLE=0 MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=500 export=500 mismatches=0" <<<"$out" &&
+    [ "$(grep -c "cuMemCreate passed to the driver, not moved by msched (it asks for an exportable" <<<"$out")" -eq 1 ] &&
+    [ "$(grep -c "OVER BUDGET: .* more than its budget of 40 MiB" <<<"$out")" -eq 1 ]; then
     pass "engine/vmm-exportable-passthrough"
 else
     fail engine/vmm-exportable-passthrough "rc=$rc $(grep -E 'ENGINE|msched' <<<"$out" | tail -n 3 | tr '\n' ' ')"

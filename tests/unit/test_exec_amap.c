@@ -268,6 +268,65 @@ static void map_host_refusals(void **unused)
     world_free(w);
 }
 
+/* A region's host chunks outlive it (detach) and carry its bytes into a new region at another
+ * address (attach), as an application VMM handle unmapped and mapped again elsewhere. */
+static void detach_attach_carries_data(void **unused)
+{
+    (void)unused;
+    struct world *w = world_new(8 * CH);
+    const struct ms_gpu_ops *ops = ms_gpu_fake_ops(w->fake);
+    struct ms_plan p;
+    ms_plan_init(&p);
+    struct ms_exec_stats st;
+    step(&p, MS_STEP_POPULATE, w, 0, 1);
+    assert_int_equal(exec(w, &p, 8 * CH, true, false, &st), MS_OK);
+    for (uint32_t k = 0; k < NCH; k++)
+        write_chunk(w, 0, k); /* chunk 1 on the device, the others in their host chunks */
+    uint64_t tok[NCH];
+    /* A resident chunk: refused, nothing changes. */
+    assert_int_equal(ms_exec_detach_host(&w->rt, ops, w->reg[0], tok), MS_E_BUSY);
+    check(w);
+    p.n = 0;
+    step(&p, MS_STEP_EVICT, w, 0, 1);
+    assert_int_equal(exec(w, &p, 8 * CH, true, false, &st), MS_OK);
+    check(w);
+    /* The seam fails at the second host unmap: the first is mapped back. */
+    ms_gpu_fake_fail_after(w->fake, 2);
+    assert_int_equal(ms_exec_detach_host(&w->rt, ops, w->reg[0], tok), MS_E_GPU);
+    ms_gpu_fake_fail_after(w->fake, 0);
+    check(w);
+    assert_int_equal(ms_exec_detach_host(&w->rt, ops, w->reg[0], tok), MS_OK);
+    for (uint32_t k = 0; k < NCH; k++) {
+        assert_true(tok[k] != 0);
+        assert_int_equal(ms_chunk_get(&w->rt, MS_CHUNK_ID(w->reg[0], k))->state, MS_CS_EMPTY);
+    }
+    assert_null(ms_gpu_fake_access(w->fake, 0x100000000ull, 8)); /* mapped nowhere now */
+    assert_int_equal(ms_exec_free_region(&w->rt, ops, w->reg[0]), MS_OK);
+    assert_int_equal(ms_gpu_fake_host_chunks(w->fake), 2 * NCH); /* the tokens kept theirs */
+    /* Mapped again elsewhere: the chunks start HOST with their bytes. */
+    uint32_t nr;
+    assert_int_equal(ms_region_add(&w->rt, 1, 0x900000000ull, NCH * CH, MS_RK_VMM, CH, &nr), MS_OK);
+    ms_region_get(&w->rt, nr)->amap = true;
+    ms_chunk_apply(&w->rt, MS_CHUNK_ID(nr, 0), MS_CE_MAP_FRESH); /* not EMPTY: refused */
+    assert_int_equal(ms_exec_attach_host(&w->rt, ops, nr, tok), MS_E_STATE);
+    ms_chunk_apply(&w->rt, MS_CHUNK_ID(nr, 0), MS_CE_DISCARD);
+    ms_gpu_fake_fail_after(w->fake, 3); /* the third host map fails: none stays */
+    assert_int_equal(ms_exec_attach_host(&w->rt, ops, nr, tok), MS_E_GPU);
+    ms_gpu_fake_fail_after(w->fake, 0);
+    assert_null(ms_gpu_fake_access(w->fake, 0x900000000ull, 8));
+    assert_int_equal(ms_exec_attach_host(&w->rt, ops, nr, tok), MS_OK);
+    w->reg[0] = nr;
+    check(w); /* the bytes written before are at the new address */
+    /* And they populate from there. */
+    p.n = 0;
+    whole(&p, MS_STEP_POPULATE, w, 0);
+    assert_int_equal(exec(w, &p, 8 * CH, true, false, &st), MS_OK);
+    assert_int_equal(st.bytes_in, NCH * CH);
+    check(w);
+    ms_plan_fini(&p);
+    world_free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +334,7 @@ int main(void)
         cmocka_unit_test(failure_sweep),
         cmocka_unit_test(free_releases_host_chunks),
         cmocka_unit_test(map_host_refusals),
+        cmocka_unit_test(detach_attach_carries_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
