@@ -172,7 +172,7 @@ struct ms_action {
     char why[128];     /* DROP, NOTE: one line for the log */
 };
 
-struct ms_stask;  /* a task (sched.c) */
+struct ms_stask;  /* a task (sched_int.h) */
 struct ms_zombie; /* a dropped task whose DROP is not handed out yet (sched.c) */
 
 enum ms_sched_phase {
