@@ -110,6 +110,9 @@ int ms__sched_chunk_apply(struct ms_sched *s, struct ms_stask *t, ms_chunk_id id
 bool ms__sched_any_order_active(const struct ms_sched *s);
 bool ms__sched_owes(const struct ms_sorder *o, bool evict);
 void ms__sched_order_reset(struct ms_sorder *o);
+/* The order goes out now: active, of `epoch`, its order_timeout deadline from `now`. */
+void ms__sched_order_start(const struct ms_sched *s, struct ms_sorder *o, uint32_t epoch,
+                           uint64_t now);
 void ms__sched_task_free(struct ms_stask *t);
 void ms__sched_release_region(struct ms_sched *s, struct ms_stask *t, uint32_t slot);
 int ms__sched_on_region(struct ms_sched *s, uint64_t now, struct ms_stask *t,

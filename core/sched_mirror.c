@@ -108,6 +108,15 @@ void ms__sched_order_reset(struct ms_sorder *o)
     o->deadline = 0;
 }
 
+void ms__sched_order_start(const struct ms_sched *s, struct ms_sorder *o, uint32_t epoch,
+                           uint64_t now)
+{
+    o->active = true;
+    o->epoch = epoch;
+    o->deadline = now + s->cfg.order_timeout_ns;
+    o->t0 = now;
+}
+
 static void order_fini(struct ms_sorder *o)
 {
     ms_free(o->e);

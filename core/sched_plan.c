@@ -447,19 +447,13 @@ static int dispatch(struct ms_sched *s, uint64_t now, struct ms_stask *t, bool i
             if (ms__sched_chunk_apply(s, o, id, MS_CE_EVICT_START))
                 o->evict.e[i].valid = 0; /* cannot happen: victims are settled, unpinned */
         }
-        o->evict.active = true;
-        o->evict.epoch = epoch;
-        o->evict.deadline = now + s->cfg.order_timeout_ns;
-        o->evict.t0 = now;
+        ms__sched_order_start(s, &o->evict, epoch, now);
         msgs[k].order.epoch = epoch;
         ms__sched_push_send(s, o->id, &msgs[k]);
     }
     if (t->pop.n) {
         ms__sched_grant(s, t);
-        t->pop.active = true;
-        t->pop.epoch = epoch;
-        t->pop.deadline = now + s->cfg.order_timeout_ns;
-        t->pop.t0 = now;
+        ms__sched_order_start(s, &t->pop, epoch, now);
         msgs[nowners].order.epoch = epoch;
         msgs[nowners].order.credit = t->pop.credit;
         ms__sched_push_send(s, t->id, &msgs[nowners]);

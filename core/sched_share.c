@@ -251,10 +251,7 @@ static int share_serve(struct ms_sched *s, uint64_t now, struct ms_stask *t, boo
     uint32_t epoch = ++s->epoch;
     if (t->pop.n) {
         ms__sched_grant(s, t);
-        t->pop.active = true;
-        t->pop.epoch = epoch;
-        t->pop.deadline = now + s->cfg.order_timeout_ns;
-        t->pop.t0 = now;
+        ms__sched_order_start(s, &t->pop, epoch, now);
         m.order.epoch = epoch;
         m.order.credit = t->pop.credit;
         ms__sched_push_send(s, t->id, &m);
