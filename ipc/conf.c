@@ -373,10 +373,8 @@ int ms_conf_get(const struct ms_conf *c, const char *key, char *buf, size_t len)
 
 int ms_conf_check(const struct ms_conf *c, char *why, size_t whylen)
 {
-    if (c->slice_max_ns < c->slice_ns) {
-        WHY("slice_max must be at least slice");
-        return MS_E_INVAL;
-    }
+    /* A slice_max below the slice (the 4 s default beside --slice 6s) is not an error: the
+     * adaptive policy's longest slice is then the slice (ms_conf_to_sched). */
     if (c->metrics_listen[0]) {
         struct sockaddr_storage sa;
         socklen_t salen;

@@ -216,6 +216,11 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
                 --evict "$evict" "${extra[@]}" --foreground >"$dir/mschedd.log" 2>&1 &
             dpid=$!
             for k in $(seq 1 50); do [ -S "$MSCHED_SOCKET" ] && break; sleep 0.1; done
+            if ! kill -0 "$dpid" 2>/dev/null; then
+                echo "run_sweep.sh: mschedd did not start for $sys: $(tail -n 3 "$dir/mschedd.log")" >&2
+                save_raw
+                exit 1
+            fi
             pids=()
             for i in 0 1 2 3; do
                 # shellcheck disable=SC2046
