@@ -58,6 +58,13 @@ struct cand {
     ms_chunk_id id;
     uint64_t bytes;
     uint32_t task;
+    uint32_t room;   /* index into the host rooms (with host_room), else 0 */
+    uint8_t newhost; /* never hosted: evicting it takes `bytes` of its task's host room */
+};
+
+/* Host memory one task may still take (ms_plan_input.host_room), consumed by pass 5. */
+struct room {
+    uint64_t left;
 };
 
 void ms_plan_init(struct ms_plan *p)
@@ -122,12 +129,21 @@ static void push_step(struct ms_plan *p, enum ms_step_op op, ms_chunk_id id)
 
 /* Pass 4: candidates and the bytes that must stay. Returns 0 or MS_E_NOMEM. */
 static int collect(const struct ms_plan_input *in, struct cand **cands, size_t *ncand,
-                   size_t *capcand, uint64_t *need)
+                   size_t *capcand, uint64_t *need, struct room **rooms, size_t *nrooms,
+                   size_t *caprooms)
 {
     struct ms_rtable *rt = in->rt;
     size_t i = 0;
     while (i < rt->nindex) {
         uint32_t task = rt->index[i].task;
+        uint32_t room = 0;
+        if (in->host_room) {
+            int e = ms_grow((void **)rooms, caprooms, *nrooms + 1, sizeof(**rooms));
+            if (e)
+                return e;
+            room = (uint32_t)*nrooms;
+            (*rooms)[(*nrooms)++].left = in->host_room(in->host_ctx, task);
+        }
         size_t j = i;
         uint64_t task_use = 0; /* the task's most recent use, over all its chunks (WHOLE) */
         for (; j < rt->nindex && rt->index[j].task == task; j++) {
@@ -154,6 +170,8 @@ static int collect(const struct ms_plan_input *in, struct cand **cands, size_t *
                 cd->id = MS_CHUNK_ID(ridx, c);
                 cd->bytes = ch->bytes;
                 cd->task = task;
+                cd->room = room;
+                cd->newhost = in->host_room && !ch->hosted;
                 switch (in->policy) {
                 case MS_EVICT_OPT:
                     cd->k1 = UINT64_MAX - ch->mark; /* NEVER -> 0, then furthest first */
@@ -180,6 +198,7 @@ int ms_plan_build(const struct ms_plan_input *in, struct ms_plan *p)
     if (!p)
         return MS_E_INVAL;
     plan_clear(p);
+    p->host_skipped_bytes = 0; /* kept on MS_E_NOSPACE: why the set did not fit */
     int rc = check_input(in);
     if (rc)
         return rc;
@@ -219,7 +238,9 @@ int ms_plan_build(const struct ms_plan_input *in, struct ms_plan *p)
     /* Pass 4. */
     struct cand *cands = NULL;
     size_t ncand = 0, capcand = 0;
-    rc = collect(in, &cands, &ncand, &capcand, &need);
+    struct room *rooms = NULL;
+    size_t nrooms = 0, caprooms = 0;
+    rc = collect(in, &cands, &ncand, &capcand, &need, &rooms, &nrooms, &caprooms);
     if (rc)
         goto out;
     if (need > in->budget) {
@@ -252,14 +273,24 @@ int ms_plan_build(const struct ms_plan_input *in, struct ms_plan *p)
         while ((cur > budget || b > budget - cur) && next < ncand) {
             uint32_t task = cands[next].task;
             do {
-                push_step(p, MS_STEP_EVICT, cands[next].id);
-                cur -= cands[next].bytes;
-                p->evict_bytes += cands[next].bytes;
-                next++;
+                struct cand *cd = &cands[next++];
+                if (cd->newhost) {
+                    struct room *ro = &rooms[cd->room];
+                    if (cd->bytes > ro->left) {
+                        p->host_skipped_bytes += cd->bytes; /* stays on the device */
+                        continue;
+                    }
+                    ro->left -= cd->bytes;
+                }
+                push_step(p, MS_STEP_EVICT, cd->id);
+                cur -= cd->bytes;
+                p->evict_bytes += cd->bytes;
             } while (in->policy == MS_EVICT_WHOLE && next < ncand && cands[next].task == task);
         }
         if (cur > budget || b > budget - cur) {
-            rc = MS_E_NOSPACE; /* unreachable when the need check holds; kept as a guard */
+            /* Reached only when victims were passed over for host room (the need check above
+             * holds otherwise). */
+            rc = MS_E_NOSPACE;
             goto out;
         }
         if (ch) {
@@ -271,6 +302,7 @@ int ms_plan_build(const struct ms_plan_input *in, struct ms_plan *p)
     }
 out:
     ms_free(cands);
+    ms_free(rooms);
     if (rc)
         plan_clear(p);
     return rc;
@@ -413,6 +445,31 @@ int ms_plan_verify(const struct ms_plan_input *in, const struct ms_plan *p, char
         const struct ms_chunk *ch = ms_chunk_get(rt, w[i].id);
         if (!ms_chunk_state_resident((enum ms_chunk_state)ch->state) && !vfind(s, p->n, w[i].id))
             VFAIL("ws[0] chunk %u:%u is not made resident", CID(w[i].id));
+    }
+    /* Host room: each task's evictions of never-hosted chunks within what it may take. s is
+     * reused as (task, bytes) pairs sorted by task. */
+    if (in->host_room) {
+        size_t nt = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            ms_chunk_id id = p->steps[i].chunk;
+            if (p->steps[i].op == MS_STEP_EVICT && !ms_chunk_get(rt, id)->hosted)
+                s[nt++] = (struct vpos){.id = ms_region_get(rt, MS_CHUNK_REGION(id))->task,
+                                        .pos = ms_chunk_get(rt, id)->bytes};
+        }
+        if (nt > 1)
+            qsort(s, nt, sizeof(*s), cmp_vpos);
+        for (size_t i = 0; i < nt;) {
+            uint64_t take = 0;
+            size_t j = i;
+            for (; j < nt && s[j].id == s[i].id; j++)
+                take += s[j].pos;
+            uint64_t room = in->host_room(in->host_ctx, (uint32_t)s[i].id);
+            if (take > room)
+                VFAIL("task %u's evictions need %llu bytes of new host memory, over its room "
+                      "of %llu",
+                      (unsigned)s[i].id, (unsigned long long)take, (unsigned long long)room);
+            i = j;
+        }
     }
     if (ev != p->evict_bytes || pop != p->populate_bytes || peak != p->peak_resident)
         VFAIL("plan counters disagree with its steps (evict %llu/%llu populate %llu/%llu "

@@ -24,8 +24,11 @@
  *                     ws[0]
  *   Demand paging has no plan: its model lives in the simulator (docs/simulator.md).
  *
- *   If ws[0] cannot fit (its bytes + pinned bytes + bytes in motion > budget) the planner
- *   returns MS_E_NOSPACE and an empty plan.
+ *   If ws[0] cannot fit (its bytes + pinned bytes + bytes in motion > budget, or too few
+ *   victims have host room, below) the planner returns MS_E_NOSPACE and an empty plan.
+ *
+ *   Host room (optional, ms_plan_input.host_room): an eviction of a chunk that was never
+ *   hosted costs its task new host memory; victims whose task cannot take it are passed over.
  *
  * Ownership: ms_plan owns its step array. The planner writes chunk.mark scratch fields of the
  * table it reads; nothing else in the table changes. No locking.
@@ -51,7 +54,9 @@ struct ms_plan {
     size_t n, cap;
     uint64_t evict_bytes;
     uint64_t populate_bytes;
-    uint64_t peak_resident; /* highest resident byte count while replaying the steps */
+    uint64_t peak_resident;      /* highest resident byte count while replaying the steps */
+    uint64_t host_skipped_bytes; /* victims passed over: their task had no host room (kept
+                                  * when ms_plan_build fails with MS_E_NOSPACE) */
 };
 
 struct ms_plan_input {
@@ -61,6 +66,12 @@ struct ms_plan_input {
     const struct ms_chunk_set *ws; /* nws sets; ws[k] for timeline entry k, in access order */
     size_t nws;
     enum ms_evict_policy policy;
+    /* Optional (NULL: no bound): the host memory task `task` may still take, in bytes. A
+     * victim that was never hosted (chunk.hosted == 0) needs that much new host memory; one
+     * whose task has no room left is passed over (ms_plan.host_skipped_bytes), so a task at its
+     * host memory limit keeps its memory on the device instead of failing an eviction. */
+    uint64_t (*host_room)(void *ctx, uint32_t task);
+    void *host_ctx;
 };
 
 void ms_plan_init(struct ms_plan *p);

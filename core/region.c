@@ -325,6 +325,10 @@ int ms_chunk_apply(struct ms_rtable *rt, ms_chunk_id id, enum ms_chunk_event ev)
      * chunks that were touched but not changed. No host copy, no reference hash. */
     if (ev == MS_CE_MAP_FRESH || ev == MS_CE_DISCARD || ev == MS_CE_POP_FAIL)
         c->hash = 0;
+    if (ev == MS_CE_EVICT_DONE)
+        c->hosted = 1;
+    else if (ev == MS_CE_DISCARD)
+        c->hosted = 0;
     return MS_OK;
 }
 

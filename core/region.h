@@ -112,6 +112,9 @@ struct ms_chunk {
     uint64_t mark;     /* scratch of the planner and the executor; meaningless between calls */
     uint32_t pins;     /* queued or in-flight GPU work using this chunk */
     uint8_t state;     /* enum ms_chunk_state */
+    uint8_t hosted;    /* it was evicted since the region began (EVICT_DONE; DISCARD clears):
+                        * the shim keeps a chunk's host copy for the region's life, so only a
+                        * chunk that was never hosted costs new host memory when evicted */
 };
 
 struct ms_region {

@@ -237,12 +237,13 @@ struct ms_sched {
     uint32_t sw_evict_task;
     uint64_t bytes_in, bytes_out;
     uint64_t plans, plan_failures, drops;
-    uint64_t stalls;       /* tasks that did not answer a STOP within stop_timeout */
-    uint64_t idle_holds;   /* times an idle task kept the GPU while others waited */
-    uint64_t idle_resumes; /* ... and demanded again before its hold ran out */
-    bool share_blocked;    /* pressure ended sharing: it returns once the footprints fit */
-    uint64_t share_ons;    /* times sharing began */
-    uint64_t share_offs;   /* ... and ended (memory pressure, exclusivity asked for) */
+    uint64_t host_limited_plans; /* plans that kept memory on the device: host limits */
+    uint64_t stalls;             /* tasks that did not answer a STOP within stop_timeout */
+    uint64_t idle_holds;         /* times an idle task kept the GPU while others waited */
+    uint64_t idle_resumes;       /* ... and demanded again before its hold ran out */
+    bool share_blocked;          /* pressure ended sharing: it returns once the footprints fit */
+    uint64_t share_ons;          /* times sharing began */
+    uint64_t share_offs;         /* ... and ended (memory pressure, exclusivity asked for) */
 
     /* queued actions: acts[head..n), then the zombies' DROPs */
     struct ms_action *acts;

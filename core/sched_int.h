@@ -89,6 +89,7 @@ struct ms_stask {
     uint64_t misses;      /* the shim's count of commands run with named chunks off the device */
     uint64_t host_bytes;  /* host bytes its shim holds pinned, as last reported */
     uint64_t host_limit;  /* the most its shim may pin (HELLO), 0 = none */
+    bool host_capped;     /* the last plan kept some of its memory on the device: host limit */
     uint8_t share;        /* SH_*: its part in sharing */
     uint32_t share_epoch; /* SH_LOADING: the epoch its RUN will carry (its POPULATE's) */
 };

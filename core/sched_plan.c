@@ -112,19 +112,77 @@ static void truncate_ws(struct ms_sched *s, struct ms_chunk_set *ws, uint64_t ca
     }
 }
 
-/* Build s->plan for ws[0..nws), shortening ws[0] while it cannot fit. */
-static int build_plan(struct ms_sched *s, size_t nws, const struct ms_timeline *tl)
+/* The host memory a task's shim may still pin (plan.h host_room): its HELLO limit less what
+ * it holds. What it holds is known two ways: the mirror's chunks that were evicted or are
+ * being evicted (exact for what this daemon moved, current at every event), and the shim's
+ * last report (which also counts host memory the daemon never asked for, but lags behind
+ * orders in flight); the larger counts. */
+static uint64_t task_hosted(const struct ms_sched *s, const struct ms_stask *t)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < t->nrmap; i++) {
+        const struct ms_region *r = &s->rt.regions[t->rmap[i].slot];
+        for (uint32_t k = 0; k < r->nchunks; k++)
+            if (r->chunks[k].hosted || r->chunks[k].state == MS_CS_OUT)
+                sum += r->chunks[k].bytes;
+    }
+    return sum;
+}
+
+static uint64_t host_room(void *ctx, uint32_t task)
+{
+    const struct ms_sched *s = ctx;
+    const struct ms_stask *t = ms__sched_find_task(s, task);
+    if (!t || !t->host_limit)
+        return UINT64_MAX;
+    uint64_t held = MS_MAX(t->host_bytes, task_hosted(s, t));
+    return t->host_limit > held ? t->host_limit - held : 0;
+}
+
+/* After a plan: say once per episode which tasks keep memory on the device because of their
+ * host memory limit. */
+static void host_account(struct ms_sched *s)
+{
+    bool any = false;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        struct ms_stask *t = s->tasks[i];
+        /* Capped: victims were passed over and this task has less room than a big chunk
+         * (128 MiB, the largest ms_chunk_bytes_for makes). */
+        uint64_t held = t->host_limit ? MS_MAX(t->host_bytes, task_hosted(s, t)) : 0;
+        bool capped =
+            s->plan.host_skipped_bytes > 0 && t->host_limit && held + 128 * MS_MIB > t->host_limit;
+        if (capped && !t->host_capped)
+            ms__sched_push_note(s, t->id,
+                                "reached its host memory limit (%llu MiB pinned of %llu MiB): "
+                                "its memory stays on the device, no more oversubscription",
+                                (unsigned long long)(held >> 20),
+                                (unsigned long long)(t->host_limit >> 20));
+        else if (!capped && t->host_capped && s->plan.host_skipped_bytes == 0)
+            ms__sched_push_note(s, t->id, "is below its host memory limit again");
+        if (capped || s->plan.host_skipped_bytes == 0)
+            t->host_capped = capped;
+        any |= capped;
+    }
+    if (any)
+        s->host_limited_plans++;
+}
+
+static int build_plan_inner(struct ms_sched *s, size_t nws, const struct ms_timeline *tl)
 {
     struct ms_plan_input in = {.rt = &s->rt,
                                .budget = s->cfg.budget,
                                .tl = tl,
                                .ws = s->ws,
                                .nws = nws,
-                               .policy = s->cfg.evict};
+                               .policy = s->cfg.evict,
+                               .host_room = host_room,
+                               .host_ctx = s};
     size_t full = s->ws[0].n;
     int rc = ms_plan_build(&in, &s->plan);
     if (rc != MS_E_NOSPACE || full == 0)
         return rc;
+    /* Shortened below: keep why (victims passed over for host room) for host_account. */
+    uint64_t skipped = s->plan.host_skipped_bytes;
     s->plan_failures++;
     /* The longest prefix of ws[0] that fits (memory pinned elsewhere, e.g. by a ghost): lo
      * fits or is 0, hi does not. The longest, not just a shorter one, so that the running task
@@ -143,7 +201,18 @@ static int build_plan(struct ms_sched *s, size_t nws, const struct ms_timeline *
             return rc;
     }
     s->ws[0].n = lo;
-    return ms_plan_build(&in, &s->plan);
+    rc = ms_plan_build(&in, &s->plan);
+    s->plan.host_skipped_bytes = MS_MAX(s->plan.host_skipped_bytes, skipped);
+    return rc;
+}
+
+/* Build s->plan for ws[0..nws), shortening ws[0] while it cannot fit. */
+static int build_plan(struct ms_sched *s, size_t nws, const struct ms_timeline *tl)
+{
+    int rc = build_plan_inner(s, nws, tl);
+    if (rc == MS_OK)
+        host_account(s);
+    return rc;
 }
 
 /* Coalesce an order's entries into runs; fill the message's run array. */
@@ -246,6 +315,16 @@ static int limit_victims(struct ms_sched *s, struct ms_stask *t, struct ms_sorde
     }
     for (size_t i = 0; i < s->plan.n; i++)
         ms_chunk_get(&s->rt, s->plan.steps[i].chunk)->mark = 1;
+    /* Its own evictions need host room too (plan.h): what the plan already takes of it is
+     * counted by task_hosted once those victims are OUT; here, the plan's never-hosted
+     * victims of t are charged first. */
+    uint64_t room = host_room(s, t->id);
+    for (size_t i = 0; room != UINT64_MAX && i < s->plan.n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&s->rt, s->plan.steps[i].chunk);
+        if (s->plan.steps[i].op == MS_STEP_EVICT && !c->hosted &&
+            ms__sched_owner_of(s, s->plan.steps[i].chunk) == t)
+            room = room > c->bytes ? room - c->bytes : 0;
+    }
     while (after > t->limit) {
         ms_chunk_id best = 0;
         struct ms_chunk *bc = NULL;
@@ -256,6 +335,8 @@ static int limit_victims(struct ms_sched *s, struct ms_stask *t, struct ms_sorde
                 struct ms_chunk *c = &r->chunks[k];
                 if (c->mark || c->pins || (c->state != MS_CS_DIRTY && c->state != MS_CS_CLEAN))
                     continue;
+                if (!c->hosted && c->bytes > room)
+                    continue; /* no host room for it: it stays */
                 if (!bc || c->last_use < bc->last_use) {
                     bc = c;
                     best = MS_CHUNK_ID(slot, k);
@@ -265,6 +346,8 @@ static int limit_victims(struct ms_sched *s, struct ms_stask *t, struct ms_sorde
         if (!bc)
             break; /* nothing more to give back: the populations wait for credit instead */
         bc->mark = 1;
+        if (!bc->hosted && room != UINT64_MAX)
+            room -= bc->bytes;
         int rc = ms__sched_order_add(o, best, bc->bytes, false);
         if (rc)
             return rc;

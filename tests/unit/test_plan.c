@@ -259,6 +259,57 @@ static void test_opt_order(void **state)
     assert_int_equal(ms_plan_build(&in, &f->p), MS_E_INVAL);
 }
 
+/* Host room per task for the tests: ctx is an array indexed by task. */
+static uint64_t room_of(void *ctx, uint32_t task)
+{
+    return ((const uint64_t *)ctx)[task];
+}
+
+static void test_host_room(void **state)
+{
+    struct fx *f = *state;
+    uint32_t a, b;
+    opt_lru_setup(f, &a, &b); /* b0, b2 DIRTY never hosted; b1, b3 CLEAN (were evicted) */
+    uint64_t room[2] = {UINT64_MAX, 0};
+    struct ms_plan_input in = fx_input(f, 5 * G, 4, MS_EVICT_OPT);
+    in.host_room = room_of;
+    in.host_ctx = room;
+    /* No room for task 1: only its hosted chunks go (b3, then b1); b0 and b2 stay. */
+    assert_int_equal(ms_plan_build(&in, &f->p), MS_OK);
+    EXPECT_STEPS(&f->p, PO(C(a, 0)), EV(C(b, 3)), PO(C(a, 1)), EV(C(b, 1)), PO(C(a, 2)));
+    assert_int_equal(f->p.host_skipped_bytes, 2 * G);
+    char why[256];
+    assert_int_equal(ms_plan_verify(&in, &f->p, why, sizeof(why)), MS_OK);
+    /* Room for one chunk: b0 (never used again) goes first, then the hosted b3. */
+    room[1] = G;
+    assert_int_equal(ms_plan_build(&in, &f->p), MS_OK);
+    EXPECT_STEPS(&f->p, PO(C(a, 0)), EV(C(b, 0)), PO(C(a, 1)), EV(C(b, 3)), PO(C(a, 2)));
+    assert_int_equal(f->p.host_skipped_bytes, 0);
+    assert_int_equal(ms_plan_verify(&in, &f->p, why, sizeof(why)), MS_OK);
+    /* The verifier refuses that plan when the room is gone. */
+    room[1] = 0;
+    assert_int_equal(ms_plan_verify(&in, &f->p, why, sizeof(why)), MS_E_INVAL);
+    assert_non_null(strstr(why, "host memory"));
+    /* Three evictions needed, two hosted chunks: no plan, and why is kept. */
+    in.budget = 4 * G;
+    assert_int_equal(ms_plan_build(&in, &f->p), MS_E_NOSPACE);
+    assert_int_equal(f->p.n, 0);
+    assert_true(f->p.host_skipped_bytes > 0);
+    /* WHOLE passes over the same chunks. */
+    in.budget = 5 * G;
+    in.policy = MS_EVICT_WHOLE;
+    assert_int_equal(ms_plan_build(&in, &f->p), MS_OK);
+    assert_int_equal(ms_plan_verify(&in, &f->p, why, sizeof(why)), MS_OK);
+    for (size_t i = 0; i < f->p.n; i++)
+        if (f->p.steps[i].op == MS_STEP_EVICT)
+            assert_true(ms_chunk_get(&f->rt, f->p.steps[i].chunk)->hosted);
+    /* A chunk evicted once is hosted from then on, and DISCARD forgets it. */
+    assert_true(ms_chunk_get(&f->rt, C(b, 1))->hosted);
+    assert_false(ms_chunk_get(&f->rt, C(b, 0))->hosted);
+    assert_int_equal(ms_chunk_apply(&f->rt, C(b, 1), MS_CE_DISCARD), MS_OK);
+    assert_false(ms_chunk_get(&f->rt, C(b, 1))->hosted);
+}
+
 static void test_lru_order(void **state)
 {
     struct fx *f = *state;
@@ -1006,6 +1057,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_everything_fits, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_opt_order, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_lru_order, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_host_room, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_ties_by_id, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_whole, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_nospace, fx_setup, fx_teardown),

@@ -45,6 +45,7 @@ struct freg {
     uint32_t nchunks;
     uint64_t cb, span;
     uint8_t res[2048];
+    uint8_t hosted[2048]; /* evicted at least once: its host copy exists (the shim keeps it) */
     bool live;
 };
 
@@ -72,6 +73,7 @@ struct fshim {
     /* behaviour */
     bool hold_evict, hold_pop, hold_stop; /* leave these orders unanswered */
     int notes;                            /* MS_ACT_NOTE lines about it */
+    uint64_t host_limit, host_bytes;      /* HELLO's host limit; host copies it holds */
     /* the last EVICT left unanswered (answer_evict replies to it) */
     struct ms_run held_runs[256];
     uint32_t held_n, held_epoch;
@@ -96,9 +98,11 @@ struct world {
     struct logent log[MAXLOG];
     int nlog;
     bool in_pump;
-    uint32_t weight;     /* the weight add_task's HELLO asks for (0: none) */
-    int share_notes;     /* MS_ACT_NOTE lines about no task (the sharing mode) */
-    char last_note[128]; /* ... the latest of them */
+    uint32_t weight;          /* the weight add_task's HELLO asks for (0: none) */
+    uint64_t host_limit;      /* the host limit add_task's HELLO gives (0: none) */
+    int share_notes;          /* MS_ACT_NOTE lines about no task (the sharing mode) */
+    char last_note[128];      /* ... the latest of them */
+    char last_task_note[256]; /* the latest MS_ACT_NOTE about a task */
 };
 
 static struct fshim *shim_of(struct world *w, uint32_t task)
@@ -207,6 +211,12 @@ static void do_evict(struct world *w, struct fshim *f, const struct ms_msg_order
                 g->res[c] = 0;
                 f->resident -= chunk_bytes(g, c);
                 freed += chunk_bytes(g, c);
+                if (!g->hosted[c]) {
+                    g->hosted[c] = 1;
+                    f->host_bytes += chunk_bytes(g, c);
+                    /* The daemon never asks for more host memory than the shim may pin. */
+                    assert_true(!f->host_limit || f->host_bytes <= f->host_limit);
+                }
             }
         }
         if (f->partial || k + 1 == o->nruns) {
@@ -242,6 +252,7 @@ static void deliver(struct world *w, struct fshim *f, struct ms_msg *m)
         struct ms_msg r;
         ms_msg_init(&r, MS_MSG_STOPPED);
         r.stopped.epoch = m->stop.epoch;
+        r.stopped.host_bytes = f->host_bytes;
         to_sched(w, f, &r);
         break;
     case MS_MSG_EVICT:
@@ -296,8 +307,10 @@ static void pump(struct world *w)
                                             : "DROP",
                     a.task);
         if (a.kind == MS_ACT_NOTE) {
-            if (f)
+            if (f) {
                 f->notes++;
+                snprintf(w->last_task_note, sizeof(w->last_task_note), "%s", a.why);
+            }
             if (a.task == MS_TASK_NONE) {
                 w->share_notes++;
                 snprintf(w->last_note, sizeof(w->last_note), "%s", a.why);
@@ -373,6 +386,8 @@ static struct fshim *add_task(struct world *w, const char *name, int32_t prio, u
     h.prio = prio;
     h.mem_limit = limit;
     h.weight = w->weight;
+    h.host_limit = w->host_limit;
+    f->host_limit = w->host_limit;
     snprintf(h.name, sizeof(h.name), "%s", name);
     uint32_t id;
     assert_int_equal(ms_sched_hello(&w->s, w->now, &h, 0, &id), MS_OK);
@@ -1536,6 +1551,35 @@ static void test_limit(void **state)
     world_fini(&w);
 }
 
+/* A task at its host memory limit keeps its memory on the device: the daemon evicts only what
+ * its shim can hold on the host, runs the next task on what fits, and says so once. */
+static void test_host_limit(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 8 * CH);
+    w.host_limit = 2 * CH;
+    uint32_t regs[] = {8};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, regs, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, regs, 1);
+    demand_all(&w, a);
+    advance_to_deadline(&w, 1000 * MS);
+    assert_int_equal(ms_sched_task_resident(&w.s, a->task), 8 * CH);
+    int notes0 = a->notes;
+    demand_all(&w, b);
+    for (int i = 0; i < 6; i++)
+        advance_to_deadline(&w, 1000 * MS);
+    /* a gave back what its host limit holds (2 chunks), never more (do_evict asserts it). */
+    assert_true(a->host_bytes <= 2 * CH);
+    assert_true(a->host_bytes > 0);
+    assert_true(ms_sched_task_resident(&w.s, a->task) >= 6 * CH);
+    assert_true(ms_sched_task_resident(&w.s, b->task) <= 2 * CH);
+    assert_true(a->notes > notes0);
+    assert_true(w.s.host_limited_plans > 0);
+    assert_non_null(strstr(w.last_task_note, "host memory limit"));
+    world_fini(&w);
+}
+
 static void test_whole_swapping(void **state)
 {
     (void)state;
@@ -1710,6 +1754,8 @@ static void test_random_stress(void **state)
         world_init(&w, pol, ev, (8 + ms_rng_below(&rng, 24)) * CH);
         w.s.cfg.early_run = ms_rng_chance(&rng, 1, 3);
         w.s.cfg.share = ms_rng_chance(&rng, 1, 2);
+        /* Sometimes a host limit: do_evict asserts no shim is asked to pin more. */
+        w.host_limit = ms_rng_chance(&rng, 1, 3) ? (1 + ms_rng_below(&rng, 6)) * CH : 0;
         int ntask = 2 + (int)ms_rng_below(&rng, 5);
         for (int i = 0; i < ntask; i++) {
             uint32_t regs[3];
@@ -2144,6 +2190,7 @@ int main(void)
         cmocka_unit_test(test_idle_hold_effect),
         cmocka_unit_test(test_priority_returner_kept),
         cmocka_unit_test(test_limit),
+        cmocka_unit_test(test_host_limit),
         cmocka_unit_test(test_whole_swapping),
         cmocka_unit_test(test_incremental_and_early_run),
         cmocka_unit_test(test_budget_lowered),
