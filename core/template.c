@@ -206,8 +206,7 @@ int ms__tmpl_add_obs(struct ms__tmpl_arg *a, const struct ms__tmpl_obs *o)
         return MS_E_NOMEM;
     a->obs[a->nobs++] = *o;
     a->launches++;
-    if (!explained)
-        ms__tmpl_fit(a);
+    ms__tmpl_fit(a); /* even when explained: more launches can pick a better formula */
     return MS_OK;
 }
 

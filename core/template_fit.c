@@ -142,6 +142,7 @@ struct fitdata {
 struct cand {
     struct ms__tmpl_term t;
     int level;
+    uint64_t spread; /* max - min of the residuals: 0 for an exact fit */
 };
 
 /* X of monomial (a, b) in observation i (b < 0: x(a) alone). */
@@ -246,7 +247,16 @@ static bool cand_sum(const struct fitdata *d, const int64_t *y, int dir, int a, 
     return false;
 }
 
-/* Candidates for one term up to maxlevel, simplest first. Returns how many. */
+/* Spread of the residuals y - (monomials) of term t. */
+static uint64_t spread(const struct ms__tmpl_term *t, const struct fitdata *d, const int64_t *y)
+{
+    struct ms__tmpl_term lo = *t, hi = *t;
+    if (!envelope(&lo, d, y, -1) || !envelope(&hi, d, y, 1))
+        return UINT64_MAX;
+    return (uint64_t)hi.c0 - (uint64_t)lo.c0;
+}
+
+/* Candidates for one term up to maxlevel, by level, then tightest first. Returns how many. */
 static size_t candidates(const struct fitdata *d, const int64_t *y, int dir, int maxlevel,
                          struct cand *out)
 {
@@ -254,38 +264,44 @@ static size_t candidates(const struct fitdata *d, const int64_t *y, int dir, int
     memset(&out[0], 0, sizeof out[0]);
     if (envelope(&out[0].t, d, y, dir))
         out[n++].level = 0;
-    if (maxlevel < 1)
-        return n;
-    for (int a = 0; a < (int)d->nx; a++)
+    for (int a = 0; maxlevel >= 1 && a < (int)d->nx; a++)
         if (cand_one(d, y, dir, a, -1, &out[n].t))
             out[n++].level = 1;
-    if (maxlevel < 2)
-        return n;
-    for (int a = 0; a < (int)d->nx; a++)
+    for (int a = 0; maxlevel >= 2 && a < (int)d->nx; a++)
         for (int b = a + 1; b < (int)d->nx; b++) {
             if (cand_one(d, y, dir, a, b, &out[n].t))
                 out[n++].level = 2;
             if (cand_sum(d, y, dir, a, b, &out[n].t))
                 out[n++].level = 2;
         }
+    for (size_t i = 0; i < n; i++)
+        out[i].spread = spread(&out[i].t, d, y);
+    for (size_t i = 1; i < n; i++) { /* stable insertion sort by (level, spread) */
+        struct cand c = out[i];
+        size_t j = i;
+        while (j > 0 && (out[j - 1].level > c.level ||
+                         (out[j - 1].level == c.level && out[j - 1].spread > c.spread))) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = c;
+    }
     return n;
 }
 
-/* The candidate with the smallest spread of residuals (exact ones have none). */
+/* The first exact candidate (no spread), else the tightest constant. */
 static bool best_exact(const struct fitdata *d, const int64_t *y, int dir, struct ms__tmpl_term *t)
 {
     struct cand c[MS_FIT_MAX_CAND];
     size_t n = candidates(d, y, dir, 1, c);
-    for (size_t i = 0; i < n; i++) {
-        struct ms__tmpl_term z = c[i].t;
-        if (envelope(&z, d, y, 0)) {
-            *t = z;
-            return true;
-        }
-    }
     if (n == 0)
         return false;
-    *t = c[0].t; /* the constant envelope: verification decides */
+    *t = c[0].t; /* tightest of the simplest level: verification decides */
+    for (size_t i = 0; i < n; i++)
+        if (c[i].spread == 0) {
+            *t = c[i].t;
+            break;
+        }
     return true;
 }
 
