@@ -39,6 +39,7 @@
 #include <string.h>
 
 #define MS_FIT_MAX_X 16
+#define MS_FIT_MAX_BLOCKS (1u << 20) /* regular blocks one observation may name (as the store) */
 #define MS_FIT_MAX_CAND (1 + MS_FIT_MAX_X + MS_FIT_MAX_X * (MS_FIT_MAX_X - 1))
 
 /* ------------------------------------------------------------------------------------------ */
@@ -659,6 +660,10 @@ static bool summarize(const struct ttouch *t, size_t n, uint64_t ptr, struct ms_
             nblk++;
         }
     }
+    if ((uint64_t)o->hi - (uint64_t)o->lo > (1ull << 62))
+        return false; /* a span no 64-bit rule arithmetic should meet */
+    if (nblk > MS_FIT_MAX_BLOCKS)
+        regular = false; /* verification walks the blocks: bound it */
     o->count = regular ? nblk : 0;
     if (!regular) {
         o->len = 0;
