@@ -89,7 +89,8 @@ int ms_tmpl_learn_trace(struct ms_tmpl_store *s, const char *buf, size_t len, ch
 
 /* Parse a store text and merge it into s: a kernel new to s is taken as written; one s has
  * already gets the text's observations learned into it (and flags, counts). The text is checked
- * whole before anything merges: on error s is unchanged. MS_E_PARSE / MS_E_VERSION / MS_E_NOMEM */
+ * whole before anything merges: on MS_E_PARSE / MS_E_VERSION s is unchanged; on MS_E_NOMEM s may
+ * hold part of the merge (every entry still consistent). */
 int ms_tmpl_store_parse(struct ms_tmpl_store *s, const char *buf, size_t len, char *why,
                         size_t whylen);
 
