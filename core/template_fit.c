@@ -682,7 +682,8 @@ static int close_launch(struct learn *L, struct pend *pd)
     if (!k)
         return rc;
     k->launches++;
-    qsort(pd->t, pd->nt, sizeof *pd->t, cmp_touch);
+    if (pd->nt > 1)
+        qsort(pd->t, pd->nt, sizeof *pd->t, cmp_touch);
     if (pd->nt > 0 && pd->t[0].arg < 0)
         k->unsafe = true;
     /* arguments: pointer words and words touches name, ascending */
