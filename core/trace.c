@@ -17,6 +17,9 @@
  *   two sides from drifting apart; it is also why reader and writer stay in one file of about
  *   1,000 lines (rec_check and the field tables are static, seen by both and by nothing else).
  *
+ *   The header's version (1 or 2) is kept in the reader: version-2 syntax (kernel keys mod= and
+ *   prof=, touch records) in a version-1 trace is refused with a message naming the version.
+ *
  *   The parser never reads past len and never needs the input to be terminated. Numbers are
  *   parsed by hand (no strtoull: it needs a terminator, accepts signs and spaces, and reports
  *   overflow through errno). Every error writes one line, "line N: <why>", into r->err; bytes
