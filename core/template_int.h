@@ -1,6 +1,7 @@
 /*
- * template_int.h - the template store's layout, shared by template.c (model, evaluation, text
- * format) and template_fit.c (the analyzer). Nothing outside those two files includes it.
+ * template_int.h - the template store's layout, shared by template.c (model, evaluation,
+ * merging), template_text.c (text format), template_fit.c (fitting) and template_learn.c
+ * (profiles to observations). Nothing outside those four files includes it.
  *
  * Invariants
  *   - store->k is sorted by (name, mod) with no duplicates; each kernel is its own allocation,
@@ -82,6 +83,15 @@ struct ms_tmpl_kernel *ms__tmpl_kernel_get(struct ms_tmpl_store *s, const char *
                                            bool create, int *rc);
 /* The arg entry at off, created empty when absent. NULL on MS_E_NOMEM. */
 struct ms__tmpl_arg *ms__tmpl_arg_get(struct ms_tmpl_kernel *k, uint32_t off);
+/* Free one kernel and everything it owns (NULL ok). */
+void ms__tmpl_kernel_free(struct ms_tmpl_kernel *k);
+/* Index of (name, mod) in s->k, or where it would go (*found false). */
+size_t ms__tmpl_kfind(const struct ms_tmpl_store *s, const char *name, uint64_t mod, bool *found);
+/* Insert k at index at (taking ownership on success). MS_E_NOMEM leaves s as it was. */
+int ms__tmpl_kinsert(struct ms_tmpl_store *s, size_t at, struct ms_tmpl_kernel *k);
+/* Merge t's kernels into s: new kernels move over (NULL left in t), known ones learn t's
+ * observations. MS_E_NOMEM. */
+int ms__tmpl_merge(struct ms_tmpl_store *s, struct ms_tmpl_store *t);
 /* Learn one observation into an arg (see template.h, incremental learning). MS_E_NOMEM. */
 int ms__tmpl_add_obs(struct ms__tmpl_arg *a, const struct ms__tmpl_obs *o);
 /* Whether rule r explains observation o. */
