@@ -9,6 +9,8 @@
  */
 #include "predict.h"
 
+#include "template.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,4 +295,100 @@ int ms_chunk_set_fit(struct ms_rtable *rt, const struct ms_chunk_set *need, uint
     }
     ms_chunk_set_normalize(out);
     return MS_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* With argument templates (core/template.h)                                                    */
+
+/* Chunks of region `region` overlapping range g clamped to the region; nothing when disjoint. */
+static int add_clamped(const struct ms_rtable *rt, uint32_t region, struct ms_range g,
+                       struct ms_chunk_set *out)
+{
+    const struct ms_region *reg = &rt->regions[region];
+    uint64_t rb = reg->base, re = reg->base + reg->size;
+    uint64_t a = MS_MAX(rb, g.addr), b = MS_MIN(re, g.addr + g.bytes);
+    if (g.bytes == 0 || a >= b)
+        return MS_OK;
+    uint32_t k0 = ms_region_chunk_at(reg, a - rb), k1 = ms_region_chunk_at(reg, b - 1 - rb);
+    for (uint32_t k = k0; k <= k1; k++) {
+        int e = ms_chunk_set_add(out, MS_CHUNK_ID(region, k));
+        if (e)
+            return e;
+    }
+    return MS_OK;
+}
+
+/* One candidate word: its region whole (no rule) or the chunks its rule's ranges overlap. */
+static int tmpl_word(const struct ms_rtable *rt, const struct ms_launch *l,
+                     const struct ms_tmpl_kernel *k, size_t w, struct ms_chunk_set *out,
+                     uint32_t *seen, size_t *nseen, uint32_t *refd, size_t *nrefd)
+{
+    uint64_t v;
+    memcpy(&v, l->params + w, sizeof(v));
+    uint32_t region;
+    if (v == 0 || ms_rtable_lookup(rt, l->task, v, &region, NULL) != MS_OK)
+        return 0;
+    size_t i;
+    for (i = 0; i < *nrefd && refd[i] != region; i++)
+        ;
+    if (i == *nrefd)
+        refd[(*nrefd)++] = region;
+    struct ms_range g[MS_TMPL_MAX_RANGES];
+    int n = ms_tmpl_eval(k, (uint32_t)w, v, l, g, MS_ARRAY_LEN(g));
+    if (n < 0) {
+        int e = add_region(rt, region, out, seen, nseen);
+        return e < 0 ? e : 0;
+    }
+    for (int j = 0; j < n; j++) {
+        int e = add_clamped(rt, region, g[j], out);
+        if (e)
+            return e;
+    }
+    return 0;
+}
+
+int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
+                           const struct ms_tmpl_kernel *k, struct ms_chunk_set *out)
+{
+    if (!k || ms_tmpl_kernel_opaque(k) || ms_tmpl_kernel_unsafe(k))
+        return ms_predict_launch(rt, l, out);
+    if (!l || (l->params_len && !l->params) || (l->nlayout && !l->layout))
+        return MS_E_INVAL;
+    for (size_t i = 0; i < l->nlayout; i++) {
+        const struct ms_param_layout *pl = &l->layout[i];
+        if ((size_t)pl->offset > l->params_len || (size_t)pl->size > l->params_len - pl->offset)
+            return MS_E_INVAL;
+    }
+    size_t maxwords = l->params_len / 8 + 1;
+    uint32_t stack[2 * 64];
+    uint32_t *seen = stack;
+    if (maxwords > 64) {
+        seen = ms_malloc(2 * maxwords * sizeof(*seen));
+        if (!seen)
+            return MS_E_NOMEM;
+    }
+    uint32_t *refd = seen + maxwords;
+    if (seen == stack)
+        refd = stack + 64;
+    size_t nseen = 0, nrefd = 0;
+    int e = 0;
+    if (l->nlayout == 0) {
+        for (size_t w = 0; w + 8 <= l->params_len && e == 0; w += 8)
+            e = tmpl_word(rt, l, k, w, out, seen, &nseen, refd, &nrefd);
+    } else {
+        for (size_t i = 0; i < l->nlayout && e == 0; i++) {
+            const struct ms_param_layout *pl = &l->layout[i];
+            if (pl->size < 8)
+                continue;
+            for (size_t w = MS_ROUND_UP((size_t)pl->offset, 8);
+                 w + 8 <= (size_t)pl->offset + pl->size && e == 0; w += 8)
+                e = tmpl_word(rt, l, k, w, out, seen, &nseen, refd, &nrefd);
+        }
+    }
+    if (seen != stack)
+        ms_free(seen);
+    if (e < 0)
+        return e;
+    ms_chunk_set_normalize(out);
+    return (int)nrefd;
 }

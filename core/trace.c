@@ -17,6 +17,9 @@
  *   two sides from drifting apart; it is also why reader and writer stay in one file of about
  *   1,000 lines (rec_check and the field tables are static, seen by both and by nothing else).
  *
+ *   The header's version (1 or 2) is kept in the reader: version-2 syntax (kernel keys mod= and
+ *   prof=, touch records) in a version-1 trace is refused with a message naming the version.
+ *
  *   The parser never reads past len and never needs the input to be terminated. Numbers are
  *   parsed by hand (no strtoull: it needs a terminator, accepts signs and spaces, and reports
  *   overflow through errno). Every error writes one line, "line N: <why>", into r->err; bytes
@@ -42,7 +45,7 @@
 #define MS_PRINTF(f, a)
 #endif
 
-/* Limits of version 1 that trace.h does not name (docs/trace-format.md lists them all). */
+/* Limits that trace.h does not name (docs/trace-format.md lists them all). */
 #define TR_MAX_TASK (UINT32_MAX - 1u)       /* UINT32_MAX means "all tasks" elsewhere */
 #define TR_MAX_DUR ((uint64_t)INT64_MAX)    /* durations fit a signed 64-bit clock */
 #define TR_MAX_BYTES (1ull << 48)           /* 256 TiB: beyond any GPU's virtual address space */
@@ -93,7 +96,10 @@ static bool range_ok(uint64_t addr, uint64_t bytes)
 static const char *rec_check(const struct ms_trace_rec *rec)
 {
     switch (rec->kind) {
-    case MS_TR_HEADER: return rec->version == MS_TRACE_VERSION ? NULL : "unsupported version";
+    case MS_TR_HEADER:
+        return rec->version >= MS_TRACE_VERSION_MIN && rec->version <= MS_TRACE_VERSION_MAX
+                   ? NULL
+                   : "unsupported version";
     case MS_TR_SYNC:
     case MS_TR_FREE: break;
     case MS_TR_TASK:
@@ -122,6 +128,8 @@ static const char *rec_check(const struct ms_trace_rec *rec)
             return "parameter bytes missing";
         if (rec->nlayout > MS_TRACE_MAX_LAYOUT)
             return "more than 1024 layout entries";
+        if ((unsigned)rec->prof > MS_PROF_OPAQUE)
+            return "unknown profiling state";
         if (rec->nlayout > 0 && !rec->layout)
             return "layout entries missing";
         for (size_t i = 0; i < rec->nlayout; i++) {
@@ -149,6 +157,17 @@ static const char *rec_check(const struct ms_trace_rec *rec)
             return "bytes out of range 0..281474976710656";
         if (!range_ok(rec->addr, rec->size))
             return "destination + bytes wraps past 2^64";
+        break;
+    case MS_TR_TOUCH:
+        if (rec->arg < -1 || rec->arg > (int32_t)(MS_TRACE_MAX_PARAMS - 8) ||
+            (rec->arg >= 0 && rec->arg % 8 != 0))
+            return "arg must be -, or a multiple of 8 in 0..4088";
+        if (rec->mode == 0 || rec->mode > (MS_TOUCH_R | MS_TOUCH_W))
+            return "mode must be r, w or rw";
+        if (rec->size == 0 || rec->size > TR_MAX_BYTES)
+            return "bytes out of range 1..281474976710656";
+        if (!range_ok(rec->addr, rec->size))
+            return "address + bytes wraps past 2^64";
         break;
     default: return "unknown record kind";
     }
@@ -537,8 +556,9 @@ static int parse_free(struct pctx *p, struct ms_trace_rec *rec)
 
 /* ---- kernel ---- */
 
-enum { KK_GRID, KK_BLOCK, KK_NAME, KK_PARAMS, KK_LAYOUT };
-static const char *const kernel_keys[] = {"grid", "block", "name", "params", "layout"};
+enum { KK_GRID, KK_BLOCK, KK_NAME, KK_PARAMS, KK_LAYOUT, KK_MOD, KK_PROF };
+static const char *const kernel_keys[] = {"grid",   "block", "name", "params",
+                                          "layout", "mod",   "prof"};
 
 /* "x,y,z", each 1..UINT32_MAX. */
 static int parse_dim3(struct pctx *p, const char *field, struct tok v, uint32_t out[3])
@@ -652,8 +672,37 @@ static int kernel_key(struct pctx *p, int key, struct tok val, void *arg)
     case KK_BLOCK: return parse_dim3(p, "block", val, rec->block);
     case KK_NAME: return parse_name(p, val, &rec->name);
     case KK_PARAMS: return parse_params(p, val, rec);
-    default: return parse_layout(p, val, rec);
+    case KK_LAYOUT: return parse_layout(p, val, rec);
+    default: break;
     }
+    char q[48];
+    if (p->r->version < 2)
+        return fail(p->r, MS_E_PARSE, "%s: %s= needs msched-trace 2 (this trace is version %u)",
+                    p->kw, kernel_keys[key], (unsigned)p->r->version);
+    if (key == KK_PROF) {
+        if (tok_is(val, "seen"))
+            rec->prof = MS_PROF_SEEN;
+        else if (tok_is(val, "opaque"))
+            rec->prof = MS_PROF_OPAQUE;
+        else
+            return fail(p->r, MS_E_PARSE, "%s: prof '%s' is not seen or opaque", p->kw,
+                        quote(q, sizeof q, val));
+        return 0;
+    }
+    /* mod: 1..16 hex digits, no prefix */
+    if (val.n == 0 || val.n > 16)
+        return fail(p->r, MS_E_PARSE, "%s: mod '%s' is not 1..16 hex digits", p->kw,
+                    quote(q, sizeof q, val));
+    uint64_t m = 0;
+    for (size_t i = 0; i < val.n; i++) {
+        int h = hexval((unsigned char)val.s[i]);
+        if (h < 0)
+            return fail(p->r, MS_E_PARSE, "%s: mod '%s' is not 1..16 hex digits", p->kw,
+                        quote(q, sizeof q, val));
+        m = (m << 4) | (uint64_t)h;
+    }
+    rec->mod = m;
+    return 0;
 }
 
 static int parse_kernel(struct pctx *p, struct ms_trace_rec *rec)
@@ -663,7 +712,7 @@ static int parse_kernel(struct pctx *p, struct ms_trace_rec *rec)
         (rc = pos_u32(p, "stream", UINT32_MAX, &rec->stream)) ||
         (rc = pos_u64(p, "dur_ns", 0, TR_MAX_DUR, &rec->dur_ns)))
         return rc;
-    return keyed(p, kernel_keys, 5, 0xfu, kernel_key, rec);
+    return keyed(p, kernel_keys, 7, 0xfu, kernel_key, rec);
 }
 
 /* ---- copy, memset, sync ---- */
@@ -710,21 +759,58 @@ static int parse_sync(struct pctx *p, struct ms_trace_rec *rec)
     return rc ? rc : no_more(p);
 }
 
+/* touch <tid> <arg> <mode> <addr> <bytes> (version 2) */
+static int parse_touch(struct pctx *p, struct ms_trace_rec *rec)
+{
+    int rc;
+    struct tok t;
+    char q[48];
+    if (p->r->version < 2)
+        return fail(p->r, MS_E_PARSE,
+                    "touch: the touch record needs msched-trace 2 (this trace is version %u)",
+                    (unsigned)p->r->version);
+    if ((rc = pos_u32(p, "tid", TR_MAX_TASK, &rec->task)) || (rc = need_pos(p, "arg", &t)))
+        return rc;
+    if (tok_is(t, "-")) {
+        rec->arg = -1;
+    } else {
+        uint64_t a;
+        if (dec_u64(t, 0, MS_TRACE_MAX_PARAMS - 8, &a) != NUM_OK || a % 8 != 0)
+            return fail(p->r, MS_E_PARSE, "touch: arg '%s' is not -, or a multiple of 8 in 0..4088",
+                        quote(q, sizeof q, t));
+        rec->arg = (int32_t)a;
+    }
+    if ((rc = need_pos(p, "mode", &t)))
+        return rc;
+    if (tok_is(t, "r"))
+        rec->mode = MS_TOUCH_R;
+    else if (tok_is(t, "w"))
+        rec->mode = MS_TOUCH_W;
+    else if (tok_is(t, "rw"))
+        rec->mode = MS_TOUCH_R | MS_TOUCH_W;
+    else
+        return fail(p->r, MS_E_PARSE, "touch: mode '%s' is not r, w or rw", quote(q, sizeof q, t));
+    if ((rc = pos_addr(p, "addr", &rec->addr)) ||
+        (rc = pos_u64(p, "bytes", 1, TR_MAX_BYTES, &rec->size)))
+        return rc;
+    return no_more(p);
+}
+
 static int parse_header(struct pctx *p, struct ms_trace_rec *rec)
 {
     struct tok t;
     char q[48];
     if (!next_tok(&p->c, &t))
         return fail(p->r, MS_E_PARSE, "header: missing version (expected 'msched-trace %d')",
-                    MS_TRACE_VERSION);
+                    MS_TRACE_VERSION_MAX);
     uint64_t v;
     if (dec_u64(t, 0, UINT32_MAX, &v) != NUM_OK)
         return fail(p->r, MS_E_PARSE, "header: version '%s' is not a decimal number",
                     quote(q, sizeof q, t));
-    if (v != MS_TRACE_VERSION)
+    if (v < MS_TRACE_VERSION_MIN || v > MS_TRACE_VERSION_MAX)
         return fail(p->r, MS_E_VERSION,
-                    "unsupported trace version %llu (this reader knows version %d only)",
-                    (unsigned long long)v, MS_TRACE_VERSION);
+                    "unsupported trace version %llu (this reader knows versions %d to %d)",
+                    (unsigned long long)v, MS_TRACE_VERSION_MIN, MS_TRACE_VERSION_MAX);
     rec->version = (uint32_t)v;
     return no_more(p);
 }
@@ -738,6 +824,7 @@ static const struct {
     {"alloc", MS_TR_ALLOC, parse_alloc},          {"free", MS_TR_FREE, parse_free},
     {"kernel", MS_TR_KERNEL, parse_kernel},       {"copy", MS_TR_COPY, parse_copy},
     {"memset", MS_TR_MEMSET, parse_memset},       {"sync", MS_TR_SYNC, parse_sync},
+    {"touch", MS_TR_TOUCH, parse_touch},
 };
 
 int ms_trace_parse_line(struct ms_trace_reader *r, const char *line, size_t len,
@@ -780,8 +867,8 @@ int ms_trace_parse_line(struct ms_trace_reader *r, const char *line, size_t len,
             break;
     char q[48];
     if (!r->have_header && k != 0)
-        return fail(r, MS_E_PARSE, "expected the header 'msched-trace %d' before '%s'",
-                    MS_TRACE_VERSION, quote(q, sizeof q, kw));
+        return fail(r, MS_E_PARSE, "expected the header 'msched-trace N' before '%s'",
+                    quote(q, sizeof q, kw));
     if (k == MS_ARRAY_LEN(record_kinds))
         return fail(r, MS_E_PARSE, "unknown record kind '%s'", quote(q, sizeof q, kw));
     if (k == 0 && r->have_header)
@@ -797,8 +884,10 @@ int ms_trace_parse_line(struct ms_trace_reader *r, const char *line, size_t len,
     const char *why = rec_check(&rec);
     if (why)
         return fail(r, MS_E_PARSE, "%s: %s", p.kw, why);
-    if (rec.kind == MS_TR_HEADER)
+    if (rec.kind == MS_TR_HEADER) {
         r->have_header = true;
+        r->version = rec.version;
+    }
     *out = rec;
     return 1;
 }
@@ -956,6 +1045,33 @@ int ms_trace_format(const struct ms_trace_rec *rec, char *buf, size_t cap)
                 put_u64(&w, rec->layout[i].size);
             }
         }
+        if (rec->mod != 0) {
+            char h[16];
+            size_t i = sizeof h;
+            uint64_t m = rec->mod;
+            while (m) {
+                h[--i] = hexdig[m & 15];
+                m >>= 4;
+            }
+            puts_(&w, " mod=");
+            put(&w, h + i, sizeof h - i);
+        }
+        if (rec->prof == MS_PROF_SEEN)
+            puts_(&w, " prof=seen");
+        else if (rec->prof == MS_PROF_OPAQUE)
+            puts_(&w, " prof=opaque");
+        break;
+    case MS_TR_TOUCH:
+        puts_(&w, "touch");
+        put_sp_u64(&w, rec->task);
+        put(&w, " ", 1);
+        if (rec->arg < 0)
+            put(&w, "-", 1);
+        else
+            put_u64(&w, (uint64_t)rec->arg);
+        puts_(&w, rec->mode == MS_TOUCH_R ? " r" : rec->mode == MS_TOUCH_W ? " w" : " rw");
+        put_sp_hex(&w, rec->addr);
+        put_sp_u64(&w, rec->size);
         break;
     case MS_TR_COPY:
         puts_(&w, "copy");
@@ -1019,6 +1135,8 @@ bool ms_trace_rec_equal(const struct ms_trace_rec *a, const struct ms_trace_rec 
             return false;
         if (a->nlayout != b->nlayout) /* no entries: unknown layout, whatever the pointer */
             return false;
+        if (a->mod != b->mod || a->prof != b->prof)
+            return false;
         for (size_t i = 0; i < a->nlayout; i++)
             if (a->layout[i].offset != b->layout[i].offset ||
                 a->layout[i].size != b->layout[i].size)
@@ -1031,6 +1149,9 @@ bool ms_trace_rec_equal(const struct ms_trace_rec *a, const struct ms_trace_rec 
         return a->task == b->task && a->stream == b->stream && a->dur_ns == b->dur_ns &&
                a->addr == b->addr && a->size == b->size;
     case MS_TR_SYNC: return a->task == b->task;
+    case MS_TR_TOUCH:
+        return a->task == b->task && a->arg == b->arg && a->mode == b->mode && a->addr == b->addr &&
+               a->size == b->size;
     }
     return false;
 }

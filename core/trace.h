@@ -11,7 +11,7 @@
  *   range-checked; every error says which line and why.
  *
  *   Records (struct ms_trace_rec):
- *     header   first non-comment line: "msched-trace <version>"; only version 1 is known
+ *     header   first non-comment line: "msched-trace <version>"; versions 1 and 2 are known
  *     task     a task's id, name, priority
  *     alloc    a region: task, address, size, kind
  *     free     task, address
@@ -20,6 +20,12 @@
  *     copy     task, stream, duration, direction, destination, source, bytes
  *     memset   task, stream, duration, destination, bytes
  *     sync     task (the host waits for all of its work)
+ *   Version 2 adds (a version-1 trace that uses them is refused):
+ *     kernel   optional module hash (mod) and profiling state (prof: seen, opaque)
+ *     touch    one byte range the task's latest prof=seen kernel touched, the parameter word it
+ *              is attributed to (or none), and whether it was read, written or both
+ *   The reader keeps no per-task state: that a touch record follows a prof=seen kernel of its
+ *   task is checked by the consumer (core/template.c), not here.
  *
  * Ownership
  *   A parsed record points into storage owned by the reader (name, params, layout), valid until
@@ -31,7 +37,11 @@
 #include "predict.h"
 #include "region.h"
 
+/* The version written by recorders that emit no version-2 records; writers of profiles (mod=,
+ * prof=, touch) write MS_TRACE_VERSION_MAX. The reader accepts MS_TRACE_VERSION_MIN..MAX. */
 #define MS_TRACE_VERSION 1
+#define MS_TRACE_VERSION_MIN 1
+#define MS_TRACE_VERSION_MAX 2
 #define MS_TRACE_MAX_LINE (1u << 20) /* longest accepted line, bytes */
 /* parameter bytes of one launch (CUDA's limit is 32 KiB; 4 KiB is the classic limit) */
 #define MS_TRACE_MAX_PARAMS 4096u
@@ -47,7 +57,19 @@ enum ms_trace_kind {
     MS_TR_COPY,
     MS_TR_MEMSET,
     MS_TR_SYNC,
+    MS_TR_TOUCH, /* version 2 */
 };
+
+/* Whether a kernel launch was profiled (version 2, kernel key prof=). */
+enum ms_trace_prof {
+    MS_PROF_NONE = 0, /* not profiled (key absent) */
+    MS_PROF_SEEN,     /* profiled; its touch records follow (none: it touched nothing seen) */
+    MS_PROF_OPAQUE,   /* profiled, but its traffic cannot be seen (e.g. TMA); no touch records */
+};
+
+/* Access mode bits of a touch record. */
+#define MS_TOUCH_R 1u
+#define MS_TOUCH_W 2u
 
 enum ms_copy_dir { MS_COPY_H2D = 0, MS_COPY_D2H, MS_COPY_D2D, MS_COPY_H2H };
 
@@ -59,8 +81,8 @@ struct ms_trace_rec {
     uint32_t version;           /* HEADER */
     int32_t prio;               /* TASK */
     const char *name;           /* TASK, KERNEL; NUL-terminated */
-    uint64_t addr;              /* ALLOC, FREE, MEMSET (destination) */
-    uint64_t size;              /* ALLOC, COPY, MEMSET bytes */
+    uint64_t addr;              /* ALLOC, FREE, MEMSET (destination), TOUCH (first byte) */
+    uint64_t size;              /* ALLOC, COPY, MEMSET, TOUCH bytes */
     enum ms_region_kind rkind;  /* ALLOC */
     enum ms_copy_dir dir;       /* COPY */
     uint64_t dst, src;          /* COPY */
@@ -69,12 +91,17 @@ struct ms_trace_rec {
     size_t params_len;
     const struct ms_param_layout *layout; /* KERNEL; NULL when absent */
     size_t nlayout;
+    uint64_t mod;            /* KERNEL: module hash, 0 = unknown (version 2) */
+    enum ms_trace_prof prof; /* KERNEL (version 2) */
+    int32_t arg;             /* TOUCH: params byte offset of the pointer word, -1 = none */
+    uint8_t mode;            /* TOUCH: MS_TOUCH_R | MS_TOUCH_W, at least one */
 };
 
 struct ms_trace_reader {
     uint64_t line; /* 1-based number of the last line given to ms_trace_parse_line */
     bool have_header;
-    char err[256]; /* last error, one line: "line N: why" */
+    uint32_t version; /* the header's version, once have_header */
+    char err[256];    /* last error, one line: "line N: why" */
     /* storage for the last record */
     char *name;
     size_t name_cap;

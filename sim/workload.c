@@ -390,7 +390,8 @@ static int trace_record(struct trace_ctx *x, const struct ms_trace_rec *rec, uin
     case MS_TR_TASK:
         t = trace_task_get(x, rec->task, rec->name, rec->prio, true, &rc);
         return t ? MS_OK : rc;
-    case MS_TR_SYNC: return MS_OK;
+    case MS_TR_SYNC:
+    case MS_TR_TOUCH: return MS_OK; /* a profile's observation, not a command */
     default: break;
     }
     t = trace_task_get(x, rec->task, NULL, 0, false, &rc);

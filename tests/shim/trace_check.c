@@ -29,7 +29,7 @@ int main(int argc, char **argv)
     }
     struct ms_trace_reader r;
     ms_trace_reader_init(&r);
-    unsigned long count[MS_TR_SYNC + 1] = {0};
+    unsigned long count[MS_TR_TOUCH + 1] = {0};
     long live = 0;
     char *line = NULL;
     size_t cap = 0;

@@ -410,7 +410,7 @@ static void test_trace_relocation_and_errors(void **state)
         const char *want;
     } bad[] = {
         {"msched-trace 1\nalloc 1 0x1000 0 device\n", "line 2"},
-        {"msched-trace 2\n", "line 1"},
+        {"msched-trace 3\n", "line 1"},
         {"task 1 prio=0 name=x\n", "line 1"},
         {"msched-trace 1\nalloc 1 0x1000 4096 device\nalloc 1 0x1800 4096 device\n", "overlaps"},
         {"msched-trace 1\nfree 1 0x1000\n", "line 2"},

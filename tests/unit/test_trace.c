@@ -64,14 +64,15 @@ static int parse_str(struct ms_trace_reader *r, const char *s, struct ms_trace_r
     return ms_trace_parse_line(r, s, strlen(s), out);
 }
 
-/* A reader that has already read the header line. */
+/* A reader that has already read the header line (version 2: it reads every version-1 record
+ * too). */
 static void reader_with_header(struct ms_trace_reader *r)
 {
     struct ms_trace_rec rec;
     ms_trace_reader_init(r);
-    assert_int_equal(parse_str(r, "msched-trace 1", &rec), 1);
+    assert_int_equal(parse_str(r, "msched-trace 2", &rec), 1);
     assert_int_equal(rec.kind, MS_TR_HEADER);
-    assert_int_equal(rec.version, 1);
+    assert_int_equal(rec.version, 2);
 }
 
 /* ---- every kind parses -------------------------------------------------------------------- */
@@ -251,10 +252,16 @@ struct gen {
 static void rnd_rec(struct ms_trace_rec *rec, struct gen *g)
 {
     memset(rec, 0, sizeof *rec);
-    rec->kind = (enum ms_trace_kind)(rnd() % 8);
+    rec->kind = (enum ms_trace_kind)(rnd() % 9);
     rec->task = (uint32_t)rnd_upto(UINT32_MAX - 1);
     switch (rec->kind) {
-    case MS_TR_HEADER: rec->version = 1; break;
+    case MS_TR_HEADER: rec->version = 1 + (uint32_t)(rnd() % 2); break;
+    case MS_TR_TOUCH:
+        rec->arg = rnd() % 4 == 0 ? -1 : (int32_t)(8 * (rnd() % (MS_TRACE_MAX_PARAMS / 8)));
+        rec->mode = (uint8_t)(1 + rnd() % 3);
+        rec->size = rnd_range(1, 1ull << 48);
+        rec->addr = rnd_upto(UINT64_MAX - rec->size);
+        break;
     case MS_TR_TASK:
         rec->prio = (int32_t)(uint32_t)rnd_upto(UINT32_MAX);
         rnd_name(g->name, MS_TRACE_MAX_NAME - 1);
@@ -275,6 +282,8 @@ static void rnd_rec(struct ms_trace_rec *rec, struct gen *g)
         }
         rnd_name(g->name, MS_TRACE_MAX_NAME - 1);
         rec->name = g->name;
+        rec->mod = rnd() % 2 ? rnd_upto(UINT64_MAX) : 0;
+        rec->prof = (enum ms_trace_prof)(rnd() % 3);
         size_t np = rnd() % 4 == 0 ? MS_TRACE_MAX_PARAMS : rnd() % 64;
         if (rnd() % 8 == 0)
             np = 0;
@@ -569,10 +578,10 @@ static void test_header_rules(void **state)
     ms_trace_reader_init(&r);
     assert_int_equal(parse_str(&r, "# comment", &rec), 0);
     assert_int_equal(parse_str(&r, "sync 1", &rec), MS_E_PARSE);
-    assert_string_equal(r.err, "line 2: expected the header 'msched-trace 1' before 'sync'");
-    assert_int_equal(parse_str(&r, "msched-trace 2", &rec), MS_E_VERSION);
+    assert_string_equal(r.err, "line 2: expected the header 'msched-trace N' before 'sync'");
+    assert_int_equal(parse_str(&r, "msched-trace 3", &rec), MS_E_VERSION);
     assert_string_equal(r.err,
-                        "line 3: unsupported trace version 2 (this reader knows version 1 only)");
+                        "line 3: unsupported trace version 3 (this reader knows versions 1 to 2)");
     assert_int_equal(parse_str(&r, "msched-trace 0 extra=1", &rec), MS_E_VERSION);
     assert_int_equal(parse_str(&r, "msched-trace 4294967295", &rec), MS_E_VERSION);
     assert_int_equal(parse_str(&r, "msched-trace 4294967296", &rec), MS_E_PARSE);
@@ -712,6 +721,27 @@ static void test_format(void **state)
         {{.kind = MS_TR_MEMSET, .task = 1, .stream = 0, .dur_ns = 0, .addr = 0xff, .size = 1},
          "memset 1 0 0 0xff 1\n"},
         {{.kind = MS_TR_SYNC, .task = 4294967294u, .stream = 99}, "sync 4294967294\n"},
+        {{.kind = MS_TR_HEADER, .version = 2}, "msched-trace 2\n"},
+        {{.kind = MS_TR_TOUCH, .task = 3, .arg = -1, .mode = 3, .addr = 0x10, .size = 1},
+         "touch 3 - rw 0x10 1\n"},
+        {{.kind = MS_TR_TOUCH, .task = 3, .arg = 4088, .mode = 2, .addr = 0, .size = 1ull << 48},
+         "touch 3 4088 w 0x0 281474976710656\n"},
+        {{.kind = MS_TR_KERNEL,
+          .task = 1,
+          .grid = {1, 1, 1},
+          .block = {2, 1, 1},
+          .name = "k",
+          .mod = 0xABCDEF0123456789ull,
+          .prof = MS_PROF_OPAQUE},
+         "kernel 1 0 0 grid=1,1,1 block=2,1,1 name=k params= mod=abcdef0123456789 prof=opaque\n"},
+        {{.kind = MS_TR_KERNEL,
+          .task = 1,
+          .grid = {1, 1, 1},
+          .block = {2, 1, 1},
+          .name = "k",
+          .mod = 1,
+          .prof = MS_PROF_SEEN},
+         "kernel 1 0 0 grid=1,1,1 block=2,1,1 name=k params= mod=1 prof=seen\n"},
     };
     for (size_t i = 0; i < MS_ARRAY_LEN(ok); i++) {
         n = ms_trace_format(&ok[i].rec, buf, sizeof buf);
@@ -721,8 +751,17 @@ static void test_format(void **state)
 
     /* Records the reader could not produce are refused. */
     struct ms_trace_rec bad[] = {
-        {.kind = MS_TR_HEADER, .version = 2},
+        {.kind = MS_TR_HEADER, .version = 3},
+        {.kind = MS_TR_HEADER, .version = 0},
         {.kind = (enum ms_trace_kind)42},
+        {.kind = MS_TR_TOUCH, .arg = 4, .mode = 1, .addr = 1, .size = 1},
+        {.kind = MS_TR_TOUCH, .arg = -2, .mode = 1, .addr = 1, .size = 1},
+        {.kind = MS_TR_TOUCH, .arg = 4096, .mode = 1, .addr = 1, .size = 1},
+        {.kind = MS_TR_TOUCH, .arg = 0, .mode = 0, .addr = 1, .size = 1},
+        {.kind = MS_TR_TOUCH, .arg = 0, .mode = 4, .addr = 1, .size = 1},
+        {.kind = MS_TR_TOUCH, .arg = 0, .mode = 1, .addr = 1, .size = 0},
+        {.kind = MS_TR_TOUCH, .arg = 0, .mode = 1, .addr = UINT64_MAX, .size = 1},
+        {.kind = MS_TR_KERNEL, .grid = {1, 1, 1}, .block = {1, 1, 1}, .prof = 3},
         {.kind = MS_TR_SYNC, .task = UINT32_MAX},
         {.kind = MS_TR_ALLOC, .task = 1, .addr = 0, .size = 1},
         {.kind = MS_TR_ALLOC, .task = 1, .addr = 1, .size = 0},
@@ -754,6 +793,78 @@ static void test_format(void **state)
     }
     assert_int_equal(ms_trace_format(NULL, buf, sizeof buf), MS_E_INVAL);
     assert_int_equal(ms_trace_format(&k, NULL, 10), MS_E_INVAL);
+}
+
+/* ---- version 2: mod, prof, touch ------------------------------------------------------- */
+
+static void test_version2(void **state)
+{
+    (void)state;
+    struct ms_trace_reader r;
+    struct ms_trace_rec rec;
+
+    /* Every version-2 addition is refused in a version-1 trace, saying why. */
+    const char *v2only[] = {
+        "kernel 1 0 5 grid=1,1,1 block=1,1,1 name=k params= mod=ff",
+        "kernel 1 0 5 grid=1,1,1 block=1,1,1 name=k params= prof=seen",
+        "touch 1 0 r 0x1000 16",
+    };
+    for (size_t i = 0; i < MS_ARRAY_LEN(v2only); i++) {
+        ms_trace_reader_init(&r);
+        assert_int_equal(parse_str(&r, "msched-trace 1", &rec), 1);
+        assert_int_equal(parse_str(&r, v2only[i], &rec), MS_E_PARSE);
+        assert_non_null(strstr(r.err, "needs msched-trace 2"));
+        assert_non_null(strstr(r.err, "version 1"));
+        ms_trace_reader_fini(&r);
+    }
+
+    reader_with_header(&r);
+    assert_int_equal(parse_str(&r,
+                               "kernel 7 1 5 grid=1,1,1 block=1,1,1 name=k params=0010 "
+                               "prof=seen  mod=00FfEe",
+                               &rec),
+                     1);
+    assert_int_equal(rec.mod, 0xffee);
+    assert_int_equal(rec.prof, MS_PROF_SEEN);
+    assert_int_equal(parse_str(&r, "kernel 7 1 5 grid=1,1,1 block=1,1,1 name=k params=", &rec), 1);
+    assert_int_equal(rec.mod, 0);
+    assert_int_equal(rec.prof, MS_PROF_NONE);
+    assert_int_equal(parse_str(&r, "touch 7 16 rw 0x7f0000001000 4096", &rec), 1);
+    assert_int_equal(rec.kind, MS_TR_TOUCH);
+    assert_int_equal(rec.task, 7);
+    assert_int_equal(rec.arg, 16);
+    assert_int_equal(rec.mode, MS_TOUCH_R | MS_TOUCH_W);
+    assert_int_equal(rec.addr, 0x7f0000001000ull);
+    assert_int_equal(rec.size, 4096);
+    assert_int_equal(parse_str(&r, "touch 7 - w 0x10 1", &rec), 1);
+    assert_int_equal(rec.arg, -1);
+    assert_int_equal(rec.mode, MS_TOUCH_W);
+
+    struct {
+        const char *line, *why;
+    } bad[] = {
+        {"touch 7 4 r 0x10 1", "arg '4' is not -, or a multiple of 8"},
+        {"touch 7 4096 r 0x10 1", "arg '4096'"},
+        {"touch 7 -1 r 0x10 1", "arg '-1'"},
+        {"touch 7 0 x 0x10 1", "mode 'x' is not r, w or rw"},
+        {"touch 7 0 wr 0x10 1", "mode 'wr'"},
+        {"touch 7 0 r 0x10 0", "out of range 1..281474976710656"},
+        {"touch 7 0 r 0x10 281474976710657", "out of range"},
+        {"touch 7 0 r 0xffffffffffffffff 2", "wraps"},
+        {"touch 7 0 r 0x10", "missing field <bytes>"},
+        {"touch 7 0 r 0x10 1 2", "unexpected extra field"},
+        {"kernel 1 0 5 grid=1,1,1 block=1,1,1 name=k params= mod=", "mod '' is not 1..16 hex"},
+        {"kernel 1 0 5 grid=1,1,1 block=1,1,1 name=k params= mod=0x1", "mod '0x1'"},
+        {"kernel 1 0 5 grid=1,1,1 block=1,1,1 name=k params= mod=11111111111111111",
+         "not 1..16 hex"},
+        {"kernel 1 0 5 grid=1,1,1 block=1,1,1 name=k params= prof=yes", "prof 'yes'"},
+        {"kernel 1 0 5 grid=1,1,1 block=1,1,1 name=k params= prof=seen prof=seen", "duplicate"},
+    };
+    for (size_t i = 0; i < MS_ARRAY_LEN(bad); i++) {
+        if (parse_str(&r, bad[i].line, &rec) != MS_E_PARSE || !strstr(r.err, bad[i].why))
+            fail_msg("'%s' gave '%s', want '%s'", bad[i].line, r.err, bad[i].why);
+    }
+    ms_trace_reader_fini(&r);
 }
 
 /* ---- allocation failure ----------------------------------------------------------------- */
@@ -819,7 +930,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_random), cmocka_unit_test(test_names),
         cmocka_unit_test(test_malformed),        cmocka_unit_test(test_header_rules),
         cmocka_unit_test(test_line_limits),      cmocka_unit_test(test_format),
-        cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_alloc_failure),    cmocka_unit_test(test_version2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,141 @@
+/*
+ * template.h - argument templates: a kernel's working set below the allocation, learned from
+ * profiles (issue 27, items 2 and 3).
+ *
+ * Design
+ *   ms_predict_launch says a pointer argument references its whole region. A profile (a version-2
+ *   trace, docs/trace-format.md) records, per profiled launch, the byte ranges each pointer
+ *   argument's accesses fell in. From those the analyzer fits, per kernel identity (name, module
+ *   hash) and per pointer argument (the byte offset `arg` of its 8-byte word in the parameter
+ *   buffer), one rule over the launch's integer arguments that explains every profiled launch.
+ *   Online, ms_predict_launch_tmpl evaluates the rules of a launch and keeps only the chunks the
+ *   predicted ranges overlap.
+ *
+ *   Integer arguments: a 4- or 8-byte parameter (by the layout; without one, every 4-aligned
+ *   4-byte word and every 8-aligned 8-byte word) whose value is not a pointer into a known region
+ *   (a pointer's halves are not integers either). x(off:size) is its value: a 4-byte one as a
+ *   signed 32-bit number, an 8-byte one as a signed 64-bit number.
+ *
+ *   A term is c0 + c1*X1 + c2*X2, where each X is x(a) or x(a)*x(b) (a product makes rows*cols a
+ *   term). A rule is four terms over the pointer value P:
+ *     lo, hi   the first block is [P + lo, P + hi)
+ *     count    number of blocks
+ *     stride   bytes from one block's start to the next
+ *   Forms, in the order the analyzer tries them (the first that explains every launch wins):
+ *     fixed    lo and hi constants, count 1
+ *     linear   lo and hi constant or linear in one integer argument, count 1
+ *              (then: one of them with a product or a sum of two arguments)
+ *     strided  count, stride, lo and hi - lo each constant or linear in one argument
+ *   A rule "explains" a launch when its predicted bytes cover every byte the launch touched
+ *   through that argument (no false negative at all, at the profile's ranges) and over-predict
+ *   by at most touched/16 + 64 KiB (MS_TMPL_SLACK). A launch that touched nothing through the
+ *   argument is explained by any rule.
+ *
+ *   Refusals: a kernel any launch of which was prof=opaque is opaque; one with a touch attributed
+ *   to no argument (`-`, pointer chasing) is unsafe. Neither shrinks anything: the predictor
+ *   treats both like a kernel without templates. An argument with no rule is predicted whole.
+ *
+ *   Incremental learning: per (kernel, arg) the store keeps up to MS_TMPL_MAX_OBS (64) distinct
+ *   observations (the launch's integer arguments and a summary of what it touched), so learning a
+ *   second profile refits over both. A repeated observation only counts. Past 64 distinct
+ *   observations a new one that the current rule explains is counted and dropped; one that it
+ *   does not explain refuses the argument for good (refused: no rule, predicted whole), since a
+ *   refit could no longer check the dropped launches.
+ *
+ * Store text format (the store is persisted by callers; core/ does no I/O)
+ *     msched-templates 1
+ *     kernel mod=<hex> launches=<n> opaque=<0|1> unsafe=<0|1> name=<name>
+ *     arg <off> form=<none|fixed|linear|strided> written=<0|1> refused=<0|1> launches=<n>
+ *         lo=<term> hi=<term> count=<term> stride=<term>                      (one line)
+ *     obs <lo> <hi> <touched> <count> <len> <stride> ints=<off>:<size>:<val>,...
+ *     end
+ *   One kernel per block, closed by `end`; its arg lines in ascending offset, each followed by
+ *   its obs lines (at most 64). Blank lines and lines starting with '#' are ignored. A term is
+ *   `<c0>` then zero to two `,<c>*x<off>:<size>[*x<off>:<size>]` (c != 0). Names are escaped as
+ *   in traces (%XX for every byte outside 0x21-0x7e and for '%'). An obs line: the touched span
+ *   [lo, hi) relative to P, the touched bytes, and, when the touched blocks are regular, their
+ *   count, length and stride (count 0: irregular). Every number is range-checked; errors read
+ *   "line N: reason". docs/templates.md has the full definition.
+ *
+ * Ownership and errors
+ *   The store owns its kernels; a const struct ms_tmpl_kernel * stays valid until the store is
+ *   freed (learning and merging update entries in place, never move or free them). Functions
+ *   return MS_OK or a negative MS_E_*; `why` (may be NULL) gets one line on a parse error. No
+ *   locking: the caller serializes.
+ */
+#ifndef MS_TEMPLATE_H
+#define MS_TEMPLATE_H
+
+#include "predict.h"
+
+#define MS_TMPL_VERSION 1
+#define MS_TMPL_MAX_OBS 64      /* distinct observations kept per (kernel, arg) */
+#define MS_TMPL_MAX_INTS 32     /* integer arguments kept per observation (lowest offsets) */
+#define MS_TMPL_MAX_RANGES 64   /* ranges one rule evaluates to; beyond: one covering range */
+#define MS_TMPL_SLACK_ABS 65536 /* over-prediction allowed: touched / 16 + this, bytes */
+
+enum ms_tmpl_form { MS_TMPL_NONE = 0, MS_TMPL_FIXED, MS_TMPL_LINEAR, MS_TMPL_STRIDED };
+
+struct ms_tmpl_store;  /* opaque */
+struct ms_tmpl_kernel; /* opaque, owned by the store, valid until the store is freed */
+
+int ms_tmpl_store_new(struct ms_tmpl_store **out); /* MS_E_NOMEM */
+void ms_tmpl_store_free(struct ms_tmpl_store *s);  /* NULL ok */
+
+/* Learn from a whole v2 trace in memory (a profile). why gets "line N: reason" on a parse error
+ * (MS_E_PARSE, MS_E_VERSION); launches before the bad line stay learned. MS_E_NOMEM. */
+int ms_tmpl_learn_trace(struct ms_tmpl_store *s, const char *buf, size_t len, char *why,
+                        size_t whylen);
+
+/* Parse a store text and merge it into s: a kernel new to s is taken as written; one s has
+ * already gets the text's observations learned into it (and flags, counts). The text is checked
+ * whole before anything merges: on MS_E_PARSE / MS_E_VERSION s is unchanged; on MS_E_NOMEM s may
+ * hold part of the merge (every entry still consistent). */
+int ms_tmpl_store_parse(struct ms_tmpl_store *s, const char *buf, size_t len, char *why,
+                        size_t whylen);
+
+/* The store as text (malloc'd with ms_malloc, NUL-terminated; *len excludes the NUL; the
+ * caller frees with ms_free). Kernels in (name, mod) order. MS_E_NOMEM. */
+int ms_tmpl_store_format(const struct ms_tmpl_store *s, char **out, size_t *len);
+
+/* A human summary for `msched profile --show`: per kernel, its rules in words, launches seen.
+ * Same ownership as ms_tmpl_store_format. */
+int ms_tmpl_store_describe(const struct ms_tmpl_store *s, char **out, size_t *len);
+
+/* The kernel (name, mod), or NULL. O(log kernels); callers cache it per function. */
+const struct ms_tmpl_kernel *ms_tmpl_find(const struct ms_tmpl_store *s, const char *name,
+                                          uint64_t mod);
+size_t ms_tmpl_store_count(const struct ms_tmpl_store *s); /* kernels */
+
+/* Accessors of a kernel entry. */
+bool ms_tmpl_kernel_opaque(const struct ms_tmpl_kernel *k);
+bool ms_tmpl_kernel_unsafe(const struct ms_tmpl_kernel *k);
+uint64_t ms_tmpl_kernel_launches(const struct ms_tmpl_kernel *k); /* profiled launches learned */
+/* The rule's form for pointer word `arg` (MS_TMPL_NONE: no rule, or the kernel is opaque or
+ * unsafe); *written (may be NULL) gets whether the argument was ever written (true when
+ * unknown), *launches (may be NULL) the launches it explains. */
+enum ms_tmpl_form ms_tmpl_rule(const struct ms_tmpl_kernel *k, uint32_t arg, bool *written,
+                               uint64_t *launches);
+
+/*
+ * The byte ranges the rule of pointer word `arg` predicts for launch l with pointer value ptr,
+ * into out[0..cap) in ascending address order (cap >= 1; beyond cap ranges, or past
+ * MS_TMPL_MAX_RANGES, one covering range). Returns the number of ranges (0: the rule predicts
+ * nothing), or MS_E_NOTFOUND when there is no usable rule (no rule, opaque or unsafe kernel, an
+ * integer argument outside the parameter bytes, arithmetic overflow): the caller then takes the
+ * whole region. Ranges are not clamped to any region.
+ */
+int ms_tmpl_eval(const struct ms_tmpl_kernel *k, uint32_t arg, uint64_t ptr,
+                 const struct ms_launch *l, struct ms_range *out, size_t cap);
+
+/*
+ * Like ms_predict_launch, with templates: when k is NULL, opaque or unsafe, exactly
+ * ms_predict_launch. Otherwise each pointer word with a rule adds only the chunks overlapping its
+ * predicted ranges clamped to its region (an empty clamp adds nothing), and a pointer word
+ * without one adds its whole region. Returns the number of distinct regions the pointer words
+ * reference (as ms_predict_launch), or MS_E_NOMEM / MS_E_INVAL.
+ */
+int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
+                           const struct ms_tmpl_kernel *k, struct ms_chunk_set *out);
+
+#endif /* MS_TEMPLATE_H */
