@@ -37,6 +37,7 @@
  *     the child, so the child never inherits a lock held by a thread that does not exist there.
  */
 #include "shim/shim_int.h"
+#include "shim/profile.h"
 #include "shim/locks.h"
 #include "shim/client.h"
 #include "shim/config.h"
@@ -127,8 +128,10 @@ __attribute__((destructor)) static void shim_fini(void)
     if (__atomic_load_n(&initialized, __ATOMIC_ACQUIRE)) {
         bool held = ms_lock_any_held(); /* exit() from a signal handler inside the shim */
         ms_engine_exit(ms__shim_verbose());
-        if (!held)
+        if (!held) {
+            ms_prof_finish();
             ms__shim_events_exit(ms__shim_verbose());
+        }
     }
 }
 
