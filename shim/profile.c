@@ -352,8 +352,8 @@ void ms_prof_launch_begin(const struct ms_shim_launch *l)
     ms_unlock(&P.lock);
 }
 
-/* The pointer argument (its offset) for a touched range at addr in region r, or -1. */
-static int64_t arg_for(const struct ms_prof_region *r, uint64_t addr)
+/* The pointer argument (its offset) for a touched range of region r ending at end, or -1. */
+static int64_t arg_for(const struct ms_prof_region *r, uint64_t end)
 {
     const uint8_t *p = P.rec.params;
     size_t len = P.rec.params_len;
@@ -371,7 +371,7 @@ static int64_t arg_for(const struct ms_prof_region *r, uint64_t addr)
         memcpy(&v, p + off, 8);
         if (v < r->base || v >= r->end)
             continue;
-        if (v <= addr && (best < 0 || v > bestv)) {
+        if (v < end && (best < 0 || v > bestv)) {
             best = (int64_t)off;
             bestv = v;
         }
@@ -418,7 +418,7 @@ static void write_touches(const uint32_t *map)
                 lo = lo < r->base ? r->base : lo;
                 hi = hi > r->end ? r->end : hi;
             }
-            int64_t a = m ? arg_for(r, lo) : -1;
+            int64_t a = m ? arg_for(r, hi) : -1;
             if (mode && (!m || m != mode || a != arg || lo != end)) {
                 touch_line(arg, mode, start, end - start);
                 mode = 0;

@@ -29,9 +29,10 @@
  *   is attributed to the pointer argument pointing into that allocation: the 8-byte-aligned
  *   words of the parameter buffer that hold a pointer (the layout's 8-byte entries at 8-byte
  *   offsets; every aligned word when the layout is unknown) whose value lies in the
- *   allocation; when several do, the one with the largest value not above the range's start
- *   (else the smallest). No such argument: `-` (reached through memory, pointer chasing).
- *   Adjacent granules of one allocation with the same argument and mode merge into one range.
+ *   allocation; when several do, the one with the largest value below the granule's end
+ *   (the argument whose data starts nearest before or inside it), else the smallest. No such
+ * argument: `-` (reached through memory, pointer chasing). Adjacent granules of one allocation with
+ * the same argument and mode merge into one range.
  *
  *   Output (the trace format's version 2 records, written here as text until core/trace.c
  *   writes version 2): `msched-trace 2`, a task record, the program's alloc and free records

@@ -115,6 +115,22 @@ SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDI
               $(SHIM_TDIR)/exit_signal \
               $(SHIM_TDIR)/libcupti_fake.so
 
+# A Compute Sanitizer stand-in over the fake driver, for the profiler's tests (only with the
+# Sanitizer headers), and the profiled test program.
+ifneq ($(SANITIZER_INC),)
+SHIM_TESTS += $(SHIM_TDIR)/libsanitizer_fake.so
+$(SHIM_TDIR)/libsanitizer_fake.so: tests/shim/fake_sanitizer.c gpu/fakecuda/fakecuda.h shim/profile_patch.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) -isystem $(SANITIZER_INC) -fPIC -fvisibility=hidden $(SHIM_SOFLAGS) \
+	    -o $@ $< -ldl
+endif
+SHIM_TESTS += $(SHIM_TDIR)/profile_prog
+$(SHIM_TDIR)/profile_prog: tests/shim/profile_prog.c gpu/fakecuda/fakecuda.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
+
 # A CUPTI stand-in over the fake driver, for the accuracy probe's tests.
 $(SHIM_TDIR)/libcupti_fake.so: tests/shim/fake_cupti.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)
