@@ -80,12 +80,19 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Stop profiling after an error (lock held): said once, the program runs on. */
+/* Stop profiling after an error (lock held): said once, the program runs on; the profile ends
+ * with a comment saying why. */
 static void stop(const char *what, const char *why)
 {
     ms__shim_say("MSCHED_PROFILE: profiling stops: %s%s%s", what, why && *why ? ": " : "",
                  why ? why : "");
     __atomic_store_n(&P.state, 3, __ATOMIC_RELEASE);
+    /* A comment in the profile itself, so that a reader knows it ends early. */
+    if (P.out && fprintf(P.out, "# profiling stopped: %s%s%s\n", what, why && *why ? ": " : "",
+                         why ? why : "") < 0) {
+        fclose(P.out);
+        P.out = NULL;
+    }
 }
 
 /* Write one formatted record (lock held). */
