@@ -1,6 +1,6 @@
 /*
  * profile_patch.h - the per-launch record the profiler's device patch marks, shared by the host
- * side (shim/profile_san.c), the patch (gpu/cuda/prof_patch.cu) and the CI stand-in for
+ * side (shim/profile_san.c), the patch (shim/prof_patch.cu) and the CI stand-in for
  * libsanitizer (tests/shim/fake_sanitizer.c). C and CUDA C; no functions of anything else.
  *
  * Design

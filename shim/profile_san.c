@@ -1,7 +1,7 @@
 /*
  * profile_san.c - the profiler's touch source on the NVIDIA Compute Sanitizer API (the seam:
  * struct ms_touch_source in profile.h; the device record: profile_patch.h; the device patch:
- * gpu/cuda/prof_patch.cu).
+ * shim/prof_patch.cu).
  *
  * Design
  *   libsanitizer-public.so is loaded with dlopen (MSCHED_SANITIZER=<path>, else found on the
@@ -56,7 +56,7 @@
 #endif
 #endif
 
-extern const char *const ms_prof_patch; /* generated from gpu/cuda/prof_patch.cu; NULL without */
+extern const char *const ms_prof_patch; /* generated from shim/prof_patch.cu; NULL without */
 
 #ifdef MS_HAVE_SANITIZER
 /* Not <sanitizer.h>: it declares stand-in v1 structures that the shim's cuda.h (with

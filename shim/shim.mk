@@ -66,7 +66,7 @@ endif
 
 # The profiler's device patch, compiled as a tools patch and embedded (NULL without nvcc or the
 # Sanitizer headers: the profiler then says it is unavailable).
-$(BUILD)/gen/prof_patch.c: gpu/cuda/prof_patch.cu shim/profile_patch.h scripts/embed.py
+$(BUILD)/gen/prof_patch.c: shim/prof_patch.cu shim/profile_patch.h scripts/embed.py
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  GEN   $@")
 	$(Q)if [ -n "$(SANITIZER_INC)" ] && [ -x "$(NVCC)" ] && $(NVCC) --fatbin \
