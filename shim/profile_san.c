@@ -32,8 +32,11 @@
  *
  *   Status: written against the Sanitizer API headers of CUDA 13 (nvidia-cuda-sanitizer-api
  *   13.5) and exercised in CI only against the stand-in tests/shim/fake_sanitizer.c; it has
- *   never run on a GPU. Built without the Sanitizer headers or without the device patch
- *   (no nvcc), start() says so and the profiler stays off.
+ *   never run on a GPU. Unverified above all: that the library accepts a subscriber started
+ *   from inside the process after cuInit (NVIDIA's tools are injection libraries loaded by
+ *   the driver through CUDA_INJECTION64_PATH); docs/shim.md lists the rest. Built without the
+ * Sanitizer headers or without the device patch (no nvcc), start() says so and the profiler stays
+ * off.
  *
  * Locking: the module table and the callback bookkeeping are under prof_rec (shim/locks.h),
  *   never held across a Sanitizer call that may call back.
