@@ -488,3 +488,16 @@ void ms_prof_finish(void)
         __atomic_store_n(&P.state, 3, __ATOMIC_RELEASE);
     ms_unlock(&P.lock);
 }
+
+void ms_prof_atfork_child(void)
+{
+    ms_lock_reset(&P.lock);
+    armed_here = false;
+    if (P.out) {
+        close(fileno(P.out)); /* not fclose: the parent writes what is buffered */
+        P.out = NULL;
+    }
+    __atomic_store_n(&P.state, 3, __ATOMIC_RELEASE);
+    if (P.src && P.src->atfork_child)
+        P.src->atfork_child();
+}

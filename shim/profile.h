@@ -84,6 +84,9 @@ MS_HIDDEN void ms_prof_launch_begin(const struct ms_shim_launch *l);
 MS_HIDDEN void ms_prof_launch_end(void);
 /* At exit: flush and close the file. */
 MS_HIDDEN void ms_prof_finish(void);
+/* In a forked child (one thread, from shim.c's fork handler): the child does not profile (the
+ * file is the parent's; its buffered records are dropped, not written twice). */
+MS_HIDDEN void ms_prof_atfork_child(void);
 
 /* ---- the touch source seam (profile_san.c implements it; profile.c uses it) ---- */
 
@@ -107,6 +110,8 @@ struct ms_touch_source {
                size_t whylen);
     /* After the launch and the synchronization: its result (valid until the next arm). */
     int (*collect)(struct ms_touch_result *out, char *why, size_t whylen);
+    /* In a forked child: reset the source's locks. */
+    void (*atfork_child)(void);
 };
 
 /* The Compute Sanitizer source (profile_san.c). */

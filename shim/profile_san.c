@@ -376,7 +376,15 @@ static int san_collect(struct ms_touch_result *out, char *why, size_t whylen)
     return MS_OK;
 }
 
+static void san_atfork_child(void)
+{
+    ms_lock_reset(&R.lock);
+    T.armed = false;
+}
+
 #else /* !MS_HAVE_SANITIZER */
+
+static void san_atfork_child(void) {}
 
 static int san_start(char *why, size_t whylen)
 {
@@ -406,4 +414,5 @@ const struct ms_touch_source ms__prof_sanitizer = {
     .start = san_start,
     .arm = san_arm,
     .collect = san_collect,
+    .atfork_child = san_atfork_child,
 };

@@ -92,6 +92,7 @@ static void atfork_child(void)
     ms__shim_events_atfork_child();
     ms__host_atfork_child();
     ms_engine_atfork_child();
+    ms_prof_atfork_child();
 }
 
 /* The process's initialisation (driver.h runs it once, at the first driver call). */
