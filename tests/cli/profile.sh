@@ -123,6 +123,15 @@ if [ $rc = 0 ] && check "$W/d.prof" "$W/bufs" 32 0,1,2,3,35 >"$W/d.chk" 2>&1; th
 else
     fail profile/default-sampling "rc=$rc: $(tail -n 4 "$W/d.chk" "$W/d.err" | tr '\n' ' ')"
 fi
+# ... the same with the shim preloaded (the program opens the fake driver by name)
+LD_LIBRARY_PATH=$BUILD/lib/fakecuda "$MSCHED" profile --preload --raw "$W/pre.prof" -- \
+    "$T/profile_prog" 5 >"$W/bufs" 2>"$W/pre.err"
+rc=$?
+if [ $rc = 5 ] && check "$W/pre.prof" "$W/bufs" 32 0,1,2,3,35 >"$W/pre.chk" 2>&1; then
+    pass "profile/preload (same records with --preload, exit 5 passed on)"
+else
+    fail profile/preload "rc=$rc: $(tail -n 4 "$W/pre.chk" "$W/pre.err" | tr '\n' ' ')"
+fi
 "$MSCHED" profile -- "$T/profile_prog" 0 >/dev/null 2>"$W/t.err"
 rc=$?
 if [ $rc = 0 ] && [ -z "$(ls -A "$TMPDIR")" ] && grep -q "raw profile $TMPDIR/msched-profile-" "$W/t.err"; then
@@ -196,6 +205,11 @@ if [ $rc = 1 ] && grep -q "no template store at $W/cache/msched/templates" "$W/s
 else
     fail profile/show "rc=$rc rc2=$rc2 rc3=$rc3 o1=$o1 o2=$o2: $(cat "$W/s.err")"
 fi
+env -u XDG_CACHE_HOME HOME="$W/home" "$MSCHED" profile --show >/dev/null 2>"$W/h.err"
+grep -q "no template store at $W/home/.cache/msched/templates" "$W/h.err" ||
+    fail profile/show-home "$(cat "$W/h.err")"
+env -u XDG_CACHE_HOME -u HOME "$MSCHED" profile --show >/dev/null 2>&1
+[ $? = 2 ] || fail profile/show-no-home "neither XDG_CACHE_HOME nor HOME: not a usage error"
 "$MSCHED" help profile | grep -q "usage: msched profile" || fail profile/help
 
 [ $failures = 0 ] || { echo "$failures profile check(s) failed"; exit 1; }
