@@ -337,7 +337,7 @@ void ms_prof_launch_begin(const struct ms_shim_launch *l)
     if (!ms_prof_on() || armed_here)
         return;
     ms_lock(&P.lock);
-    uint64_t n = P.state == 2 ? count_launch(l->func) : UINT64_MAX;
+    uint64_t n = ms_prof_on() ? count_launch(l->func) : UINT64_MAX;
     if (n == UINT64_MAX || !sampled(n) || ms__shim_capture_open() || !keep_launch(l)) {
         ms_unlock(&P.lock);
         return;
