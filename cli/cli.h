@@ -36,6 +36,16 @@ extern const struct ms_cli_cmd ms_cmd_run;
 extern const struct ms_cli_cmd ms_cli_status;
 extern const struct ms_cli_cmd ms_cli_top;
 extern const struct ms_cli_cmd ms_cli_config;
+extern const struct ms_cli_cmd ms_cmd_profile;
+
+/* Find libmsched (<bindir>/../lib/msched) and, with apply, put it in front of this process's
+ * environment for the programs it runs next: first on LD_LIBRARY_PATH, or with preload on
+ * LD_PRELOAD (cmd_run.c). 0, or MS_EXIT_RUNTIME after saying why. */
+int ms_cli_use_shim(bool preload, bool apply);
+/* Write len bytes to path atomically: a temporary file beside it (its directories made, 0700),
+ * written, synced, then renamed over path (cmd_profile.c). MS_OK, MS_E_INVAL (path too long),
+ * MS_E_IO (errno says why). */
+int ms_cli_write_atomic(const char *path, const void *buf, size_t len);
 
 /* Print "msched: <message>\n" to stderr. */
 void ms_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -143,6 +143,35 @@ static int setenv_or_fail(const char *k, const char *v)
     return 0;
 }
 
+int ms_cli_use_shim(bool preload, bool apply)
+{
+    char dir[PATH_MAX], lib[PATH_MAX + 32];
+    struct stat st;
+    if (lib_dir(dir, sizeof(dir)) != 0) {
+        ms_cli_error("cannot locate the msched binary's directory");
+        return MS_EXIT_RUNTIME;
+    }
+    snprintf(lib, sizeof(lib), "%s/%s", dir, preload ? "libmsched.so" : "libcuda.so.1");
+    if (stat(lib, &st) != 0) {
+        ms_cli_error("cannot find libmsched at %s (was it built? 'make' builds it when the CUDA "
+                     "toolkit is present)",
+                     lib);
+        return MS_EXIT_RUNTIME;
+    }
+    if (!apply)
+        return 0;
+    const char *var = preload ? "LD_PRELOAD" : "LD_LIBRARY_PATH";
+    const char *first = preload ? lib : dir;
+    const char *old = getenv(var);
+    char *val = malloc(strlen(first) + (old ? strlen(old) : 0) + 2);
+    if (!val)
+        return MS_EXIT_RUNTIME;
+    sprintf(val, "%s%s%s", first, old && *old ? ":" : "", old ? old : "");
+    int e = setenv_or_fail(var, val);
+    free(val);
+    return e ? MS_EXIT_RUNTIME : 0;
+}
+
 static int run_main(int argc, char **argv)
 {
     /* The shim's options, as text, by the table's id (ipc/shimopt.h): checked here with the
@@ -196,20 +225,9 @@ static int run_main(int argc, char **argv)
         return MS_EXIT_USAGE;
     }
     bool verbose = given[MS_OPT_VERBOSE] != NULL;
-
-    char dir[PATH_MAX], lib[PATH_MAX + 32];
-    struct stat st;
-    if (lib_dir(dir, sizeof(dir)) != 0) {
-        ms_cli_error("cannot locate the msched binary's directory");
-        return MS_EXIT_RUNTIME;
-    }
-    snprintf(lib, sizeof(lib), "%s/%s", dir, preload ? "libmsched.so" : "libcuda.so.1");
-    if (stat(lib, &st) != 0) {
-        ms_cli_error("cannot find libmsched at %s (was it built? 'make' builds it when the CUDA "
-                     "toolkit is present)",
-                     lib);
-        return MS_EXIT_RUNTIME;
-    }
+    int e = ms_cli_use_shim(preload, false);
+    if (e)
+        return e;
     for (int k = 0; k < MS_OPT_COUNT; k++)
         if (given[k] && setenv_or_fail(ms_shimopt_defs[k].env, given[k]))
             return MS_EXIT_RUNTIME;
@@ -217,27 +235,9 @@ static int run_main(int argc, char **argv)
     const char *engine = getenv("MSCHED_ENGINE");
     if (!(dm && strcmp(dm, "off") == 0) && !(engine && strcmp(engine, "off") == 0))
         ensure_daemon(verbose);
-    if (preload) {
-        const char *old = getenv("LD_PRELOAD");
-        char *val = malloc(strlen(lib) + (old ? strlen(old) : 0) + 2);
-        if (!val)
-            return MS_EXIT_RUNTIME;
-        sprintf(val, "%s%s%s", lib, old && *old ? ":" : "", old ? old : "");
-        int e = setenv_or_fail("LD_PRELOAD", val);
-        free(val);
-        if (e)
-            return MS_EXIT_RUNTIME;
-    } else {
-        const char *old = getenv("LD_LIBRARY_PATH");
-        char *val = malloc(strlen(dir) + (old ? strlen(old) : 0) + 2);
-        if (!val)
-            return MS_EXIT_RUNTIME;
-        sprintf(val, "%s%s%s", dir, old && *old ? ":" : "", old ? old : "");
-        int e = setenv_or_fail("LD_LIBRARY_PATH", val);
-        free(val);
-        if (e)
-            return MS_EXIT_RUNTIME;
-    }
+    /* After the daemon started: it must not load libmsched as its driver. */
+    if ((e = ms_cli_use_shim(preload, true)) != 0)
+        return e;
     fflush(NULL);
     execvp(argv[i], &argv[i]);
     ms_cli_error("cannot run '%s': %s", argv[i], strerror(errno));

@@ -11,15 +11,16 @@
 
 #include <string.h>
 
-static const struct ms_cli_cmd *const commands[] = {&ms_cmd_run,    &ms_cli_status, &ms_cli_top,
-                                                    &ms_cli_config, &ms_cmd_sim,    &ms_cmd_demo};
+static const struct ms_cli_cmd *const commands[] = {&ms_cmd_run, &ms_cmd_profile, &ms_cli_status,
+                                                    &ms_cli_top, &ms_cli_config,  &ms_cmd_sim,
+                                                    &ms_cmd_demo};
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: msched <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < MS_ARRAY_LEN(commands); i++)
-        fprintf(f, "  %-6s %s\n", commands[i]->name, commands[i]->summary);
-    fprintf(f, "  %-6s %s\n", "help", "show this list, or a command's options: msched help sim");
+        fprintf(f, "  %-7s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(f, "  %-7s %s\n", "help", "show this list, or a command's options: msched help sim");
     fprintf(f, "\nmsched --version prints the version.\n");
 }
 

@@ -68,6 +68,16 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         "and commands run on what is resident"},
     [MS_OPT_CUPTI] = {"MSCHED_CUPTI", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the CUPTI library the accuracy probe loads (default: searched)"},
+    [MS_OPT_PROFILE] = {"MSCHED_PROFILE", NULL, "FILE", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
+        "record what sampled kernel launches touch into FILE (engine off;\n"
+        "msched profile sets it)"},
+    [MS_OPT_PROFILE_FIRST] = {"MSCHED_PROFILE_FIRST", NULL, "N", NULL, MS_OT_UINT, 0, 1000000000,
+        false, NULL, "4", "the profiler profiles the first N launches of each kernel"},
+    [MS_OPT_PROFILE_EVERY] = {"MSCHED_PROFILE_EVERY", NULL, "N", NULL, MS_OT_UINT, 1, 1000000000,
+        false, NULL, "32", "... and then one launch in N"},
+    [MS_OPT_SANITIZER] = {"MSCHED_SANITIZER", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL,
+        "", "the Compute Sanitizer library (libsanitizer-public.so) the profiler\n"
+        "loads (default: searched)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

@@ -30,6 +30,9 @@
  *   the format's 4096 is written without its bytes and layout; a name longer than the format's
  *   511 bytes is cut. Both count as trace_dropped.
  *
+ *   The access profiler (MSCHED_PROFILE, shim/profile.h) gets the same alloc and free events
+ *   (after the lock is released) and each admitted launch before and after the real call.
+ *
  * Invariants
  *   - allocs[] is sorted by base with no two entries at the same base; counters.live_bytes is
  *     the sum of their sizes.
@@ -43,6 +46,7 @@
 #include "core/trace.h"
 #include "shim/shim_events.h"
 #include "shim/engine.h"
+#include "shim/profile.h"
 
 #include <stddef.h>
 
@@ -170,6 +174,7 @@ void ms_shim_on_alloc(uint64_t ptr, uint64_t bytes, enum ms_region_kind kind)
         ms__rec_trace_put(&rec);
     }
     ms_unlock(&ms__events_lock);
+    ms_prof_alloc(ptr, bytes, kind);
 }
 
 bool ms_shim_on_free_begin(uint64_t ptr, struct ms_shim_alloc *out)
@@ -190,6 +195,8 @@ bool ms_shim_on_free_begin(uint64_t ptr, struct ms_shim_alloc *out)
         }
     }
     ms_unlock(&ms__events_lock);
+    if (known)
+        ms_prof_free(ptr);
     return known;
 }
 
@@ -217,6 +224,8 @@ void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool fre
         }
     }
     ms_unlock(&ms__events_lock);
+    if (!freed && was)
+        ms_prof_alloc(was->ptr, was->bytes, was->kind);
 }
 
 int ms_shim_on_launch(const struct ms_shim_launch *l)
@@ -237,6 +246,8 @@ int ms_shim_on_launch(const struct ms_shim_launch *l)
     }
     ms_unlock(&ms__events_lock);
     int gate = ms_engine_gate_launch(l);
+    if (gate == 0)
+        ms_prof_launch_begin(l); /* MSCHED_PROFILE (engine off): may run this launch alone */
     ms__rec_timing_start(gate);
     return gate;
 }
@@ -374,6 +385,7 @@ int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
 void ms__shim_gate_end(int *gate)
 {
     (void)gate;
+    ms_prof_launch_end();
     ms__rec_timing_end();
     ms_engine_gate_end();
 }

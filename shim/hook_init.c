@@ -2,7 +2,8 @@
  * hook_init.c - hooks for initialisation, entry-point resolution and lifetime events.
  *
  * Design
- *   cuInit starts the accuracy probe's CUPTI counters (shim/accuracy.h) before any context.
+ *   cuInit starts the accuracy probe's CUPTI counters (shim/accuracy.h) and the profiler's touch
+ *   source (shim/profile.h) before any context.
  *   (cuGetProcAddress is hooked in shim.c, beside the hook table it hands out.)
  *
  *   The host waiting for GPU work (cuCtxSynchronize(_v2), cuStreamSynchronize(_ptsz),
@@ -14,6 +15,7 @@
 #include "shim/shim_int.h"
 
 #include "shim/accuracy.h"
+#include "shim/profile.h"
 #include "shim/client.h"
 
 #include "shim/shim_events.h"
@@ -24,6 +26,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
     if (rc == CUDA_SUCCESS) {
         ms_shim_on_init(Flags);
         ms_acc_early();
+        ms_prof_early();
     }
     return rc;
 }

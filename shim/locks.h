@@ -13,9 +13,13 @@
  *                                                on it, and it is held across a migration
  *   3      acc                      accuracy.c   one measurement at a time
  *   4      acc_rec                  accuracy.c   CUPTI's records, buffers and counts
- *   5      host_gate                hostmem.c    the migration gate (pins vs. migrations)
- *   6      host                     hostmem.c    the host stores and their statistics
- *   7      events                   events.c,    counters, the allocation list, streams, the
+ *   5      prof                     profile.c    one profiled launch at a time, the profile file,
+ *                                                its region table and sampling counts
+ *   6      prof_rec                 profile_san.c the touch source's module table (Sanitizer
+ *                                                callbacks, which may come inside a launch)
+ *   7      host_gate                hostmem.c    the migration gate (pins vs. migrations)
+ *   8      host                     hostmem.c    the host stores and their statistics
+ *   9      events                   events.c,    counters, the allocation list, streams, the
  *                                   trace.c,     trace recorder, the kernel-facts cache
  *                                   funcinfo.c
  *
@@ -44,6 +48,8 @@ enum ms_lock_level {
     MS_LK_ENGINE,
     MS_LK_ACC,
     MS_LK_ACC_REC,
+    MS_LK_PROF,
+    MS_LK_PROF_REC,
     MS_LK_HOST_GATE,
     MS_LK_HOST,
     MS_LK_EVENTS,
@@ -73,7 +79,7 @@ MS_HIDDEN void ms_lock_reset(struct ms_lock *l);
  * own thread holds (shim.c, engine.c). */
 MS_HIDDEN bool ms_lock_any_held(void);
 
-/* The events lock (level 7), shared by events.c, trace.c, funcinfo.c and the fork handlers. */
+/* The events lock (level 9), shared by events.c, trace.c, funcinfo.c and the fork handlers. */
 extern MS_HIDDEN struct ms_lock ms__events_lock;
 
 #endif /* MS_SHIM_LOCKS_H */

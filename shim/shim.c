@@ -37,6 +37,7 @@
  *     the child, so the child never inherits a lock held by a thread that does not exist there.
  */
 #include "shim/shim_int.h"
+#include "shim/profile.h"
 #include "shim/locks.h"
 #include "shim/client.h"
 #include "shim/config.h"
@@ -91,6 +92,7 @@ static void atfork_child(void)
     ms__shim_events_atfork_child();
     ms__host_atfork_child();
     ms_engine_atfork_child();
+    ms_prof_atfork_child();
 }
 
 /* The process's initialisation (driver.h runs it once, at the first driver call). */
@@ -127,8 +129,10 @@ __attribute__((destructor)) static void shim_fini(void)
     if (__atomic_load_n(&initialized, __ATOMIC_ACQUIRE)) {
         bool held = ms_lock_any_held(); /* exit() from a signal handler inside the shim */
         ms_engine_exit(ms__shim_verbose());
-        if (!held)
+        if (!held) {
+            ms_prof_finish();
             ms__shim_events_exit(ms__shim_verbose());
+        }
     }
 }
 

@@ -39,11 +39,11 @@ SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 
 SHIM_SRC := shim/log.c shim/locks.c shim/config.c shim/driver.c shim/shim.c shim/events.c shim/recorder.c shim/funcinfo.c cuabi/procaddr.c shim/hook_init.c \
             shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/hook_capture.c shim/hook_vmm.c shim/hook_ptr.c \
-            cuabi/ptrattr.c cuabi/gen/syms.c shim/gen/tramp.c shim/engine.c shim/engine_mem.c shim/engine_gate.c shim/engine_graph.c shim/hostmem.c shim/accuracy.c \
+            cuabi/ptrattr.c cuabi/gen/syms.c shim/gen/tramp.c shim/engine.c shim/engine_mem.c shim/engine_gate.c shim/engine_graph.c shim/hostmem.c shim/accuracy.c shim/profile.c shim/profile_san.c \
             shim/client.c shim/client_conn.c shim/client_gate.c shim/client_orders.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c core/region.c \
             core/predict.c core/template.c core/template_fit.c core/template_learn.c core/template_text.c core/history.c core/accuracy.c core/plan.c core/exec.c core/timeline.c core/proto.c \
             core/units.c ipc/shimopt.c \
-            ipc/sock.c ipc/conn.c $(BUILD)/gen/hash_ptx.c
+            ipc/sock.c ipc/conn.c $(BUILD)/gen/hash_ptx.c $(BUILD)/gen/prof_patch.c
 
 # The GPU hash kernel's PTX, embedded as a string (no nvcc: no GPU hash, see engine.h).
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -53,8 +53,29 @@ $(BUILD)/gen/hash_ptx.c: gpu/cuda/hash.cu scripts/embed.py
 	$(Q)if [ -x "$(NVCC)" ] && $(NVCC) -ptx -arch=compute_80 $< -o $@.ptx 2>/dev/null; then \
 	    python3 scripts/embed.py ms_hash_ptx $@.ptx >$@; \
 	else python3 scripts/embed.py ms_hash_ptx - >$@; fi
+# The Compute Sanitizer headers (the profiler's touch source, shim/profile_san.c): the toolkit's,
+# else the nvidia-cuda-sanitizer-api wheel scripts/setup.sh installs into build/venv. Without
+# them the profiler is built unavailable and its tests skip.
+SANITIZER_INC ?= $(firstword $(patsubst %/sanitizer.h,%,$(wildcard \
+                   $(CUDA_HOME)/compute-sanitizer/include/sanitizer.h \
+                   $(CUDA_HOME)/extras/compute-sanitizer/include/sanitizer.h \
+                   build/venv/lib/python3*/site-packages/nvidia/cu*/compute-sanitizer/include/sanitizer.h)))
+ifneq ($(SANITIZER_INC),)
+SHIM_CFLAGS += -isystem $(SANITIZER_INC)
+endif
+
+# The profiler's device patch, compiled as a tools patch and embedded (NULL without nvcc or the
+# Sanitizer headers: the profiler then says it is unavailable).
+$(BUILD)/gen/prof_patch.c: shim/prof_patch.cu shim/profile_patch.h scripts/embed.py
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  GEN   $@")
+	$(Q)if [ -n "$(SANITIZER_INC)" ] && [ -x "$(NVCC)" ] && $(NVCC) --fatbin \
+	    --compile-as-tools-patch -I$(SANITIZER_INC) -I. $< -o $@.fatbin 2>$@.log; then \
+	    python3 scripts/embed.py ms_prof_patch $@.fatbin >$@; \
+	else echo "  note: the profiler's device patch is not built (needs nvcc and the Compute" \
+	    "Sanitizer headers; see $@.log)"; python3 scripts/embed.py ms_prof_patch - >$@; fi
 FAKE_SRC := gpu/fakecuda/fakecuda.c gpu/fakecuda/fakecuda_mem.c gpu/fakecuda/fakecuda_launch.c gpu/fakecuda/fakecuda_um.c gpu/fakecuda/fakecuda_graph.c gpu/fakecuda/fakecuda_ptr.c \
-            gpu/fakecuda/fakecuda_capture.c cuabi/procaddr.c cuabi/ptrattr.c cuabi/gen/syms.c
+            gpu/fakecuda/fakecuda_capture.c gpu/fakecuda/fakecuda_touch.c cuabi/procaddr.c cuabi/ptrattr.c cuabi/gen/syms.c
 
 shim_pic = $(patsubst %.c,$(SHIM_PIC)/%.o,$(1))
 
@@ -93,6 +114,22 @@ SHIM_TESTS := $(SHIM_TDIR)/cuda_test_linked $(SHIM_TDIR)/cuda_test_dl $(SHIM_TDI
               $(SHIM_TDIR)/thread_race $(SHIM_TDIR)/ptr_query $(SHIM_TDIR)/capture \
               $(SHIM_TDIR)/exit_signal \
               $(SHIM_TDIR)/libcupti_fake.so
+
+# A Compute Sanitizer stand-in over the fake driver, for the profiler's tests (only with the
+# Sanitizer headers), and the profiled test program.
+ifneq ($(SANITIZER_INC),)
+SHIM_TESTS += $(SHIM_TDIR)/libsanitizer_fake.so
+$(SHIM_TDIR)/libsanitizer_fake.so: tests/shim/fake_sanitizer.c gpu/fakecuda/fakecuda.h shim/profile_patch.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) -isystem $(SANITIZER_INC) -fPIC -fvisibility=hidden $(SHIM_SOFLAGS) \
+	    -o $@ $< -ldl
+endif
+SHIM_TESTS += $(SHIM_TDIR)/profile_prog
+$(SHIM_TDIR)/profile_prog: tests/shim/profile_prog.c gpu/fakecuda/fakecuda.h
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
 
 # A CUPTI stand-in over the fake driver, for the accuracy probe's tests.
 $(SHIM_TDIR)/libcupti_fake.so: tests/shim/fake_cupti.c gpu/fakecuda/fakecuda.h

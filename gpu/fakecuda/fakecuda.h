@@ -44,6 +44,13 @@
  *   overlapping a registered one is refused (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED), and so
  *   is unregistering a pointer that does not start one (CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED).
  *
+ *   Memory-access instrumentation (fakecuda_touch.c): kernels are host functions, so what
+ *   they touch is what they declare with ms_fake_touch (the test kernels of the profiler's
+ *   tests do). The declarations are logged per launch (ms_fake_touch_drain), and a launch
+ *   observer (ms_fake_set_launch_observer) is called just before and just after each kernel
+ *   function runs, in the launching thread, as the real driver calls a Compute Sanitizer
+ *   subscriber at LAUNCH_BEGIN and LAUNCH_END; tests/shim/fake_sanitizer.c builds on both.
+ *
  * Getting at these functions: a test linked against the fake may call them directly. Under
  * libmsched (which does not export them) a test dlopens the fake by absolute path and uses
  * dlsym: the driver libmsched loaded and the one the test opens are then the same object.
@@ -142,11 +149,40 @@ struct ms_fake_um_event {
 size_t ms_fake_um_drain(struct ms_fake_um_event *out, size_t max);
 uint64_t ms_fake_um_dropped(void);
 
+/* What a kernel touched, as it declared it (ms_fake_touch). mode: MS_FAKE_TOUCH_READ and/or
+ * MS_FAKE_TOUCH_WRITE, or MS_FAKE_TOUCH_BULK: an asynchronous bulk / tensor (TMA) copy, which a
+ * per-access instrumentation does not see as global loads and stores. */
+enum { MS_FAKE_TOUCH_READ = 1, MS_FAKE_TOUCH_WRITE = 2, MS_FAKE_TOUCH_BULK = 4 };
+struct ms_fake_touch {
+    uint64_t launch; /* the launch's sequence number (the observer's), 0 outside a launch */
+    uint64_t addr, bytes;
+    int mode;
+};
+/* Called from a kernel function: it touches [p, p + bytes) (mode as above). Logged; the log
+ * keeps the last 65536 unread entries (older ones are dropped and counted). Thread-safe. */
+void ms_fake_touch(const void *p, size_t bytes, int mode);
+/* Move up to max logged touches, oldest first, into out; returns how many. Thread-safe. */
+size_t ms_fake_touch_drain(struct ms_fake_touch *out, size_t max);
+uint64_t ms_fake_touch_dropped(void);
+
+/* The launch observer: called with MS_FAKE_LAUNCH_BEGIN just before a kernel function runs and
+ * MS_FAKE_LAUNCH_END just after it returned (launches captured into a graph are observed when
+ * the graph runs them), in the launching thread, with no lock of the fake held. seq numbers
+ * the launch (1, 2, ...: the `launch` of its touches); f is the handle it was launched with.
+ * One observer at a time; NULL removes it. */
+enum { MS_FAKE_LAUNCH_BEGIN = 0, MS_FAKE_LAUNCH_END = 1 };
+typedef void (*ms_fake_launch_observer_fn)(void *user, int phase, uint64_t seq, CUfunction f,
+                                           const struct ms_fake_launch *l);
+void ms_fake_set_launch_observer(ms_fake_launch_observer_fn fn, void *user);
+
 typedef CUresult (*ms_fake_register_kernel_fn)(const char *, ms_fake_kernel_fn, const size_t *,
                                                size_t, void *, CUfunction *);
 typedef void (*ms_fake_get_stats_fn)(struct ms_fake_stats *);
 typedef CUresult (*ms_fake_kernel_handle_fn)(CUfunction, CUkernel *);
 typedef size_t (*ms_fake_um_drain_fn)(struct ms_fake_um_event *, size_t);
 typedef uint64_t (*ms_fake_um_dropped_fn)(void);
+typedef void (*ms_fake_touch_fn)(const void *, size_t, int);
+typedef size_t (*ms_fake_touch_drain_fn)(struct ms_fake_touch *, size_t);
+typedef void (*ms_fake_set_launch_observer_fn)(ms_fake_launch_observer_fn, void *);
 
 #endif /* MS_FAKECUDA_H */

@@ -114,4 +114,9 @@ CUresult ms__fk_launch_packed(CUfunction f, const unsigned grid[3], const unsign
 /* Name -> function of every exported driver function the fake implements (for GPA). */
 void *ms__fk_lookup_function(const char *name);
 
+/* Launch observation (fakecuda_touch.c): call the observer for a launch about to run (phase
+ * MS_FAKE_LAUNCH_BEGIN: returns the launch's new sequence number, seq ignored) or that ran
+ * (MS_FAKE_LAUNCH_END, with the number BEGIN gave). No lock held by the caller. */
+uint64_t ms__fk_observe(int phase, const struct ms_fake_launch *l, CUfunction f, uint64_t seq);
+
 #endif /* MS_FAKECUDA_INT_H */

@@ -293,7 +293,9 @@ static CUresult launch(const struct launch_args *a)
     }
     uint64_t host_args = host_mapped_args(k, l.args, l.nargs);
     ms__fk_um_kernel(true);
+    uint64_t seq = ms__fk_observe(MS_FAKE_LAUNCH_BEGIN, &l, a->f, 0);
     k->fn(&l);
+    ms__fk_observe(MS_FAKE_LAUNCH_END, &l, a->f, seq);
     ms__fk_um_kernel(false);
     free(args);
     pthread_mutex_lock(&ms__fk_lock);

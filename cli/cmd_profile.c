@@ -1,0 +1,273 @@
+/*
+ * cmd_profile.c - `msched profile [--out FILE] [--raw FILE] -- program [args...]`: run a program
+ * under the access profiler and learn its kernels' templates; `msched profile --show [FILE]`:
+ * print the template store.
+ *
+ * Design
+ *   The program runs in a child with libmsched in front of the driver (ms_cli_use_shim, as
+ *   `msched run` does), with the memory engine and the daemon off (observe mode: nothing moves
+ *   while profiling) and MSCHED_PROFILE naming the raw profile: --raw FILE, else a temporary
+ *   file ($TMPDIR or /tmp) removed afterwards. This process waits for it and returns its exit
+ *   status (128 + N when signal N ended it), or 1 when the program ran well but learning failed.
+ *   The sampling and what the raw profile holds: docs/shim.md, "The access profiler".
+ *
+ *   Learning is one function, learn(), between the raw profile and the store; the store is
+ *   written whole, atomically (a temporary file in its directory, then rename), at
+ *   $XDG_CACHE_HOME/msched/templates, else ~/.cache/msched/templates, or --out FILE.
+ *
+ * Errors: a bad command line is a usage error (2); a program that cannot be started, a missing
+ * libmsched, or a raw profile that is missing or empty is a runtime error (1); exec failing in
+ * the child is 127, like a shell.
+ */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void profile_help(FILE *f)
+{
+    fprintf(f, "usage: msched profile [options] -- program [args...]\n"
+               "       msched profile --show [FILE]\n"
+               "\n"
+               "Runs program under libmsched's access profiler (memory engine and daemon off) and\n"
+               "learns from what its kernels touched. Sampled launches (the first\n"
+               "MSCHED_PROFILE_FIRST of each kernel, default 4, then one in MSCHED_PROFILE_EVERY,\n"
+               "default 32) run alone; for each, the 64 KiB granules its accesses fell in are\n"
+               "recorded per pointer argument (docs/shim.md). Needs the Compute Sanitizer library\n"
+               "(MSCHED_SANITIZER=PATH when it is not found). Exits with the program's status.\n"
+               "\n"
+               "options:\n"
+               "  --out FILE    the template store (default $XDG_CACHE_HOME/msched/templates,\n"
+               "                else ~/.cache/msched/templates)\n"
+               "  --raw FILE    keep the raw profile in FILE (default: a temporary file, removed)\n"
+               "  --preload     load the shim with LD_PRELOAD instead of the library path\n"
+               "  --show [FILE] print the template store (default: the one above) and exit\n");
+}
+
+/* The default template store: $XDG_CACHE_HOME/msched/templates, else ~/.cache/...; -1 when
+ * neither variable gives an absolute directory or the path does not fit. */
+static int store_path(char *out, size_t cap)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    int n;
+    if (xdg && xdg[0] == '/')
+        n = snprintf(out, cap, "%s/msched/templates", xdg);
+    else if (home && home[0] == '/')
+        n = snprintf(out, cap, "%s/.cache/msched/templates", home);
+    else
+        return -1;
+    return n > 0 && (size_t)n < cap ? 0 : -1;
+}
+
+/* mkdir -p of path's directory (mode 0700 for what it creates). */
+static int make_parent(const char *path)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return MS_E_INVAL;
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return MS_OK;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+            return MS_E_IO;
+        *p = '/';
+    }
+    return mkdir(dir, 0700) != 0 && errno != EEXIST ? MS_E_IO : MS_OK;
+}
+
+int ms_cli_write_atomic(const char *path, const void *buf, size_t len)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return MS_E_INVAL;
+    if (make_parent(path) != MS_OK)
+        return MS_E_IO;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return MS_E_IO;
+    const char *p = buf;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, p + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    bool ok = off == len && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return MS_E_IO;
+    }
+    return MS_OK;
+}
+
+/*
+ * Learn templates from the raw profile into the store. For now it checks that the raw profile
+ * exists and holds records and says where it is: the template analyzer (ms_tmpl_learn_trace
+ * and ms_tmpl_store_format) is not part of this build; wiring it is reading raw_path, calling
+ * them, and ms_cli_write_atomic(store_path, ...).
+ */
+static int learn(const char *raw_path, const char *store)
+{
+    struct stat st;
+    if (stat(raw_path, &st) != 0) {
+        ms_cli_error("profile: no raw profile at %s (%s); was the profiler available? (run with "
+                     "MSCHED_VERBOSE=1)",
+                     raw_path, strerror(errno));
+        return MS_EXIT_RUNTIME;
+    }
+    if (st.st_size == 0) {
+        ms_cli_error("profile: the raw profile %s is empty (the profiler did not start: see the "
+                     "program's stderr)",
+                     raw_path);
+        return MS_EXIT_RUNTIME;
+    }
+    fprintf(stderr,
+            "msched: profile: raw profile %s (%lld bytes); this build has no template learner, "
+            "so %s is left as it is\n",
+            raw_path, (long long)st.st_size, store);
+    return 0;
+}
+
+static int show(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        ms_cli_error("profile: no template store at %s (%s)", path, strerror(errno));
+        return MS_EXIT_RUNTIME;
+    }
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, stdout);
+    fclose(f);
+    return 0;
+}
+
+static int profile_main(int argc, char **argv)
+{
+    const char *out = NULL, *raw = NULL;
+    bool preload = false, want_show = false;
+    int i = 1;
+    for (; i < argc; i++) {
+        int m;
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            profile_help(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--show") == 0) {
+            want_show = true;
+            if (i + 1 < argc && argv[i + 1][0] != '-')
+                out = argv[++i];
+            continue;
+        }
+        if (strncmp(argv[i], "--show=", 7) == 0) {
+            want_show = true;
+            out = argv[i] + 7;
+            continue;
+        }
+        if ((m = ms_cli_opt(argc, argv, &i, "--out", &out)) != 0 ||
+            (m = ms_cli_opt(argc, argv, &i, "--raw", &raw)) != 0) {
+            if (m < 0)
+                return MS_EXIT_USAGE;
+            continue;
+        }
+        if (ms_cli_opt(argc, argv, &i, "--preload", NULL) == 1) {
+            preload = true;
+            continue;
+        }
+        if (argv[i][0] != '-')
+            break; /* the program, without "--" */
+        ms_cli_error("unknown option '%s' for profile (try 'msched help profile')", argv[i]);
+        return MS_EXIT_USAGE;
+    }
+    char store[PATH_MAX];
+    if (out) {
+        snprintf(store, sizeof store, "%s", out);
+    } else if (store_path(store, sizeof store) != 0) {
+        ms_cli_error("profile: set XDG_CACHE_HOME or HOME, or give --out FILE");
+        return MS_EXIT_USAGE;
+    }
+    if (want_show) {
+        if (i < argc) {
+            ms_cli_error("profile: --show takes no program");
+            return MS_EXIT_USAGE;
+        }
+        return show(store);
+    }
+    if (i >= argc) {
+        ms_cli_error("profile: no program given (usage: msched profile [options] -- program "
+                     "[args])");
+        return MS_EXIT_USAGE;
+    }
+    int e = ms_cli_use_shim(preload, false);
+    if (e)
+        return e;
+    char tmp[PATH_MAX];
+    if (!raw) {
+        const char *dir = getenv("TMPDIR");
+        snprintf(tmp, sizeof tmp, "%s/msched-profile-XXXXXX", dir && *dir ? dir : "/tmp");
+        int fd = mkstemp(tmp);
+        if (fd < 0) {
+            ms_cli_error("profile: cannot create a temporary file %s: %s", tmp, strerror(errno));
+            return MS_EXIT_RUNTIME;
+        }
+        close(fd);
+    } else {
+        unlink(raw); /* a stale one must not pass for this run's */
+    }
+    const char *raw_path = raw ? raw : tmp;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setenv("MSCHED_PROFILE", raw_path, 1) != 0 || setenv("MSCHED_ENGINE", "off", 1) != 0 ||
+            setenv("MSCHED_DAEMON", "off", 1) != 0 || ms_cli_use_shim(preload, true) != 0)
+            _exit(MS_EXIT_RUNTIME);
+        execvp(argv[i], &argv[i]);
+        ms_cli_error("cannot run '%s': %s", argv[i], strerror(errno));
+        _exit(127);
+    }
+    if (pid < 0) {
+        ms_cli_error("profile: cannot fork: %s", strerror(errno));
+        if (!raw)
+            unlink(tmp);
+        return MS_EXIT_RUNTIME;
+    }
+    /* The terminal's ^C goes to the program; this process waits for it either way. */
+    signal(SIGINT, SIG_IGN);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    int status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+    int l = status == 127 ? 0 : learn(raw_path, store);
+    if (!raw)
+        unlink(tmp);
+    return status ? status : l;
+}
+
+const struct ms_cli_cmd ms_cmd_profile = {
+    .name = "profile",
+    .summary = "learn what a program's kernels touch: msched profile [--out F] -- program [args]",
+    .run = profile_main,
+    .help = profile_help,
+};
