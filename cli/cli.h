@@ -47,6 +47,9 @@ int ms_cli_use_shim(bool preload, bool apply);
  * MS_E_IO (errno says why). */
 int ms_cli_write_atomic(const char *path, const void *buf, size_t len);
 
+/* The whole file at path, malloc'd (the caller frees), *out_len its bytes; NULL with *err an
+ * errno (EFBIG past max bytes, ENOMEM) when it cannot be read whole (util.c). */
+char *ms_cli_read_file(const char *path, size_t max, size_t *out_len, int *err);
 /* Print "msched: <message>\n" to stderr. */
 void ms_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -1,7 +1,7 @@
 /*
  * cmd_profile.c - `msched profile [--out FILE] [--raw FILE] -- program [args...]`: run a program
- * under the access profiler and learn its kernels' templates; `msched profile --show [FILE]`:
- * print the template store.
+ * under the access profiler and learn its kernels' templates; `msched profile --show [--text]
+ * [FILE]`: print the template store.
  *
  * Design
  *   The program runs in a child with libmsched in front of the driver (ms_cli_use_shim, as
@@ -11,8 +11,9 @@
  *   status (128 + N when signal N ended it), or 1 when the program ran well but learning failed.
  *   The sampling and what the raw profile holds: docs/shim.md, "The access profiler".
  *
- *   Learning is one function, learn(), between the raw profile and the store; the store is
- *   written whole, atomically (a temporary file in its directory, then rename), at
+ *   Learning is one function, learn(), between the raw profile and the store: the existing store
+ *   is parsed, the raw profile learned into it (core/template.h), and the store is written
+ *   whole, atomically (a temporary file in its directory, then rename), at
  *   $XDG_CACHE_HOME/msched/templates, else ~/.cache/msched/templates, or --out FILE.
  *
  * Errors: a bad command line is a usage error (2); a program that cannot be started, a missing
@@ -20,6 +21,7 @@
  * the child is 127, like a shell.
  */
 #include "cli/cli.h"
+#include "core/template.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,10 +36,14 @@
 static void profile_help(FILE *f)
 {
     fprintf(f, "usage: msched profile [options] -- program [args...]\n"
-               "       msched profile --show [FILE]\n"
+               "       msched profile --show [--text] [FILE]\n"
                "\n"
                "Runs program under libmsched's access profiler (memory engine and daemon off) and\n"
-               "learns from what its kernels touched. Sampled launches (the first\n"
+               "learns templates from what its kernels touched: per kernel and pointer argument,\n"
+               "the bytes it reaches as a rule over the launch's integer arguments, so that under\n"
+               "`msched run` only those bytes are brought to the device (docs/templates.md). The\n"
+               "store accumulates: profiling again refits over old and new launches. Sampled "
+               "launches (the first\n"
                "MSCHED_PROFILE_FIRST of each kernel, default 4, then one in MSCHED_PROFILE_EVERY,\n"
                "default 32) run alone; for each, the 64 KiB granules its accesses fell in are\n"
                "recorded per pointer argument (docs/shim.md). Needs the Compute Sanitizer library\n"
@@ -48,7 +54,8 @@ static void profile_help(FILE *f)
                "                else ~/.cache/msched/templates)\n"
                "  --raw FILE    keep the raw profile in FILE (default: a temporary file, removed)\n"
                "  --preload     load the shim with LD_PRELOAD instead of the library path\n"
-               "  --show [FILE] print the template store (default: the one above) and exit\n");
+               "  --show [FILE] print the template store in words (default: the one above), exit\n"
+               "  --text        with --show: print the store's text (docs/templates.md) instead\n");
 }
 
 /* The default template store: $XDG_CACHE_HOME/msched/templates, else ~/.cache/...; -1 when
@@ -117,53 +124,128 @@ int ms_cli_write_atomic(const char *path, const void *buf, size_t len)
     return MS_OK;
 }
 
+#define MAX_PROFILE_BYTES (1ull << 32) /* a raw profile or a store larger than 4 GiB is refused */
+
+/* Parse the store at path into s; a missing file is an empty store. MS_OK, or after saying
+ * why, MS_EXIT_RUNTIME. */
+static int load_store(struct ms_tmpl_store *s, const char *path, bool missing_ok)
+{
+    size_t len = 0;
+    int err = 0;
+    char *text = ms_cli_read_file(path, MAX_PROFILE_BYTES, &len, &err);
+    if (!text) {
+        if (err == ENOENT && missing_ok)
+            return MS_OK;
+        ms_cli_error("profile: cannot read the template store %s: %s", path, strerror(err));
+        return MS_EXIT_RUNTIME;
+    }
+    char why[160] = "";
+    int e = ms_tmpl_store_parse(s, text, len, why, sizeof why);
+    free(text);
+    if (e != MS_OK) {
+        ms_cli_error("profile: the template store %s is not valid (%s: %s); move it away to start "
+                     "a new one",
+                     path, ms_strerror(e), why[0] ? why : "no detail");
+        return MS_EXIT_RUNTIME;
+    }
+    return MS_OK;
+}
+
 /*
- * Learn templates from the raw profile into the store. For now it checks that the raw profile
- * exists and holds records and says where it is: the template analyzer (ms_tmpl_learn_trace
- * and ms_tmpl_store_format) is not part of this build; wiring it is reading raw_path, calling
- * them, and ms_cli_write_atomic(store_path, ...).
+ * Learn the raw profile into the store: the store's current text (if any) is merged first, the
+ * profile's launches are learned on top (ms_tmpl_learn_trace refits each argument over old and
+ * new observations), and the whole store is written back atomically. A raw profile that is
+ * missing or empty, or a store or profile that does not parse, changes nothing.
  */
 static int learn(const char *raw_path, const char *store)
 {
-    struct stat st;
-    if (stat(raw_path, &st) != 0) {
+    size_t len = 0;
+    int err = 0;
+    char *raw = ms_cli_read_file(raw_path, MAX_PROFILE_BYTES, &len, &err);
+    if (!raw) {
         ms_cli_error("profile: no raw profile at %s (%s); was the profiler available? (run with "
                      "MSCHED_VERBOSE=1)",
-                     raw_path, strerror(errno));
+                     raw_path, strerror(err));
         return MS_EXIT_RUNTIME;
     }
-    if (st.st_size == 0) {
+    if (len == 0) {
+        free(raw);
         ms_cli_error("profile: the raw profile %s is empty (the profiler did not start: see the "
                      "program's stderr)",
                      raw_path);
         return MS_EXIT_RUNTIME;
     }
+    struct ms_tmpl_store *s = NULL;
+    int rc = MS_EXIT_RUNTIME;
+    char *text = NULL;
+    size_t tlen = 0;
+    if (ms_tmpl_store_new(&s) != MS_OK) {
+        ms_cli_error("profile: out of memory");
+        goto out;
+    }
+    if (load_store(s, store, true) != MS_OK)
+        goto out;
+    size_t before = ms_tmpl_store_count(s);
+    char why[160] = "";
+    int e = ms_tmpl_learn_trace(s, raw, len, why, sizeof why);
+    if (e != MS_OK) {
+        ms_cli_error("profile: cannot learn from %s (%s: %s); %s is left as it was", raw_path,
+                     ms_strerror(e), why[0] ? why : "no detail", store);
+        goto out;
+    }
+    if (ms_tmpl_store_format(s, &text, &tlen) != MS_OK) {
+        ms_cli_error("profile: out of memory");
+        goto out;
+    }
+    if (ms_cli_write_atomic(store, text, tlen) != MS_OK) {
+        ms_cli_error("profile: cannot write the template store %s: %s", store, strerror(errno));
+        goto out;
+    }
+    size_t after = ms_tmpl_store_count(s);
     fprintf(stderr,
-            "msched: profile: raw profile %s (%lld bytes); this build has no template learner, "
-            "so %s is left as it is\n",
-            raw_path, (long long)st.st_size, store);
-    return 0;
+            "msched: profile: %zu kernels in %s (%zu new); 'msched profile --show' says "
+            "what was learned\n",
+            after, store, after - before);
+    rc = 0;
+out:
+    ms_free(text);
+    ms_tmpl_store_free(s);
+    free(raw);
+    return rc;
 }
 
-static int show(const char *path)
+/* --show: the store in words (ms_tmpl_store_describe); --show --text: the store's text. */
+static int show(const char *path, bool as_text)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        ms_cli_error("profile: no template store at %s (%s)", path, strerror(errno));
+    struct ms_tmpl_store *s = NULL;
+    if (ms_tmpl_store_new(&s) != MS_OK) {
+        ms_cli_error("profile: out of memory");
         return MS_EXIT_RUNTIME;
     }
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        fwrite(buf, 1, n, stdout);
-    fclose(f);
-    return 0;
+    int rc = load_store(s, path, false);
+    char *text = NULL;
+    size_t len = 0;
+    if (rc == MS_OK) {
+        int e =
+            as_text ? ms_tmpl_store_format(s, &text, &len) : ms_tmpl_store_describe(s, &text, &len);
+        if (e != MS_OK) {
+            ms_cli_error("profile: out of memory");
+            rc = MS_EXIT_RUNTIME;
+        } else {
+            if (!as_text)
+                printf("# %s: %zu kernels\n", path, ms_tmpl_store_count(s));
+            fwrite(text, 1, len, stdout);
+        }
+    }
+    ms_free(text);
+    ms_tmpl_store_free(s);
+    return rc;
 }
 
 static int profile_main(int argc, char **argv)
 {
     const char *out = NULL, *raw = NULL;
-    bool preload = false, want_show = false;
+    bool preload = false, want_show = false, as_text = false;
     int i = 1;
     for (; i < argc; i++) {
         int m;
@@ -176,9 +258,7 @@ static int profile_main(int argc, char **argv)
             return 0;
         }
         if (strcmp(argv[i], "--show") == 0) {
-            want_show = true;
-            if (i + 1 < argc && argv[i + 1][0] != '-')
-                out = argv[++i];
+            want_show = true; /* its FILE, if any, is the one operand left (below) */
             continue;
         }
         if (strncmp(argv[i], "--show=", 7) == 0) {
@@ -192,6 +272,10 @@ static int profile_main(int argc, char **argv)
                 return MS_EXIT_USAGE;
             continue;
         }
+        if (ms_cli_opt(argc, argv, &i, "--text", NULL) == 1) {
+            as_text = true;
+            continue;
+        }
         if (ms_cli_opt(argc, argv, &i, "--preload", NULL) == 1) {
             preload = true;
             continue;
@@ -200,6 +284,13 @@ static int profile_main(int argc, char **argv)
             break; /* the program, without "--" */
         ms_cli_error("unknown option '%s' for profile (try 'msched help profile')", argv[i]);
         return MS_EXIT_USAGE;
+    }
+    if (want_show && i < argc) {
+        if (out || i + 1 < argc) {
+            ms_cli_error("profile: --show takes one FILE and no program");
+            return MS_EXIT_USAGE;
+        }
+        out = argv[i++];
     }
     char store[PATH_MAX];
     if (out) {
@@ -213,7 +304,7 @@ static int profile_main(int argc, char **argv)
             ms_cli_error("profile: --show takes no program");
             return MS_EXIT_USAGE;
         }
-        return show(store);
+        return show(store, as_text);
     }
     if (i >= argc) {
         ms_cli_error("profile: no program given (usage: msched profile [options] -- program "

@@ -294,52 +294,6 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
     return 0;
 }
 
-static char *read_file(const char *path, size_t *out_len, int *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *err = errno;
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            if (cap >= MAX_TRACE_BYTES) {
-                free(buf);
-                buf = NULL;
-                *err = EFBIG;
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                *err = ENOMEM;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        errno = 0;
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                free(buf);
-                buf = NULL;
-                *err = errno ? errno : EIO;
-            }
-            break;
-        }
-    }
-    if (!buf && *err == 0)
-        *err = ENOMEM;
-    fclose(f);
-    *out_len = n;
-    return buf;
-}
-
 /* Write the JSON or the SVG to path ("-": stdout). */
 static int write_out(const char *path, const struct ms_sweep *s, bool svg)
 {
@@ -408,7 +362,7 @@ static int sim_run(int argc, char **argv)
     if (a.trace) {
         size_t len = 0;
         int err = 0;
-        char *text = read_file(a.trace, &len, &err);
+        char *text = ms_cli_read_file(a.trace, MAX_TRACE_BYTES, &len, &err);
         if (!text) {
             ms_cli_error("cannot read %s: %s", a.trace, strerror(err));
             return MS_EXIT_RUNTIME;

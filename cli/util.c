@@ -242,3 +242,50 @@ void ms_cli_progress_end(struct ms_cli_progress *p)
         fprintf(stderr, "\r\033[K");
     p->shown = false;
 }
+
+char *ms_cli_read_file(const char *path, size_t max, size_t *out_len, int *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *err = errno;
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    *err = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            if (cap >= max) {
+                free(buf);
+                buf = NULL;
+                *err = EFBIG;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                *err = ENOMEM;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        errno = 0;
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                free(buf);
+                buf = NULL;
+                *err = errno ? errno : EIO;
+            }
+            break;
+        }
+    }
+    if (!buf && *err == 0)
+        *err = ENOMEM;
+    fclose(f);
+    *out_len = n;
+    return buf;
+}

@@ -182,26 +182,91 @@ static struct ms__tmpl_x xof(const struct fitdata *d, int a)
     return a < 0 ? (struct ms__tmpl_x){0, 0} : d->x[a];
 }
 
-/* c1 * X(a[,b]) from the first two observations that differ in X. */
+/* Spread of the residuals y - (monomials) of term t. */
+static uint64_t spread(const struct ms__tmpl_term *t, const struct fitdata *d, const int64_t *y)
+{
+    struct ms__tmpl_term lo = *t, hi = *t;
+    if (!envelope(&lo, d, y, -1) || !envelope(&hi, d, y, 1))
+        return UINT64_MAX;
+    return (uint64_t)hi.c0 - (uint64_t)lo.c0;
+}
+
+/* The slope dy/dx between observations i and j (rounded), 0 when they do not differ in X. */
+static bool slope(const struct fitdata *d, const int64_t *y, int a, int b, size_t i, size_t j,
+                  int64_t *c)
+{
+    int64_t xi, xj, dx, dy;
+    *c = 0;
+    if (!xval(d, i, a, b, &xi) || !xval(d, j, a, b, &xj))
+        return false;
+    if (xi == xj)
+        return true;
+    return !__builtin_sub_overflow(xj, xi, &dx) && !__builtin_sub_overflow(y[j], y[i], &dy) &&
+           div_round(dy, dx, c);
+}
+
+/*
+ * c1 * X(a[,b]): c1 is the slope between two observations. One pair is not enough: a launch
+ * whose range was clipped at its allocation's start (the first block of a buffer that does not
+ * start on a profiling granule) bends the line at one end. So three pairs are tried, the first
+ * two observations that differ in X, the two with the smallest X and the two with the largest,
+ * and the slope whose residuals spread least wins (ties: the first).
+ */
 static bool cand_one(const struct fitdata *d, const int64_t *y, int dir, int a, int b,
                      struct ms__tmpl_term *t)
 {
-    int64_t x0, xi, dx, dy, c;
+    size_t pair[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+    int64_t x0, xi;
+    size_t lo1 = SIZE_MAX, lo2 = SIZE_MAX, hi1 = SIZE_MAX, hi2 = SIZE_MAX; /* by X */
+    int64_t vlo1 = 0, vlo2 = 0, vhi1 = 0, vhi2 = 0;
     if (!xval(d, 0, a, b, &x0))
         return false;
-    for (size_t i = 1; i < d->n; i++) {
-        if (!xval(d, i, a, b, &xi) || xi == x0)
-            continue;
-        if (__builtin_sub_overflow(xi, x0, &dx) || __builtin_sub_overflow(y[i], y[0], &dy) ||
-            !div_round(dy, dx, &c) || c == 0)
+    for (size_t i = 0; i < d->n; i++) {
+        if (!xval(d, i, a, b, &xi))
             return false;
-        memset(t, 0, sizeof *t);
-        t->c[0] = c;
-        t->x[0][0] = xof(d, a);
-        t->x[0][1] = xof(d, b);
-        return envelope(t, d, y, dir);
+        if (i > 0 && xi != x0 && pair[0][1] == 0)
+            pair[0][1] = i;
+        if (lo1 == SIZE_MAX || xi < vlo1) {
+            if (lo1 != SIZE_MAX && vlo1 != xi)
+                lo2 = lo1, vlo2 = vlo1;
+            lo1 = i, vlo1 = xi;
+        } else if (xi != vlo1 && (lo2 == SIZE_MAX || xi < vlo2)) {
+            lo2 = i, vlo2 = xi;
+        }
+        if (hi1 == SIZE_MAX || xi > vhi1) {
+            if (hi1 != SIZE_MAX && vhi1 != xi)
+                hi2 = hi1, vhi2 = vhi1;
+            hi1 = i, vhi1 = xi;
+        } else if (xi != vhi1 && (hi2 == SIZE_MAX || xi > vhi2)) {
+            hi2 = i, vhi2 = xi;
+        }
     }
-    return false;
+    if (pair[0][1] == 0)
+        return false; /* X is the same in every observation */
+    pair[1][0] = lo1, pair[1][1] = lo2;
+    pair[2][0] = hi2, pair[2][1] = hi1;
+    bool found = false;
+    uint64_t best = UINT64_MAX;
+    for (int p = 0; p < 3; p++) {
+        int64_t c;
+        if (pair[p][0] == SIZE_MAX || pair[p][1] == SIZE_MAX ||
+            !slope(d, y, a, b, pair[p][0], pair[p][1], &c) || c == 0)
+            continue;
+        struct ms__tmpl_term u;
+        memset(&u, 0, sizeof u);
+        u.c[0] = c;
+        u.x[0][0] = xof(d, a);
+        u.x[0][1] = xof(d, b);
+        if (!envelope(&u, d, y, dir))
+            continue;
+        uint64_t sp = spread(&u, d, y);
+        if (!found || sp < best) {
+            *t = u;
+            best = sp;
+            found = true;
+        }
+    }
+    return found;
 }
 
 /* c1 * x(a) + c2 * x(b) from three observations, exact. */
@@ -232,15 +297,6 @@ static bool cand_sum(const struct fitdata *d, const int64_t *y, int dir, int a, 
             return envelope(t, d, y, dir);
         }
     return false;
-}
-
-/* Spread of the residuals y - (monomials) of term t. */
-static uint64_t spread(const struct ms__tmpl_term *t, const struct fitdata *d, const int64_t *y)
-{
-    struct ms__tmpl_term lo = *t, hi = *t;
-    if (!envelope(&lo, d, y, -1) || !envelope(&hi, d, y, 1))
-        return UINT64_MAX;
-    return (uint64_t)hi.c0 - (uint64_t)lo.c0;
 }
 
 /* Candidates for one term up to maxlevel, by level, then tightest first. Returns how many. */

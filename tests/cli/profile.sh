@@ -6,8 +6,9 @@
 # MSCHED_PROFILE_EVERY, per kernel), each followed by its touch records (64 KiB granules at
 # absolute addresses, clipped to the allocation, merged, attributed to the parameter offset of
 # the pointer into the allocation or '-', modes r/w/rw) or marked opaque; alloc and free
-# records; the program's exit status passed through. Also: the profiler refusing without a
-# Sanitizer library or after a Sanitizer error, and --show.
+# records; the program's exit status passed through. Then what `msched profile` learned from it
+# (the rules in the store, a second run adding to it, a bad store left alone). Also: the
+# profiler refusing without a Sanitizer library or after a Sanitizer error, and --show.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -38,6 +39,7 @@ fail() {
 }
 export MSCHED_REAL_LIBCUDA=$FAKE MS_FAKECUDA=$FAKE MSCHED_SANITIZER=$SAN
 unset MSCHED_PROFILE MSCHED_PROFILE_FIRST MSCHED_PROFILE_EVERY MSCHED_VERBOSE LD_PRELOAD
+export XDG_CACHE_HOME=$W/cache # the default store: never the user's
 
 # check PROFILE BUFFERS EVERY TICKS: the profile against what profile_prog's kernels touched
 check() {
@@ -110,7 +112,45 @@ if [ $rc = 7 ] && check "$W/p5.prof" "$W/bufs" 5 0,1,2,3,8,13,18,23,28,33,38 >"$
 else
     fail profile/records "rc=$rc: $(tail -n 4 "$W/p5.chk" "$W/p5.err" 2>/dev/null | tr '\n' ' ')"
 fi
-grep -q "raw profile $W/p5.prof" "$W/p5.err" || fail profile/learn-message "$(cat "$W/p5.err")"
+grep -q "msched: profile: 9 kernels in $W/store (9 new)" "$W/p5.err" ||
+    fail profile/learn-message "$(cat "$W/p5.err")"
+
+# 1b. what was learned from it (docs/templates.md): the rules profile_prog's kernels imply
+"$MSCHED" profile --show "$W/store" >"$W/show" 2>&1
+"$MSCHED" profile --show --text "$W/store" >"$W/text" 2>&1
+learned() { grep -A1 "^$1 (module" "$W/show" | tail -n 1; }
+ok=1
+# (scale: 4 or 5 bytes an element: 64 KiB granules over at most 400 KB leave the slope between)
+learned scale | grep -Eq 'pointer @0: linear, bytes \[P \+ 0, P \+ [0-9]+ \+ [45]\*x@8\); written; 4 launches' || ok=0
+learned tick | grep -Eq 'pointer @0: linear, bytes \[P \+ -?[0-9]+ \+ 65536\*x@8, P \+ [0-9]+ \+ 65536\*x@8\); written; 11 launches' || ok=0
+learned submat | grep -Eq 'pointer @0: strided, .* repeated 4 times every 262144 bytes; read-only' || ok=0
+grep -q '^chase (module .*reaches memory no argument names: whole allocations' "$W/show" || ok=0
+grep -q '^cluster_k (module .*opaque' "$W/show" || ok=0
+[ "$(grep -c '^kernel ' "$W/text")" = 9 ] && [ "$(head -n 1 "$W/text")" = "msched-templates 1" ] || ok=0
+if [ $ok = 1 ]; then
+    pass "profile/learned (linear, strided, unsafe and opaque kernels; the store's text)"
+else
+    fail profile/learned "$(cat "$W/show")"
+fi
+# a second profile of the same program refits over both: nothing new, twice the launches
+"$MSCHED" profile --out "$W/store" -- env MSCHED_PROFILE_EVERY=5 "$T/profile_prog" 0 \
+    >/dev/null 2>"$W/p5b.err"
+if grep -q "9 kernels in $W/store (0 new)" "$W/p5b.err" &&
+    "$MSCHED" profile --show "$W/store" | grep -q '^scale (module [0-9a-f]*): 8 profiled launches'; then
+    pass "profile/incremental (a second run adds to the store)"
+else
+    fail profile/incremental "$(cat "$W/p5b.err")"
+fi
+# a store that is not one is never overwritten
+echo "not a store" >"$W/bad"
+"$MSCHED" profile --out "$W/bad" -- "$T/profile_prog" 0 >/dev/null 2>"$W/bad.err"
+rc=$?
+if [ $rc = 1 ] && [ "$(cat "$W/bad")" = "not a store" ] &&
+    grep -q "the template store $W/bad is not valid (.*line 1" "$W/bad.err"; then
+    pass "profile/bad-store (refused, left as it was)"
+else
+    fail profile/bad-store "rc=$rc: $(cat "$W/bad.err")"
+fi
 
 # 2. the defaults (4, then one in 32: tick 35), MSCHED_PROFILE_FIRST=4 spelled out, exit 0;
 #    the temporary raw profile is removed
@@ -139,7 +179,7 @@ else
 fi
 "$MSCHED" profile -- "$T/profile_prog" 0 >/dev/null 2>"$W/t.err"
 rc=$?
-if [ $rc = 0 ] && [ -z "$(ls -A "$TMPDIR")" ] && grep -q "raw profile $TMPDIR/msched-profile-" "$W/t.err"; then
+if [ $rc = 0 ] && [ -z "$(ls -A "$TMPDIR")" ] && grep -q "9 kernels in $W/cache/msched/templates" "$W/t.err"; then
     pass "profile/temporary-raw (used, then removed)"
 else
     fail profile/temporary-raw "rc=$rc: $(ls -A "$TMPDIR") $(cat "$W/t.err")"
@@ -193,25 +233,26 @@ else
 fi
 
 # 7. --show: the store at $XDG_CACHE_HOME/msched/templates, or FILE; usage errors
-export XDG_CACHE_HOME=$W/cache
+export XDG_CACHE_HOME=$W/cache7
 "$MSCHED" profile --show >/dev/null 2>"$W/s.err"
 rc=$?
-mkdir -p "$W/cache/msched" && echo "store line" >"$W/cache/msched/templates"
-o1=$("$MSCHED" profile --show)
-echo "other" >"$W/other"
-o2=$("$MSCHED" profile --show "$W/other")
+mkdir -p "$W/cache7/msched" && cp "$W/store" "$W/cache7/msched/templates"
+o1=$("$MSCHED" profile --show | head -n 1)
+printf 'msched-templates 1\n' >"$W/other"
+o2=$("$MSCHED" profile --show --text "$W/other")
 "$MSCHED" profile --show "$W/other" -- true >/dev/null 2>&1
 rc2=$?
 "$MSCHED" profile >/dev/null 2>&1
 rc3=$?
-if [ $rc = 1 ] && grep -q "no template store at $W/cache/msched/templates" "$W/s.err" &&
-    [ "$o1" = "store line" ] && [ "$o2" = other ] && [ $rc2 = 2 ] && [ $rc3 = 2 ]; then
+if [ $rc = 1 ] && grep -q "cannot read the template store $W/cache7/msched/templates: No such file" "$W/s.err" &&
+    [ "$o1" = "# $W/cache7/msched/templates: 9 kernels" ] && [ "$o2" = "msched-templates 1" ] &&
+    [ $rc2 = 2 ] && [ $rc3 = 2 ]; then
     pass "profile/show (default store path, FILE, usage errors)"
 else
     fail profile/show "rc=$rc rc2=$rc2 rc3=$rc3 o1=$o1 o2=$o2: $(cat "$W/s.err")"
 fi
 env -u XDG_CACHE_HOME HOME="$W/home" "$MSCHED" profile --show >/dev/null 2>"$W/h.err"
-grep -q "no template store at $W/home/.cache/msched/templates" "$W/h.err" ||
+grep -q "cannot read the template store $W/home/.cache/msched/templates" "$W/h.err" ||
     fail profile/show-home "$(cat "$W/h.err")"
 env -u XDG_CACHE_HOME -u HOME "$MSCHED" profile --show >/dev/null 2>&1
 [ $? = 2 ] || fail profile/show-no-home "neither XDG_CACHE_HOME nor HOME: not a usage error"

@@ -182,6 +182,40 @@ static void test_fit_linear_one(void **state)
     ms_tmpl_store_free(s);
 }
 
+/* tick(b, i) writes 64 KiB granule i of a buffer that starts 44 KiB into a granule: the profile's
+ * granules are clipped to the allocation, so launch 0 touched [0, 20 KiB) and launch i >= 1
+ * [i*64K - 44K, (i+1)*64K - 44K). The slope between launches 0 and 1 (20 KiB) explains nothing;
+ * the one between the two largest i does (64 KiB), with launch 0 inside the prediction. */
+static void test_fit_linear_clipped(void **state)
+{
+    (void)state;
+    tb_start();
+    const uint64_t G = 65536, off = 45056;
+    const uint32_t ticks[] = {0, 1, 2, 3, 8, 13, 18, 23, 28, 33, 38};
+    for (size_t t = 0; t < sizeof ticks / sizeof ticks[0]; t++) {
+        uint32_t i = ticks[t];
+        uint8_t p[12];
+        put64(p, 0, A + off);
+        put32(p, 8, i);
+        tb_kernel("tick", p, sizeof p, "0:8,8:4", "seen");
+        uint64_t lo = i == 0 ? A + off : A + i * G, hi = A + (i + 1) * G;
+        tb_touch(0, "w", lo, hi - lo);
+    }
+    struct ms_tmpl_store *s = learn_tb();
+    const struct ms_tmpl_kernel *k = ms_tmpl_find(s, "tick", 0xabc);
+    assert_non_null(k);
+    assert_int_equal(ms_tmpl_rule(k, 0, NULL, NULL), MS_TMPL_LINEAR);
+    uint8_t p[12];
+    put64(p, 0, A + off);
+    put32(p, 8, 100);
+    struct ms_range g[4];
+    static const struct ms_param_layout lay[] = {{0, 8}, {8, 4}};
+    assert_int_equal(eval1(k, 0, A + off, p, sizeof p, lay, 2, g, 4), 1);
+    assert_int_equal(g[0].addr, A + 100 * G);
+    assert_int_equal(g[0].bytes, G);
+    ms_tmpl_store_free(s);
+}
+
 static void test_fit_linear_two(void **state)
 {
     (void)state;
@@ -812,12 +846,13 @@ static void test_alloc_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fit_fixed),      cmocka_unit_test(test_fit_linear_one),
-        cmocka_unit_test(test_fit_linear_two), cmocka_unit_test(test_fit_strided),
-        cmocka_unit_test(test_refusals),       cmocka_unit_test(test_incremental),
-        cmocka_unit_test(test_obs_cap),        cmocka_unit_test(test_store_roundtrip),
-        cmocka_unit_test(test_store_errors),   cmocka_unit_test(test_predict_tmpl),
-        cmocka_unit_test(test_predict_timing), cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_fit_fixed),          cmocka_unit_test(test_fit_linear_one),
+        cmocka_unit_test(test_fit_linear_clipped), cmocka_unit_test(test_fit_linear_two),
+        cmocka_unit_test(test_fit_strided),        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_incremental),        cmocka_unit_test(test_obs_cap),
+        cmocka_unit_test(test_store_roundtrip),    cmocka_unit_test(test_store_errors),
+        cmocka_unit_test(test_predict_tmpl),       cmocka_unit_test(test_predict_timing),
+        cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
