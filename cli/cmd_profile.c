@@ -22,6 +22,7 @@
  */
 #include "cli/cli.h"
 #include "core/template.h"
+#include "ipc/shimopt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,20 +59,9 @@ static void profile_help(FILE *f)
                "  --text        with --show: print the store's text (docs/templates.md) instead\n");
 }
 
-/* The default template store: $XDG_CACHE_HOME/msched/templates, else ~/.cache/...; -1 when
- * neither variable gives an absolute directory or the path does not fit. */
-static int store_path(char *out, size_t cap)
+static const char *env_get(const char *name)
 {
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    int n;
-    if (xdg && xdg[0] == '/')
-        n = snprintf(out, cap, "%s/msched/templates", xdg);
-    else if (home && home[0] == '/')
-        n = snprintf(out, cap, "%s/.cache/msched/templates", home);
-    else
-        return -1;
-    return n > 0 && (size_t)n < cap ? 0 : -1;
+    return getenv(name);
 }
 
 /* mkdir -p of path's directory (mode 0700 for what it creates). */
@@ -295,7 +285,7 @@ static int profile_main(int argc, char **argv)
     char store[PATH_MAX];
     if (out) {
         snprintf(store, sizeof store, "%s", out);
-    } else if (store_path(store, sizeof store) != 0) {
+    } else if (ms_shimopt_templates_default(env_get, store, sizeof store) != MS_OK) {
         ms_cli_error("profile: set XDG_CACHE_HOME or HOME, or give --out FILE");
         return MS_EXIT_USAGE;
     }

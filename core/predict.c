@@ -300,7 +300,13 @@ int ms_chunk_set_fit(struct ms_rtable *rt, const struct ms_chunk_set *need, uint
 /* ------------------------------------------------------------------------------------------ */
 /* With argument templates (core/template.h)                                                    */
 
-/* Chunks of region `region` overlapping range g clamped to the region; nothing when disjoint. */
+/*
+ * Chunks of region `region` overlapping range g clamped to the region; nothing when disjoint.
+ * A range spanning several chunks leaves out an end chunk it overlaps by less than one profile
+ * granule (MS_TMPL_GRANULE): profiles record touches in whole granules, so such an overlap is
+ * most likely the rounding of a buffer that starts or ends near a chunk boundary (an arena's
+ * sub-buffer), not bytes the kernel reads; were it read, it is read on its host chunk.
+ */
 static int add_clamped(const struct ms_rtable *rt, uint32_t region, struct ms_range g,
                        struct ms_chunk_set *out)
 {
@@ -310,6 +316,10 @@ static int add_clamped(const struct ms_rtable *rt, uint32_t region, struct ms_ra
     if (g.bytes == 0 || a >= b)
         return MS_OK;
     uint32_t k0 = ms_region_chunk_at(reg, a - rb), k1 = ms_region_chunk_at(reg, b - 1 - rb);
+    if (k0 < k1 && rb + ms_region_chunk_offset(reg, k0 + 1) - a < MS_TMPL_GRANULE)
+        k0++;
+    if (k0 < k1 && b - (rb + ms_region_chunk_offset(reg, k1)) < MS_TMPL_GRANULE)
+        k1--;
     for (uint32_t k = k0; k <= k1; k++) {
         int e = ms_chunk_set_add(out, MS_CHUNK_ID(region, k));
         if (e)
@@ -334,7 +344,10 @@ static int tmpl_word(const struct ms_rtable *rt, const struct ms_launch *l,
     if (i == *nrefd)
         refd[(*nrefd)++] = region;
     struct ms_range g[MS_TMPL_MAX_RANGES];
-    int n = ms_tmpl_eval(k, (uint32_t)w, v, l, g, MS_ARRAY_LEN(g));
+    const struct ms_region *reg = &rt->regions[region];
+    /* Only an always-mapped region shrinks: a chunk it leaves out stays reachable (on its host
+     * chunk), so a rule that is wrong costs time, never a fault. */
+    int n = reg->amap ? ms_tmpl_eval(k, (uint32_t)w, v, l, g, MS_ARRAY_LEN(g)) : MS_E_NOTFOUND;
     if (n < 0) {
         int e = add_region(rt, region, out, seen, nseen);
         return e < 0 ? e : 0;
@@ -344,6 +357,13 @@ static int tmpl_word(const struct ms_rtable *rt, const struct ms_launch *l,
         if (e)
             return e;
     }
+    /* ... except its EMPTY chunks, which are mapped nowhere until first used. */
+    for (uint32_t c = 0; c < reg->nchunks; c++)
+        if (reg->chunks[c].state == MS_CS_EMPTY) {
+            int e = ms_chunk_set_add(out, MS_CHUNK_ID(region, c));
+            if (e)
+                return e;
+        }
     return 0;
 }
 

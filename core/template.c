@@ -134,6 +134,19 @@ const struct ms_tmpl_kernel *ms_tmpl_find(const struct ms_tmpl_store *s, const c
     return found ? s->k[at] : NULL;
 }
 
+const struct ms_tmpl_kernel *ms_tmpl_find_name(const struct ms_tmpl_store *s, const char *name)
+{
+    if (!s || !name)
+        return NULL;
+    bool found;
+    size_t at = ms__tmpl_kfind(s, name, 0, &found); /* the first of that name: mods ascend */
+    if (at >= s->n || strcmp(s->k[at]->name, name) != 0)
+        return NULL;
+    if (at + 1 < s->n && strcmp(s->k[at + 1]->name, name) == 0)
+        return NULL; /* several modules have one: which one this launch is, is unknown */
+    return s->k[at];
+}
+
 static const struct ms__tmpl_arg *arg_find(const struct ms_tmpl_kernel *k, uint32_t off)
 {
     size_t lo = 0, hi = k->nargs;

@@ -73,6 +73,7 @@
 #define MS_TMPL_MAX_INTS 32     /* integer arguments kept per observation (lowest offsets) */
 #define MS_TMPL_MAX_RANGES 64   /* ranges one rule evaluates to; beyond: one covering range */
 #define MS_TMPL_SLACK_ABS 65536 /* over-prediction allowed: touched / 16 + this, bytes */
+#define MS_TMPL_GRANULE 65536   /* the profiler's granule: touches are recorded in whole ones */
 
 enum ms_tmpl_form { MS_TMPL_NONE = 0, MS_TMPL_FIXED, MS_TMPL_LINEAR, MS_TMPL_STRIDED };
 
@@ -105,6 +106,10 @@ int ms_tmpl_store_describe(const struct ms_tmpl_store *s, char **out, size_t *le
 /* The kernel (name, mod), or NULL. O(log kernels); callers cache it per function. */
 const struct ms_tmpl_kernel *ms_tmpl_find(const struct ms_tmpl_store *s, const char *name,
                                           uint64_t mod);
+/* The kernel named `name` when the store holds exactly one of that name (any module), else
+ * NULL: for callers that do not know a launch's module (the engine: only the profiler's touch
+ * source hashes module images). O(log kernels). */
+const struct ms_tmpl_kernel *ms_tmpl_find_name(const struct ms_tmpl_store *s, const char *name);
 size_t ms_tmpl_store_count(const struct ms_tmpl_store *s); /* kernels */
 
 /* Accessors of a kernel entry. */
@@ -130,10 +135,15 @@ int ms_tmpl_eval(const struct ms_tmpl_kernel *k, uint32_t arg, uint64_t ptr,
 
 /*
  * Like ms_predict_launch, with templates: when k is NULL, opaque or unsafe, exactly
- * ms_predict_launch. Otherwise each pointer word with a rule adds only the chunks overlapping its
- * predicted ranges clamped to its region (an empty clamp adds nothing), and a pointer word
- * without one adds its whole region. Returns the number of distinct regions the pointer words
- * reference (as ms_predict_launch), or MS_E_NOMEM / MS_E_INVAL.
+ * ms_predict_launch. Otherwise each pointer word with a rule into an always-mapped region
+ * (region.h, I9) adds only the chunks overlapping its predicted ranges clamped to its region
+ * (an empty clamp adds nothing; an end chunk overlapped by less than MS_TMPL_GRANULE of a range
+ * spanning several chunks is left out: granule rounding) and the region's EMPTY chunks (mapped
+ * nowhere: a command must never reach one); a pointer word without a rule, or into a region that is
+ * not always mapped (a chunk left out would be unmapped), adds its whole region. So a wrong rule
+ * leaves out only chunks that stay mapped to their host copies: slower, never a fault. Returns the
+ * number of distinct regions the pointer words reference (as ms_predict_launch), or MS_E_NOMEM /
+ * MS_E_INVAL.
  */
 int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
                            const struct ms_tmpl_kernel *k, struct ms_chunk_set *out);

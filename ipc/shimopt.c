@@ -78,6 +78,10 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
     [MS_OPT_SANITIZER] = {"MSCHED_SANITIZER", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL,
         "", "the Compute Sanitizer library (libsanitizer-public.so) the profiler\n"
         "loads (default: searched)"},
+    [MS_OPT_TEMPLATES] = {"MSCHED_TEMPLATES", "--templates", "FILE|off", NULL, MS_OT_PATH, 0, 0,
+        false, NULL, "", "the kernel templates the engine predicts with (docs/templates.md;\n"
+        "default: the store msched profile writes, when there is one); off:\n"
+        "whole allocations"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},
@@ -266,4 +270,17 @@ void ms_shimopt_help(FILE *f)
             snprintf(line, sizeof line, "%s%s%s", d->help, *d->def ? "; default " : "", d->def);
         entry(f, d->env, line, 28);
     }
+}
+
+int ms_shimopt_templates_default(const char *(*get)(const char *name), char *out, size_t cap)
+{
+    const char *xdg = get("XDG_CACHE_HOME"), *home = get("HOME");
+    int n;
+    if (xdg && xdg[0] == '/')
+        n = snprintf(out, cap, "%s/msched/templates", xdg);
+    else if (home && home[0] == '/')
+        n = snprintf(out, cap, "%s/.cache/msched/templates", home);
+    else
+        return MS_E_NOTFOUND;
+    return n > 0 && (size_t)n < cap ? MS_OK : MS_E_INVAL;
 }

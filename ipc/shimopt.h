@@ -52,6 +52,7 @@ enum ms_shimopt {
     MS_OPT_PROFILE_FIRST,
     MS_OPT_PROFILE_EVERY,
     MS_OPT_SANITIZER,
+    MS_OPT_TEMPLATES,
     MS_OPT_COUNT
 };
 
@@ -106,6 +107,12 @@ void ms_shimopt_expect(enum ms_shimopt id, char *buf, size_t n);
  * option unset (its default stands) and calls bad(arg, why, default text) once. */
 void ms_shimopts_read(struct ms_shimopts *o, const char *(*get)(const char *name),
                       void (*bad)(void *arg, const char *why, const char *def), void *arg);
+
+/* The template store `msched profile` writes and the shim reads by default (MSCHED_TEMPLATES
+ * unset): $XDG_CACHE_HOME/msched/templates, else $HOME/.cache/msched/templates (each only when
+ * absolute), through get as above. MS_OK with the path in out; MS_E_NOTFOUND when neither
+ * variable gives one, MS_E_INVAL when it does not fit cap. */
+int ms_shimopt_templates_default(const char *(*get)(const char *name), char *out, size_t cap);
 
 /* The table's id for a `msched run` flag ("--budget"), or -1. */
 int ms_shimopt_by_flag(const char *flag);

@@ -3,7 +3,11 @@
  */
 #include "shim/config.h"
 
+#include "core/ms.h"
+
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static struct ms_shimopts opts;
 
@@ -41,4 +45,18 @@ bool ms__shim_opt_set(enum ms_shimopt id)
 const char *ms__shim_opt_text(enum ms_shimopt id)
 {
     return ms__shim_opts()->text[id];
+}
+
+int ms__shim_templates_path(char *out, size_t cap)
+{
+    const char *t = ms__shim_opt_text(MS_OPT_TEMPLATES);
+    if (t && strcmp(t, "off") == 0)
+        return 0;
+    if (t && snprintf(out, cap, "%s", t) >= (int)cap) {
+        ms__shim_say("MSCHED_TEMPLATES is longer than a path may be; predicting whole allocations");
+        return 0;
+    }
+    if (t)
+        return 1;
+    return ms_shimopt_templates_default(get, out, cap) == MS_OK ? 2 : 0;
 }

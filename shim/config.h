@@ -28,4 +28,9 @@ MS_HIDDEN uint64_t ms__shim_opt(enum ms_shimopt id);
 MS_HIDDEN bool ms__shim_opt_set(enum ms_shimopt id);
 MS_HIDDEN const char *ms__shim_opt_text(enum ms_shimopt id);
 
+/* Where the engine's kernel templates come from: MSCHED_TEMPLATES's file (returns 1), none
+ * (MSCHED_TEMPLATES=off, or no default path: 0), or the default store `msched profile` writes
+ * (returns 2; a missing file there is no error). */
+MS_HIDDEN int ms__shim_templates_path(char *out, size_t cap);
+
 #endif /* MS_SHIM_CONFIG_H */

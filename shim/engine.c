@@ -38,6 +38,7 @@
 
 #include "ipc/ipc.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +73,68 @@ static const struct ms_client_engine client_ops = {
     .map_empty = ms__eng_map_empty_host,
 };
 
+/*
+ * The kernel templates (MSCHED_TEMPLATES, else the store `msched profile` writes, when there is
+ * one): read whole and parsed before the engine starts, read-only afterwards. A store that
+ * cannot be read or parsed is said once and ignored: predictions stay whole allocations.
+ */
+#define MAX_TMPL_BYTES (256u << 20)
+static struct ms_tmpl_store *load_templates(void)
+{
+    char path[4096];
+    int how = ms__shim_templates_path(path, sizeof path);
+    if (how == 0)
+        return NULL;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (how == 1 || errno != ENOENT)
+            say("templates: cannot open %s: %s; predicting whole allocations", path,
+                strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    struct ms_tmpl_store *s = NULL;
+    int e = MS_OK;
+    for (;;) {
+        if (len == cap) {
+            char *nb = cap >= MAX_TMPL_BYTES ? NULL : realloc(buf, cap ? 2 * cap : 65536);
+            if (!nb) {
+                e = cap >= MAX_TMPL_BYTES ? MS_E_INVAL : MS_E_NOMEM;
+                break;
+            }
+            buf = nb;
+            cap = cap ? 2 * cap : 65536;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            e = ferror(f) ? MS_E_IO : MS_OK;
+            break;
+        }
+    }
+    fclose(f);
+    char whybuf[160] = "";
+    if (e == MS_OK)
+        e = ms_tmpl_store_new(&s);
+    if (e == MS_OK)
+        e = ms_tmpl_store_parse(s, buf, len, whybuf, sizeof whybuf);
+    free(buf);
+    if (e != MS_OK) {
+        say("templates: %s is not usable (%s%s%s); predicting whole allocations", path,
+            ms_strerror(e), whybuf[0] ? ": " : "", whybuf);
+        ms_tmpl_store_free(s);
+        return NULL;
+    }
+    ms__shim_log("templates: %zu kernels from %s", ms_tmpl_store_count(s), path);
+    return s;
+}
+
 void ms_engine_configure(void)
 {
+    struct ms_tmpl_store *tmpl = NULL;
+    if (ms__shim_opt(MS_OPT_ENGINE) == MS_ENGINE_VMM)
+        tmpl = load_templates();
     ms_client_attach(&client_ops);
     ms_lock(&E.lock);
     uint64_t budget = ms__shim_opt(MS_OPT_BUDGET);
@@ -87,6 +148,8 @@ void ms_engine_configure(void)
                 : engine == MS_ENGINE_DEMAND ? BACK_DEMAND
                                              : BACK_VMM;
     E.prefetch = budget / 4;
+    E.tmpl = tmpl;
+    E.st.tmpl_kernels = tmpl ? ms_tmpl_store_count(tmpl) : 0;
     ms_rtable_init(&E.rt);
     ms_chunk_set_init(&E.need);
     ms_chunk_set_init(&E.scratch);
@@ -761,6 +824,10 @@ void ms_engine_exit(bool verbose)
                 (int)getpid(), (unsigned long long)s.strict_evictions);
     if (E.backing == BACK_VMM)
         print_misses(&s);
+    if (s.tmpl_kernels)
+        fprintf(stderr, "msched[%d]: templates: %llu kernels, %llu launches predicted with them\n",
+                (int)getpid(), (unsigned long long)s.tmpl_kernels,
+                (unsigned long long)s.tmpl_launches);
     struct ms_host_stats h;
     ms__host_stats(&h);
     if (h.stores)

@@ -167,6 +167,8 @@ struct ms_engine_stats {
     uint64_t host_placed;             /* allocations that started on host chunks (no room) */
     uint64_t host_limited;  /* faults that moved nothing: host chunks over the host memory limit */
     uint64_t capture_skips; /* faults that moved nothing: a stream capture was open */
+    uint64_t tmpl_kernels;  /* kernels in the template store loaded (MSCHED_TEMPLATES) */
+    uint64_t tmpl_launches; /* launches predicted with a kernel's template */
     bool daemon;            /* connected to the daemon now */
     bool failed;            /* the daemon went away and the footprint could not be held alone */
 };

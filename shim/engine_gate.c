@@ -393,7 +393,13 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
                                .params_len = l->params_len,
                                .layout = l->layout,
                                .nlayout = l->nlayout};
-        int n = ms_predict_launch(&E.rt, &ml, &E.need);
+        /* With a template of the kernel (by name: the engine knows no module), only the
+         * chunks its arguments' rules reach, in always-mapped regions (core/template.h). */
+        const struct ms_tmpl_kernel *tk = E.tmpl ? ms_tmpl_find_name(E.tmpl, l->name) : NULL;
+        int n = tk ? ms_predict_launch_tmpl(&E.rt, &ml, tk, &E.need)
+                   : ms_predict_launch(&E.rt, &ml, &E.need);
+        if (tk && n >= 0)
+            E.st.tmpl_launches++;
         e = n < 0 ? n : ms__eng_add_vmm_neighbors(&E.need);
         if (e == MS_OK)
             e = ms__eng_add_refs(&E.need);

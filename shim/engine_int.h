@@ -23,6 +23,7 @@
 #include "core/history.h"
 #include "core/plan.h"
 #include "core/predict.h"
+#include "core/template.h"
 #include "core/region.h"
 #include "gpu/cuda/gpu_cuda.h"
 
@@ -115,6 +116,9 @@ struct ms_engine_state {
     uint64_t driver_bytes;
     bool said_over; /* the process held more than its budget because of it: said once */
     struct kmiss kmiss[KMISS_MAX];
+    /* Kernel templates (MSCHED_TEMPLATES, core/template.h): loaded at configuration, read-only
+     * afterwards; NULL when none. */
+    struct ms_tmpl_store *tmpl;
 };
 
 /* The engine (engine_mem.c). */

@@ -12,6 +12,11 @@ mkdir -p "$LOGS"
 export MS_SEED=${MS_SEED:-$(date +%s)}
 export MSCHED="$PWD/$BUILD/bin/msched"
 export BUILD
+# A private cache directory: no check reads or writes the user's template store (the default
+# of `msched profile` and of libmsched's MSCHED_TEMPLATES).
+export XDG_CACHE_HOME="$PWD/$BUILD/test-cache"
+rm -rf "$XDG_CACHE_HOME"
+unset MSCHED_TEMPLATES
 pass=0
 fail=0
 failed=()

@@ -18,6 +18,7 @@ FAKE=$BUILD/tests/fake_shim
 T=$(mktemp -d /tmp/msched-test.XXXXXX)
 export MSCHED_SOCKET="$T/gpu0.sock"
 unset MSCHED_SOCKET_DIR # a test that needs the socket directory names its own
+export MSCHED_TEMPLATES=off # a user's template store must not change what these tests see
 PIDS=()
 TEST_USERS=()
 TEST_GROUPS=()

@@ -27,6 +27,12 @@
  *          handler (the driver is shut down by then) and before libmsched's destructor.
  *   onebuf: a decode loop over one 256 MiB weights buffer and a 32 MiB KV buffer, ops rounds
  *          (see onebuf()). Prints "ENGINE_ONEBUF rounds=N mismatches=M".
+ *   arena: one 512 MiB allocation (eight 64 MiB chunks) holding two 16 MiB buffers 256 MiB
+ *          apart, as an allocator's arena does; ops rounds of add(x, y) over them. Named whole,
+ *          the allocation is more than a 150 MiB budget; with the kernels' templates (the fake
+ *          kernels declare their touches, so `msched profile` learns them) two chunks are.
+ *          Prints "ENGINE_ARENA rounds=N host_mapped_adds=H mismatches=M" (H: adds the fake saw
+ *          pass a pointer into memory on a host chunk).
  *   kcycle: the cycle, launching through the fill kernel's CUkernel handle (passed where a
  *          CUfunction goes, as CUDA 12+ allows): its layout must come from cuKernelGetParamInfo.
  *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
@@ -107,11 +113,20 @@ static uint32_t pattern(uint64_t i, uint32_t seed)
 
 #define ARG(l, i, T) (*(const T *)(l)->args[i])
 
+/* The fake's touch declarations (ms_fake_touch: what the profiler sees), when it has them. */
+static ms_fake_touch_fn touch_fn;
+static void touch(const void *p, size_t bytes, int mode)
+{
+    if (touch_fn)
+        touch_fn(p, bytes, mode);
+}
+
 static void k_fill(const struct ms_fake_launch *l)
 {
     uint32_t *p = (uint32_t *)(uintptr_t)ARG(l, 0, CUdeviceptr);
     uint64_t n = ARG(l, 1, uint64_t);
     uint32_t seed = ARG(l, 2, uint32_t);
+    touch(p, n * 4, MS_FAKE_TOUCH_WRITE);
     for (uint64_t i = 0; i < n; i++)
         p[i] = pattern(i, seed);
 }
@@ -121,6 +136,8 @@ static void k_add(const struct ms_fake_launch *l)
     uint32_t *d = (uint32_t *)(uintptr_t)ARG(l, 0, CUdeviceptr);
     const uint32_t *s = (const uint32_t *)(uintptr_t)ARG(l, 1, CUdeviceptr);
     uint64_t n = ARG(l, 2, uint64_t);
+    touch(d, n * 4, MS_FAKE_TOUCH_READ | MS_FAKE_TOUCH_WRITE);
+    touch(s, n * 4, MS_FAKE_TOUCH_READ);
     for (uint64_t i = 0; i < n; i++)
         d[i] += s[i];
 }
@@ -549,6 +566,46 @@ static int onebuf(int rounds, CUfunction f_fill, CUfunction f_add)
     return mismatches == 0 ? 0 : 1;
 }
 
+/* arena: see the usage above. */
+static int arena(int rounds, void *fh, CUfunction f_fill, CUfunction f_add)
+{
+    ms_fake_get_stats_fn stats;
+    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
+    struct ms_fake_stats st0 = {0}, st1 = {0};
+    const uint64_t n = 4 * MIB; /* 16 MiB buffers */
+    int op = -1;                /* CK's message */
+    CUdeviceptr a;
+    CK(p_alloc(&a, 512 * MIB));
+    CUdeviceptr x = a, y = a + 256 * MIB;
+    uint64_t nn = n;
+    uint32_t sx = 21, sy = 22;
+    void *fx[] = {&x, &nn, &sx}, *fy[] = {&y, &nn, &sy}, *ad[] = {&x, &y, &nn};
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fx, NULL));
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fy, NULL));
+    CK(p_sync());
+    if (stats)
+        stats(&st0);
+    for (op = 0; op < rounds; op++)
+        CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, ad, NULL));
+    CK(p_sync());
+    if (stats)
+        stats(&st1);
+    uint32_t *h = malloc(n * 4);
+    if (!h)
+        return printf("FAIL: malloc\n"), 1;
+    CK(p_d2h(h, x, n * 4));
+    uint64_t mismatches = 0;
+    for (uint64_t i = 0; i < n; i++)
+        mismatches += h[i] != pattern(i, sx) + (uint32_t)rounds * pattern(i, sy);
+    free(h);
+    CK(p_free(a));
+    /* the adds that passed a pointer into a chunk on its host chunk (the fake counts them) */
+    printf("ENGINE_ARENA rounds=%d host_mapped_adds=%llu mismatches=%llu\n", rounds,
+           (unsigned long long)(st1.host_mapped_launches - st0.host_mapped_launches),
+           (unsigned long long)mismatches);
+    return mismatches == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *rel = getenv("STRESS_EXIT_RELEASE_MS"), *ex = getenv("STRESS_EXIT_LINGER_MS");
@@ -620,6 +677,9 @@ int main(int argc, char **argv)
         }
         f_fill = (CUfunction)k;
     }
+    *(void **)&touch_fn = dlsym(fh, "ms_fake_touch");
+    if (argc > 3 && strcmp(argv[3], "arena") == 0)
+        return arena(ops, fh, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "onebuf") == 0)
         return onebuf(ops, f_fill, f_add);
     if (argc > 3 && (strcmp(argv[3], "cycle") == 0 || strcmp(argv[3], "kcycle") == 0)) {

@@ -39,8 +39,9 @@ FAKE=$FAKEDIR/libcuda.so.1
 T=$BUILD/tests/shim
 export MS_FAKECUDA=$FAKE
 unset MSCHED_VERBOSE MSCHED_TRACE MSCHED_REAL_LIBCUDA LD_PRELOAD MSCHED_BUDGET
-# A daemon the user runs must not join these checks (tests/cli/shim_daemon.sh tests the client).
-export MSCHED_DAEMON=off
+# A daemon the user runs must not join these checks (tests/cli/shim_daemon.sh tests the client),
+# nor a template store of the user's change their predictions (the templates' check sets its own).
+export MSCHED_DAEMON=off MSCHED_TEMPLATES=off
 
 if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
     echo "SKIP shim: no CUDA toolkit headers in $CUDA_HOME (libmsched is not built)"
@@ -525,6 +526,65 @@ if [ $rc -eq 0 ] && grep -q "ENGINE_ONEBUF rounds=20 mismatches=0" <<<"$out" &&
     pass "engine/onebuf (20 rounds over a buffer above the budget: $faults faults, $inmib MiB in)"
 else
     fail engine/onebuf "rc=$rc faults=$faults in=$inmib $(grep -E 'ONEBUF|engine \(' <<<"$out" | tr '\n' ' ')"
+fi
+
+# Kernel templates (core/template.h): an arena (one 512 MiB allocation, two 16 MiB buffers in
+# it 256 MiB apart) under a 150 MiB budget. Named whole, every add runs with arena chunks on the
+# host; with the add kernel's template (learned by `msched profile` through the Compute
+# Sanitizer stand-in when it is built, else written by hand) only the two chunks the buffers lie
+# in are named: they fit, and no add touches host memory. A wrong template (the second buffer
+# predicted 64 MiB away) under MSCHED_STRICT=1 leaves the buffer's chunk on the host: the adds
+# read it there, slower, and the data stays right.
+arena() { # arena TEMPLATES [VAR=VALUE...]
+    local tm=$1
+    shift
+    env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=150MiB \
+        MSCHED_VERBOSE=1 MSCHED_TEMPLATES="$tm" "$@" "$T/engine_stress" 10 1 arena 2>&1
+}
+store=$WORK/templates
+how="learned by msched profile"
+if [ -e "$T/libsanitizer_fake.so" ] && grep -q "ms_prof_patch = text_" "$BUILD/gen/prof_patch.c" 2>/dev/null; then
+    env MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_SANITIZER="$T/libsanitizer_fake.so" \
+        "$BUILD/bin/msched" profile --out "$store" -- "$T/engine_stress" 3 1 arena \
+        >"$WORK/arena-prof.out" 2>&1 || fail engine/templates-profile "$(tail -n 3 "$WORK/arena-prof.out")"
+else
+    how="written by hand (no profiler in this build)"
+    printf '%s\n' "msched-templates 1" \
+        "kernel mod=1 launches=3 opaque=0 unsafe=0 name=add" \
+        "arg 0 form=fixed written=1 refused=0 launches=3 lo=0 hi=16781312 count=1 stride=0" \
+        "arg 8 form=fixed written=0 refused=0 launches=3 lo=-61440 hi=16781312 count=1 stride=0" \
+        "end" >"$store"
+fi
+printf '%s\n' "msched-templates 1" "kernel mod=0 launches=1 opaque=0 unsafe=0 name=add" \
+    "arg 0 form=fixed written=1 refused=0 launches=1 lo=0 hi=4096 count=1 stride=0" \
+    "arg 8 form=fixed written=0 refused=0 launches=1 lo=67108864 hi=67112960 count=1 stride=0" \
+    "end" >"$WORK/wrong-templates"
+whole=$(arena off)
+rc1=$?
+tmpl=$(arena "$store")
+rc2=$?
+wrong=$(arena "$WORK/wrong-templates" MSCHED_STRICT=1)
+rc3=$?
+miss() { grep -o "misses: [0-9]* commands" <<<"$1" | grep -o "[0-9]*"; }
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] &&
+    grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=10 mismatches=0" <<<"$whole" &&
+    grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=0 mismatches=0" <<<"$tmpl" &&
+    [ "$(miss "$tmpl")" = 0 ] && [ "$(miss "$whole")" -ge 10 ] &&
+    grep -Eq "templates: [0-9]+ kernels, 1[0-9] launches predicted with them" <<<"$tmpl" &&
+    grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=10 mismatches=0" <<<"$wrong" &&
+    grep -q "strict: [1-9][0-9]* chunks evicted" <<<"$wrong"; then
+    pass "engine/templates (an arena over the budget: whole, $(miss "$whole") commands ran on host chunks; with templates $how, none; a wrong template under MSCHED_STRICT: right data, read from the host)"
+else
+    fail engine/templates "rc=$rc1/$rc2/$rc3 $(grep -hE 'ARENA|misses|templates|strict|FAIL' <<<"$whole$tmpl$wrong" | tr '\n' ' ')"
+fi
+# a store that does not parse is said once and ignored: whole allocations, the same data
+echo "not a store" >"$WORK/bad-templates"
+out=$(arena "$WORK/bad-templates")
+if [ $? = 0 ] && grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=10 mismatches=0" <<<"$out" &&
+    [ "$(grep -c "templates: $WORK/bad-templates is not usable (.*line 1" <<<"$out")" = 1 ]; then
+    pass "engine/templates-bad (a bad store is said once and ignored)"
+else
+    fail engine/templates-bad "$(grep -E 'ARENA|templates|FAIL' <<<"$out" | tr '\n' ' ')"
 fi
 
 # A kernel launched through its CUkernel handle (CUDA 12+ lets it stand for a CUfunction): the

@@ -147,6 +147,16 @@ static void test_fit_fixed(void **state)
     assert_int_equal(g[0].addr, B + 256);
     assert_int_equal(g[0].bytes, 1024 * 1024);
     assert_int_equal(eval1(k, 8, B, p, sizeof p, NULL, 0, g, 4), MS_E_NOTFOUND); /* no rule */
+    /* by name alone (the engine knows no module): while the name is unique */
+    assert_ptr_equal(ms_tmpl_find_name(s, "fixed"), k);
+    assert_null(ms_tmpl_find_name(s, "fixe"));
+    assert_null(ms_tmpl_find_name(s, "fixedd"));
+    tb_start();
+    tb("kernel 1 0 100 grid=1,1,1 block=1,1,1 name=fixed params=00 mod=abd prof=seen\n");
+    char why[128];
+    assert_int_equal(ms_tmpl_learn_trace(s, tbuf, tlen, why, sizeof why), MS_OK);
+    assert_non_null(ms_tmpl_find(s, "fixed", 0xabd));
+    assert_null(ms_tmpl_find_name(s, "fixed")); /* two modules: ambiguous */
     ms_tmpl_store_free(s);
 }
 
@@ -642,6 +652,17 @@ static void test_store_errors(void **state)
 
 /* ---- prediction with templates ------------------------------------------------------------- */
 
+/* A region as the engine keeps one always mapped (region.h, I9): amap, every chunk on its host
+ * chunk (HOST), so the templates may leave chunks out. */
+static void amap_host(struct ms_rtable *rt, uint32_t region)
+{
+    struct ms_region *r = ms_region_get(rt, region);
+    assert_non_null(r);
+    r->amap = true;
+    for (uint32_t c = 0; c < r->nchunks; c++)
+        assert_int_equal(ms_chunk_mark_host(rt, MS_CHUNK_ID(region, c), 1000 + c), MS_OK);
+}
+
 static void test_predict_tmpl(void **state)
 {
     (void)state;
@@ -652,6 +673,9 @@ static void test_predict_tmpl(void **state)
     assert_int_equal(ms_region_add(&rt, 1, B, MS_GIB, MS_RK_DEVICE, 0, &rb), MS_OK);
     assert_int_equal(ms_region_add(&rt, 1, B + 2 * MS_GIB, 4 * MS_MIB, MS_RK_DEVICE, 0, &rsmall),
                      MS_OK);
+    amap_host(&rt, ra);
+    amap_host(&rt, rb);
+    amap_host(&rt, rsmall);
     tb_start();
     saxpy(A, B, 1000000);
     saxpy(A, B, 3000000);
@@ -719,6 +743,27 @@ static void test_predict_tmpl(void **state)
         assert_int_equal(part.n, whole.n);
         assert_memory_equal(part.ids, whole.ids, whole.n * sizeof whole.ids[0]);
     }
+    /* safety: a region that is not always mapped is taken whole (a chunk left out would be
+     * unmapped), and an always-mapped one keeps its EMPTY chunks (mapped nowhere yet) */
+    put64(p, 0, A + 200 * MS_MIB);
+    ms_chunk_set_clear(&part);
+    struct ms_region *rrb = ms_region_get(&rt, rb);
+    rrb->amap = false;
+    assert_int_equal(ms_predict_launch_tmpl(&rt, &l, k, &part), 2);
+    assert_int_equal(part.n, 2 + 16); /* A's chunks 3 and 4, all of B */
+    rrb->amap = true;
+    uint32_t ra2;
+    assert_int_equal(ms_region_add(&rt, 1, B + 4 * MS_GIB, MS_GIB, MS_RK_DEVICE, 0, &ra2), MS_OK);
+    ms_region_get(&rt, ra2)->amap = true; /* a daemon task's new allocation: every chunk EMPTY */
+    assert_int_equal(ms_chunk_mark_host(&rt, MS_CHUNK_ID(ra2, 7), 7), MS_OK);
+    put64(p, 0, B + 4 * MS_GIB);
+    ms_chunk_set_clear(&part);
+    assert_int_equal(ms_predict_launch_tmpl(&rt, &l, k, &part), 2);
+    assert_int_equal(part.n,
+                     15 + 2); /* ra2's 15 EMPTY chunks (not 7: HOST, unpredicted), B's 0, 1 */
+    assert_false(ms_chunk_set_has(&part, MS_CHUNK_ID(ra2, 7)));
+    assert_true(ms_chunk_set_has(&part, MS_CHUNK_ID(ra2, 0)));
+
     /* a bad layout is refused as by ms_predict_launch */
     struct ms_param_layout badlay[] = {{16, 8}};
     l.layout = badlay;
@@ -741,6 +786,8 @@ static void test_predict_timing(void **state)
     for (int i = 0; i < 4; i++)
         assert_int_equal(
             ms_region_add(&rt, 1, A + (uint64_t)i * MS_GIB, MS_GIB, MS_RK_DEVICE, 0, &r), MS_OK);
+    for (uint32_t i = 0; i < 4; i++)
+        amap_host(&rt, i);
     /* millions of floats per launch and argument; no column an affine function of another */
     static const uint32_t m[4][4] = {{1, 2, 3, 4}, {2, 1, 4, 3}, {3, 4, 2, 1}, {2, 4, 1, 3}};
     tb_start();
