@@ -55,6 +55,7 @@ fail() {
         echo "--- $(basename "$f")"
         tail -n 5 "$f"
     done
+    echo "FAIL: $*" # again, last: a log shown by its tail (CI) must still say what failed
     exit 1
 }
 
