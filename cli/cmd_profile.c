@@ -38,6 +38,7 @@ static void profile_help(FILE *f)
 {
     fprintf(f, "usage: msched profile [options] -- program [args...]\n"
                "       msched profile --show [--text] [FILE]\n"
+               "       msched profile --evaluate RAW [--out FILE]\n"
                "\n"
                "Runs program under libmsched's access profiler (memory engine and daemon off) and\n"
                "learns templates from what its kernels touched: per kernel and pointer argument,\n"
@@ -56,7 +57,10 @@ static void profile_help(FILE *f)
                "  --raw FILE    keep the raw profile in FILE (default: a temporary file, removed)\n"
                "  --preload     load the shim with LD_PRELOAD instead of the library path\n"
                "  --show [FILE] print the template store in words (default: the one above), exit\n"
-               "  --text        with --show: print the store's text (docs/templates.md) instead\n");
+               "  --text        with --show: print the store's text (docs/templates.md) instead\n"
+               "  --evaluate RAW  the store's accuracy on a raw profile (--raw of another run):\n"
+               "                bytes touched against what the templates and allocation\n"
+               "                granularity predict (false negatives, false positives), exit\n");
 }
 
 static const char *env_get(const char *name)
@@ -204,6 +208,56 @@ out:
     return rc;
 }
 
+static double pct(uint64_t part, uint64_t whole)
+{
+    return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+/* --evaluate RAW: the store's accuracy on a raw profile against allocation granularity. */
+static int evaluate(const char *raw_path, const char *store)
+{
+    struct ms_tmpl_store *s = NULL;
+    if (ms_tmpl_store_new(&s) != MS_OK) {
+        ms_cli_error("profile: out of memory");
+        return MS_EXIT_RUNTIME;
+    }
+    int rc = load_store(s, store, false);
+    size_t len = 0;
+    int err = 0;
+    char *raw = rc == MS_OK ? ms_cli_read_file(raw_path, MAX_PROFILE_BYTES, &len, &err) : NULL;
+    if (rc == MS_OK && !raw) {
+        ms_cli_error("profile: cannot read the raw profile %s: %s", raw_path, strerror(err));
+        rc = MS_EXIT_RUNTIME;
+    }
+    struct ms_tmpl_acc a;
+    char why[160] = "";
+    int e = rc == MS_OK ? ms_tmpl_accuracy(s, raw, len, &a, why, sizeof why) : MS_OK;
+    if (rc == MS_OK && e != MS_OK) {
+        ms_cli_error("profile: cannot evaluate on %s (%s: %s)", raw_path, ms_strerror(e),
+                     why[0] ? why : "no detail");
+        rc = MS_EXIT_RUNTIME;
+    }
+    if (rc == MS_OK) {
+        uint64_t hit_a = a.touched - a.alloc_miss, hit_t = a.touched - a.tmpl_miss;
+        printf("accuracy of %s on %s\n", store, raw_path);
+        printf("  %llu profiled launches (%llu opaque, not evaluated), %.1f MiB touched\n",
+               (unsigned long long)a.launches, (unsigned long long)a.opaque,
+               (double)a.touched / (double)MS_MIB);
+        printf("  allocation granularity: %.1f MiB predicted, false negatives %.2f %%, false "
+               "positives %.2f %%\n",
+               (double)a.alloc_pred / (double)MS_MIB, pct(a.alloc_miss, a.touched),
+               pct(a.alloc_pred - hit_a, a.alloc_pred));
+        printf("  templates (%llu of %llu launches had one): %.1f MiB predicted, false negatives "
+               "%.2f %%, false positives %.2f %%\n",
+               (unsigned long long)a.tmpl_launches, (unsigned long long)a.launches,
+               (double)a.tmpl_pred / (double)MS_MIB, pct(a.tmpl_miss, a.touched),
+               pct(a.tmpl_pred - hit_t, a.tmpl_pred));
+    }
+    free(raw);
+    ms_tmpl_store_free(s);
+    return rc;
+}
+
 /* --show: the store in words (ms_tmpl_store_describe); --show --text: the store's text. */
 static int show(const char *path, bool as_text)
 {
@@ -234,7 +288,7 @@ static int show(const char *path, bool as_text)
 
 static int profile_main(int argc, char **argv)
 {
-    const char *out = NULL, *raw = NULL;
+    const char *out = NULL, *raw = NULL, *eval = NULL;
     bool preload = false, want_show = false, as_text = false;
     int i = 1;
     for (; i < argc; i++) {
@@ -257,7 +311,8 @@ static int profile_main(int argc, char **argv)
             continue;
         }
         if ((m = ms_cli_opt(argc, argv, &i, "--out", &out)) != 0 ||
-            (m = ms_cli_opt(argc, argv, &i, "--raw", &raw)) != 0) {
+            (m = ms_cli_opt(argc, argv, &i, "--raw", &raw)) != 0 ||
+            (m = ms_cli_opt(argc, argv, &i, "--evaluate", &eval)) != 0) {
             if (m < 0)
                 return MS_EXIT_USAGE;
             continue;
@@ -288,6 +343,13 @@ static int profile_main(int argc, char **argv)
     } else if (ms_shimopt_templates_default(env_get, store, sizeof store) != MS_OK) {
         ms_cli_error("profile: set XDG_CACHE_HOME or HOME, or give --out FILE");
         return MS_EXIT_USAGE;
+    }
+    if (eval) {
+        if (i < argc || want_show) {
+            ms_cli_error("profile: --evaluate takes no program and no --show");
+            return MS_EXIT_USAGE;
+        }
+        return evaluate(eval, store);
     }
     if (want_show) {
         if (i < argc) {

@@ -88,6 +88,28 @@ void ms_tmpl_store_free(struct ms_tmpl_store *s);  /* NULL ok */
 int ms_tmpl_learn_trace(struct ms_tmpl_store *s, const char *buf, size_t len, char *why,
                         size_t whylen);
 
+/*
+ * Accuracy of a store against a profile (a v2 trace; the paper's Table 1, in bytes): per
+ * prof=seen launch, the bytes its touch records cover (touched), against what allocation
+ * granularity predicts (every allocation a pointer word points into, whole) and what the
+ * kernel's template predicts (ms_tmpl_eval per pointer word, clamped to its allocation; whole
+ * allocations without a usable rule, or for a kernel not in s, opaque or unsafe). The kernel is
+ * found by (name, mod), else by name alone. A miss is a touched byte not predicted (false
+ * negative); F- = miss / touched, F+ = (pred - (touched - miss)) / pred. Learn from one profile
+ * and evaluate on another (other inputs) to measure what a launch never profiled gets. Errors
+ * as ms_tmpl_learn_trace; *out is zeroed first.
+ */
+struct ms_tmpl_acc {
+    uint64_t launches;               /* prof=seen launches evaluated */
+    uint64_t opaque;                 /* prof=opaque launches (nothing to compare: not evaluated) */
+    uint64_t tmpl_launches;          /* ... of which the kernel had a usable template in s */
+    uint64_t touched;                /* bytes touched, summed over launches */
+    uint64_t alloc_pred, alloc_miss; /* allocation granularity: bytes predicted, touched missed */
+    uint64_t tmpl_pred, tmpl_miss;   /* templates: likewise */
+};
+int ms_tmpl_accuracy(const struct ms_tmpl_store *s, const char *buf, size_t len,
+                     struct ms_tmpl_acc *out, char *why, size_t whylen);
+
 /* Parse a store text and merge it into s: a kernel new to s is taken as written; one s has
  * already gets the text's observations learned into it (and flags, counts). The text is checked
  * whole before anything merges: on MS_E_PARSE / MS_E_VERSION s is unchanged; on MS_E_NOMEM s may

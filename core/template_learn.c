@@ -1,7 +1,8 @@
 /*
  * template_learn.c - learning argument templates from a profile (a version-2 trace): launches
  * and their touches to observations, observations into the store (contract: template.h; layout:
- * template_int.h; the fitting itself is template_fit.c).
+ * template_int.h; the fitting itself is template_fit.c), and evaluating a store against a
+ * profile's touches (ms_tmpl_accuracy: the same walk, launches evaluated instead of learned).
  *
  * Design
  *   Learning walks the trace once. A prof=seen kernel record opens the task's pending launch: its
@@ -54,10 +55,16 @@ struct pend {
     uint32_t nint;
     struct ttouch *t;
     size_t nt, capt;
+    struct ms_param_layout layout[MS_TRACE_MAX_LAYOUT]; /* the record's (evaluation only) */
+    size_t nlayout;
 };
 
 struct learn {
-    struct ms_tmpl_store *s;
+    struct ms_tmpl_store *s;          /* learning into it, or */
+    const struct ms_tmpl_store *eval; /* evaluating it against the touches (acc) */
+    struct ms_tmpl_acc *acc;
+    struct ms_range *ra, *rb, *rc; /* evaluation scratch: touched, allocations, templates */
+    size_t capa, capb, capc;
     struct treg *reg;
     size_t nreg, capreg;
     struct pend **p;
@@ -238,11 +245,146 @@ static bool summarize(const struct ttouch *t, size_t n, uint64_t ptr, struct ms_
     return true;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Evaluation: predicted bytes against touched bytes (ms_tmpl_accuracy)                         */
+
+static int range_cmp(const void *x, const void *y)
+{
+    const struct ms_range *a = x, *b = y;
+    return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+/* Sort and merge v[0..n) in place; returns the new count. */
+static size_t merge(struct ms_range *v, size_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, range_cmp);
+    size_t m = 0;
+    for (size_t i = 1; i < n; i++) {
+        uint64_t end = v[m].addr + v[m].bytes;
+        if (v[i].addr <= end) {
+            uint64_t e2 = v[i].addr + v[i].bytes;
+            if (e2 > end)
+                v[m].bytes = e2 - v[m].addr;
+        } else {
+            v[++m] = v[i];
+        }
+    }
+    return m + 1;
+}
+
+static uint64_t total(const struct ms_range *v, size_t n)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++)
+        t += v[i].bytes;
+    return t;
+}
+
+/* Bytes of merged list a that merged list b covers. */
+static uint64_t overlap(const struct ms_range *a, size_t na, const struct ms_range *b, size_t nb)
+{
+    uint64_t t = 0;
+    size_t j = 0;
+    for (size_t i = 0; i < na; i++) {
+        uint64_t a0 = a[i].addr, a1 = a[i].addr + a[i].bytes;
+        while (j < nb && b[j].addr + b[j].bytes <= a0)
+            j++;
+        for (size_t k = j; k < nb && b[k].addr < a1; k++) {
+            uint64_t lo = MS_MAX(a0, b[k].addr), hi = MS_MIN(a1, b[k].addr + b[k].bytes);
+            if (hi > lo)
+                t += hi - lo;
+        }
+    }
+    return t;
+}
+
+static int push(struct ms_range **v, size_t *cap, size_t *n, struct ms_range r)
+{
+    if (r.bytes == 0)
+        return MS_OK;
+    if (ms_grow((void **)v, cap, *n + 1, sizeof **v))
+        return MS_E_NOMEM;
+    (*v)[(*n)++] = r;
+    return MS_OK;
+}
+
+static const struct treg *region_of(const struct learn *L, uint32_t task, uint64_t v)
+{
+    size_t i = treg_upper(L, task, v);
+    if (i == 0)
+        return NULL;
+    const struct treg *r = &L->reg[i - 1];
+    return r->task == task && v - r->base < r->size ? r : NULL;
+}
+
+/* One profiled launch against the allocations its pointers name (allocation granularity) and
+ * against its kernel's template (acc, template.h). */
+static int eval_launch(struct learn *L, struct pend *pd)
+{
+    struct ms_tmpl_acc *a = L->acc;
+    size_t nt = 0, na = 0, nb = 0;
+    int rc = MS_OK;
+    /* touched: L->ra[0..nt) */
+    for (size_t i = 0; i < pd->nt && rc == MS_OK; i++)
+        rc = push(&L->ra, &L->capa, &nt, (struct ms_range){pd->t[i].addr, pd->t[i].size});
+    if (rc)
+        return rc;
+    nt = merge(L->ra, nt);
+    uint64_t touched = total(L->ra, nt);
+    const struct ms_tmpl_kernel *k = ms_tmpl_find(L->eval, pd->name, pd->mod);
+    if (!k)
+        k = ms_tmpl_find_name(L->eval, pd->name);
+    bool usable = k && !ms_tmpl_kernel_opaque(k) && !ms_tmpl_kernel_unsafe(k);
+    struct ms_launch l = {pd->task, pd->params, pd->plen, pd->nlayout ? pd->layout : NULL,
+                          pd->nlayout};
+    /* allocation granularity: L->rb[0..na); templates: L->rc[0..nb) */
+    for (int pass = 0; pass < 2 && rc == MS_OK; pass++) {
+        struct ms_range **v = pass ? &L->rc : &L->rb;
+        size_t *cap = pass ? &L->capc : &L->capb, *n = pass ? &nb : &na;
+        for (size_t i = 0; i < pd->nptr && rc == MS_OK; i++) {
+            uint64_t val = (uint64_t)word(pd->params, pd->ptr[i], 8);
+            const struct treg *r = region_of(L, pd->task, val);
+            if (!r)
+                continue;
+            struct ms_range g[MS_TMPL_MAX_RANGES];
+            int ng = pass == 1 && usable ? ms_tmpl_eval(k, pd->ptr[i], val, &l, g, MS_ARRAY_LEN(g))
+                                         : MS_E_NOTFOUND;
+            if (ng < 0) {
+                rc = push(v, cap, n, (struct ms_range){r->base, r->size});
+                continue;
+            }
+            for (int j = 0; j < ng && rc == MS_OK; j++) {
+                uint64_t lo = MS_MAX(g[j].addr, r->base);
+                uint64_t hi = MS_MIN(g[j].addr + g[j].bytes, r->base + r->size);
+                if (hi > lo)
+                    rc = push(v, cap, n, (struct ms_range){lo, hi - lo});
+            }
+        }
+        *n = merge(*v, *n);
+    }
+    if (rc)
+        return rc;
+    uint64_t pa = total(L->rb, na), pb = total(L->rc, nb);
+    uint64_t ha = overlap(L->ra, nt, L->rb, na), hb = overlap(L->ra, nt, L->rc, nb);
+    a->launches++;
+    a->tmpl_launches += usable;
+    a->touched += touched;
+    a->alloc_pred += pa;
+    a->alloc_miss += touched - ha;
+    a->tmpl_pred += pb;
+    a->tmpl_miss += touched - hb;
+    return MS_OK;
+}
+
 static int close_launch(struct learn *L, struct pend *pd)
 {
     if (!pd->active)
         return MS_OK;
     pd->active = false;
+    if (L->eval)
+        return eval_launch(L, pd);
     int rc = MS_OK;
     struct ms_tmpl_kernel *k = ms__tmpl_kernel_get(L->s, pd->name, pd->mod, true, &rc);
     if (!k)
@@ -318,7 +460,9 @@ static int learn_rec(struct learn *L, struct ms_trace_reader *r, const struct ms
             return rc;
         if (pd && (rc = close_launch(L, pd)))
             return rc;
-        if (rec->prof == MS_PROF_OPAQUE) {
+        if (rec->prof == MS_PROF_OPAQUE && L->eval) {
+            L->acc->opaque++;
+        } else if (rec->prof == MS_PROF_OPAQUE) {
             struct ms_tmpl_kernel *k = ms__tmpl_kernel_get(L->s, rec->name, rec->mod, true, &rc);
             if (!k)
                 return rc;
@@ -332,6 +476,9 @@ static int learn_rec(struct learn *L, struct ms_trace_reader *r, const struct ms
             if (rec->params_len)
                 memcpy(pd->params, rec->params, rec->params_len);
             pd->nt = 0;
+            pd->nlayout = rec->nlayout <= MS_TRACE_MAX_LAYOUT ? rec->nlayout : 0;
+            if (pd->nlayout)
+                memcpy(pd->layout, rec->layout, pd->nlayout * sizeof pd->layout[0]);
             classify(L, pd, rec);
         }
         return MS_OK;
@@ -356,8 +503,32 @@ static int learn_rec(struct learn *L, struct ms_trace_reader *r, const struct ms
     }
 }
 
+static int walk(struct learn *L0, const char *buf, size_t len, char *why, size_t whylen);
+
 int ms_tmpl_learn_trace(struct ms_tmpl_store *s, const char *buf, size_t len, char *why,
                         size_t whylen)
+{
+    if (!s)
+        return MS_E_INVAL;
+    struct learn L = {.s = s};
+    return walk(&L, buf, len, why, whylen);
+}
+
+int ms_tmpl_accuracy(const struct ms_tmpl_store *s, const char *buf, size_t len,
+                     struct ms_tmpl_acc *out, char *why, size_t whylen)
+{
+    if (!s || !out)
+        return MS_E_INVAL;
+    memset(out, 0, sizeof *out);
+    struct learn L = {.eval = s, .acc = out};
+    int rc = walk(&L, buf, len, why, whylen);
+    ms_free(L.ra);
+    ms_free(L.rb);
+    ms_free(L.rc);
+    return rc;
+}
+
+static int walk(struct learn *L0, const char *buf, size_t len, char *why, size_t whylen)
 {
     char dummy[8];
     if (!why || whylen == 0) {
@@ -365,9 +536,9 @@ int ms_tmpl_learn_trace(struct ms_tmpl_store *s, const char *buf, size_t len, ch
         whylen = sizeof dummy;
     }
     why[0] = '\0';
-    if (!s || (!buf && len > 0))
+    if (!buf && len > 0)
         return MS_E_INVAL;
-    struct learn L = {.s = s};
+    struct learn L = *L0;
     struct ms_trace_reader r;
     ms_trace_reader_init(&r);
     int rc = MS_OK;
@@ -398,6 +569,9 @@ int ms_tmpl_learn_trace(struct ms_tmpl_store *s, const char *buf, size_t len, ch
     ms_free(L.p);
     ms_free(L.reg);
     ms_trace_reader_fini(&r);
+    L0->ra = L.ra;
+    L0->rb = L.rb;
+    L0->rc = L.rc;
     if (rc == MS_E_NOMEM && why[0] == '\0')
         snprintf(why, whylen, "out of memory");
     return rc;

@@ -45,10 +45,20 @@ extern "C" __device__ __noinline__ SanitizerPatchResult ms_prof_access(void *use
         m |= MS_PROF_WRITE;
     if (!m)
         m = MS_PROF_READ | MS_PROF_WRITE; /* an atomic, or a kind the flags do not say */
-    uint64_t a = (uint64_t)(uintptr_t)ptr;
-    mark(d, a, m);
-    if (size > 1 && ((a + size - 1) >> MS_PROF_GRANULE_SHIFT) != (a >> MS_PROF_GRANULE_SHIFT))
-        mark(d, a + size - 1, m);
+    uint64_t a = (uint64_t)(uintptr_t)ptr, last = a + (size ? size - 1 : 0);
+    int32_t i = ms_prof_find(d, a);
+    if (i < 0) {
+        atomicAdd((unsigned long long *)&d->outside, 1ull);
+    } else {
+        uint64_t g = ms_prof_granule_in(d, i, a);
+        atomicOr(ms_prof_word(d, g), ms_prof_mask(g, m));
+        if (last >= d->reg[i].end) { /* past its region: the last byte's own lookup */
+            mark(d, last, m);
+        } else if (ms_prof_granule_in(d, i, last) != g) {
+            g = ms_prof_granule_in(d, i, last);
+            atomicOr(ms_prof_word(d, g), ms_prof_mask(g, m));
+        }
+    }
     return SANITIZER_PATCH_SUCCESS;
 }
 

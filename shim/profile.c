@@ -322,10 +322,8 @@ static int snapshot(void)
         return MS_E_NOMEM;
     uint64_t bit = 0;
     for (size_t i = 0; i < P.nregs; i++) {
-        uint64_t g0 = P.regs[i].base >> MS_PROF_GRANULE_SHIFT;
-        uint64_t g1 = (P.regs[i].end - 1) >> MS_PROF_GRANULE_SHIFT;
         P.snap[i] = (struct ms_prof_region){P.regs[i].base, P.regs[i].end, bit};
-        bit += g1 - g0 + 1;
+        bit += MS_PROF_REGION_GRANULES(P.regs[i].base, P.regs[i].end);
     }
     P.nsnap = (uint32_t)P.nregs;
     P.total = bit;
@@ -408,8 +406,7 @@ static void write_touches(const uint32_t *map)
 {
     for (uint32_t i = 0; i < P.nsnap; i++) {
         const struct ms_prof_region *r = &P.snap[i];
-        uint64_t g0 = r->base >> MS_PROF_GRANULE_SHIFT;
-        uint64_t ng = ((r->end - 1) >> MS_PROF_GRANULE_SHIFT) - g0 + 1;
+        uint64_t ng = MS_PROF_REGION_GRANULES(r->base, r->end);
         /* the open range */
         int64_t arg = -1;
         uint32_t mode = 0;
@@ -420,9 +417,8 @@ static void write_touches(const uint32_t *map)
             if (k < ng) {
                 uint64_t b = r->bit0 + k;
                 m = (map[(2 * b) / 32] >> ((2 * b) % 32)) & 3u;
-                lo = (g0 + k) << MS_PROF_GRANULE_SHIFT;
+                lo = r->base + (k << MS_PROF_GRANULE_SHIFT);
                 hi = lo + MS_PROF_GRANULE;
-                lo = lo < r->base ? r->base : lo;
                 hi = hi > r->end ? r->end : hi;
             }
             int64_t a = m ? arg_for(r, hi) : -1;

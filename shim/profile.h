@@ -25,7 +25,8 @@
  *   engine on it says so once and stays off. Its region table is its own, fed by the same
  *   alloc/free events as the trace recorder.
  *
- *   Attribution: a touched granule is clipped to the allocation (region) holding it; its range
+ *   Attribution: granules start at each allocation's base (shim/profile_patch.h); a touched
+ *   granule's range
  *   is attributed to the pointer argument pointing into that allocation: the 8-byte-aligned
  *   words of the parameter buffer that hold a pointer (the layout's 8-byte entries at 8-byte
  *   offsets; every aligned word when the layout is unknown) whose value lies in the

@@ -5,9 +5,12 @@
  *
  * Design
  *   One block of device memory per profiled launch, handed to the patch as its callback data:
- *   a header, the live regions (allocations) sorted by base, then the bitmap. Memory is cut
- *   into 64 KiB granules at absolute addresses (granule g covers [g << 16, (g + 1) << 16));
- *   region i owns the bitmap's granules bit0 .. bit0 + (its granule count) - 1, two bits each:
+ *   a header, the live regions (allocations) sorted by base, then the bitmap. Each region is cut
+ *   into 64 KiB granules from its base (granule k of region r covers [r.base + k * 64 KiB,
+ *   min(r.end, r.base + (k + 1) * 64 KiB)): a granule never straddles two allocations, and a
+ *   buffer at a fixed offset in its allocation gets the same granules whatever the allocation's
+ *   alignment); region i owns the bitmap's granules bit0 .. bit0 + (its granule count) - 1, two
+ *   bits each:
  *   bit 2k is "read", bit 2k + 1 "written" (granule k counted over all regions). A global
  *   access is looked up by binary search over the regions; the granules of its first and of
  *   its last byte are marked (an access is at most 128 bytes: it spans at most two). An
@@ -39,7 +42,7 @@
 
 struct ms_prof_region {
     uint64_t base, end; /* [base, end) */
-    uint64_t bit0;      /* the bitmap index of the granule holding base */
+    uint64_t bit0;      /* the bitmap index of the region's first granule */
 };
 
 struct ms_prof_dev {
@@ -56,8 +59,12 @@ struct ms_prof_dev {
 #define MS_PROF_WORDS(total) (((total)*2u + 31u) / 32u)
 #define MS_PROF_BYTES(nreg, total) (MS_PROF_BITS_OFF(nreg) + MS_PROF_WORDS(total) * 4u)
 
-/* The bitmap index of the granule holding addr, or -1 when no region holds it. */
-MS_PROF_FN int64_t ms_prof_granule(const struct ms_prof_dev *d, uint64_t addr)
+/* The granules of region r: ceil((end - base) / 64 KiB). */
+#define MS_PROF_REGION_GRANULES(base, end)                                                         \
+    ((((end) - (base)) + MS_PROF_GRANULE - 1u) >> MS_PROF_GRANULE_SHIFT)
+
+/* The index of the region holding addr, or -1. */
+MS_PROF_FN int32_t ms_prof_find(const struct ms_prof_dev *d, uint64_t addr)
 {
     uint32_t lo = 0, hi = d->nreg;
     while (lo < hi) {
@@ -67,10 +74,20 @@ MS_PROF_FN int64_t ms_prof_granule(const struct ms_prof_dev *d, uint64_t addr)
         else
             hi = mid;
     }
-    if (lo == d->nreg || addr < d->reg[lo].base)
-        return -1;
-    return (int64_t)(d->reg[lo].bit0 + ((addr >> MS_PROF_GRANULE_SHIFT) -
-                                        (d->reg[lo].base >> MS_PROF_GRANULE_SHIFT)));
+    return lo == d->nreg || addr < d->reg[lo].base ? -1 : (int32_t)lo;
+}
+
+/* The bitmap index of the granule holding addr in region i (which holds it). */
+MS_PROF_FN uint64_t ms_prof_granule_in(const struct ms_prof_dev *d, int32_t i, uint64_t addr)
+{
+    return d->reg[i].bit0 + ((addr - d->reg[i].base) >> MS_PROF_GRANULE_SHIFT);
+}
+
+/* The bitmap index of the granule holding addr, or -1 when no region holds it. */
+MS_PROF_FN int64_t ms_prof_granule(const struct ms_prof_dev *d, uint64_t addr)
+{
+    int32_t i = ms_prof_find(d, addr);
+    return i < 0 ? -1 : (int64_t)ms_prof_granule_in(d, i, addr);
 }
 
 /* The bitmap word and mask for granule g with mode (MS_PROF_READ | MS_PROF_WRITE). */

@@ -4,7 +4,7 @@
 # touches, and the raw profile must hold exactly the version 2 records they imply: the kernel
 # records of the sampled launches (first MSCHED_PROFILE_FIRST, then one in
 # MSCHED_PROFILE_EVERY, per kernel), each followed by its touch records (64 KiB granules at
-# absolute addresses, clipped to the allocation, merged, attributed to the parameter offset of
+# each allocation's base, the last one clipped to its end, merged, attributed to the parameter offset of
 # the pointer into the allocation or '-', modes r/w/rw) or marked opaque; alloc and free
 # records; the program's exit status passed through. Then what `msched profile` learned from it
 # (the rules in the store, a second run adding to it, a bad store left alone). Also: the
@@ -59,7 +59,8 @@ pid = task[1]
 def clip(buf, off, n):
     base, size = B[buf]
     a = base + off
-    lo, hi = max(base, a & ~(G - 1)), min(base + size, (a + n + G - 1) & ~(G - 1))
+    lo = base + (off // G) * G
+    hi = min(base + size, base + ((off + n + G - 1) // G) * G)
     return (lo, hi - lo)
 def t(arg, mode, buf, off, n):
     lo, size = clip(buf, off, n)
@@ -184,6 +185,34 @@ if [ $rc = 0 ] && [ -z "$(ls -A "$TMPDIR")" ] && grep -q "9 kernels in $W/cache/
 else
     fail profile/temporary-raw "rc=$rc: $(ls -A "$TMPDIR") $(cat "$W/t.err")"
 fi
+
+# 2b. --evaluate: the store learned in 1 (other launches sampled, other allocations) against the
+#     profile of 2: templates miss only what allocation granularity misses too (chase's touch
+#     through a pointer in memory) and predict little beyond what was touched
+"$MSCHED" profile --evaluate "$W/d.prof" --out "$W/store" >"$W/ev" 2>&1
+rc=$?
+if [ $rc = 0 ] && python3 - "$W/ev" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+a = re.search(r"allocation granularity: ([0-9.]+) MiB predicted, false negatives ([0-9.]+) %, false positives ([0-9.]+) %", t)
+m = re.search(r"templates \((\d+) of (\d+) launches had one\): ([0-9.]+) MiB predicted, false negatives ([0-9.]+) %, false positives ([0-9.]+) %", t)
+n = re.search(r"(\d+) profiled launches \((\d+) opaque", t)
+assert a and m and n, t
+assert n.group(1) == "14" and n.group(2) == "2", t          # 16 sampled: cluster_k, tma_k opaque
+assert m.group(1) == "13", t                                # chase is unsafe: no template
+assert m.group(4) == a.group(2) and float(a.group(2)) > 0, t  # the same misses (chase)
+assert float(m.group(5)) < 10 and float(a.group(3)) > 90, t
+PY
+then
+    pass "profile/evaluate (templates: the misses of allocation granularity, false positives under 10 %)"
+else
+    fail profile/evaluate "rc=$rc: $(cat "$W/ev")"
+fi
+"$MSCHED" profile --evaluate "$W/d.prof" --out "$W/store" -- true >/dev/null 2>&1
+[ $? = 2 ] || fail profile/evaluate-usage "--evaluate with a program: not a usage error"
+"$MSCHED" profile --evaluate "$W/none.prof" --out "$W/store" >/dev/null 2>"$W/ev.err"
+[ $? = 1 ] && grep -q "cannot read the raw profile $W/none.prof" "$W/ev.err" ||
+    fail profile/evaluate-missing "$(cat "$W/ev.err")"
 
 # 3. MSCHED_PROFILE_FIRST=1 MSCHED_PROFILE_EVERY=1000: only the first launch of each kernel
 env MSCHED_PROFILE_FIRST=1 MSCHED_PROFILE_EVERY=1000 "$MSCHED" profile --raw "$W/f1.prof" -- \

@@ -2,7 +2,8 @@
  * fuzz_templates.c - libFuzzer target for the template store's text format and the analyzer
  * (core/template.c, core/template_fit.c).
  *
- * An input that starts with "msched-trace" is a profile: it is learned into a fresh store.
+ * An input that starts with "msched-trace" is a profile: it is learned into a fresh store, and
+ * the store is evaluated against it (ms_tmpl_accuracy: its counts must be consistent).
  * Any other input is a store text: it is parsed into a fresh store. Either way, when that
  * succeeds the store is formatted, the text parsed into a second fresh store and formatted again:
  * the two texts must be identical (the writer's output is canonical and reads back exactly), and
@@ -42,6 +43,17 @@ static void run(const uint8_t *data, size_t size, int strict)
             return;
         }
         rc = ms_tmpl_learn_trace(s, (const char *)data, size, why, sizeof why);
+        if (rc == MS_OK) {
+            /* the learned store against its own profile: it must explain every touch it learned
+             * from, except through kernels it refused (unsafe, no rule: whole allocations) */
+            struct ms_tmpl_acc a;
+            int ra = ms_tmpl_accuracy(s, (const char *)data, size, &a, why, sizeof why);
+            if (ra != MS_OK && (strict || ra != MS_E_NOMEM))
+                abort();
+            if (ra == MS_OK && (a.alloc_miss > a.touched || a.tmpl_miss > a.touched ||
+                                a.tmpl_launches > a.launches))
+                abort();
+        }
     } else {
         rc = ms_tmpl_store_parse(s, (const char *)data, size, why, sizeof why);
         if (rc != MS_OK && strict && ms_tmpl_store_count(s) != 0)

@@ -84,12 +84,16 @@ static void mark(struct ms_prof_dev *d, const struct ms_fake_touch *t)
     /* One access per granule of the range, as a kernel sweeping it would make. */
     uint64_t a = t->addr, end = t->addr + t->bytes;
     while (a < end) {
-        int64_t g = ms_prof_granule(d, a);
-        if (g < 0)
+        int32_t i = ms_prof_find(d, a);
+        if (i < 0) {
             d->outside++;
-        else
-            *ms_prof_word(d, (uint64_t)g) |= ms_prof_mask((uint64_t)g, m);
-        a = ((a >> MS_PROF_GRANULE_SHIFT) + 1) << MS_PROF_GRANULE_SHIFT;
+            a = ((a >> MS_PROF_GRANULE_SHIFT) + 1) << MS_PROF_GRANULE_SHIFT;
+            continue;
+        }
+        uint64_t g = ms_prof_granule_in(d, i, a);
+        *ms_prof_word(d, g) |= ms_prof_mask(g, m);
+        uint64_t base = d->reg[i].base;
+        a = base + ((((a - base) >> MS_PROF_GRANULE_SHIFT) + 1) << MS_PROF_GRANULE_SHIFT);
     }
 }
 

@@ -226,6 +226,54 @@ static void test_fit_linear_clipped(void **state)
     ms_tmpl_store_free(s);
 }
 
+/* Accuracy (ms_tmpl_accuracy): learned from two saxpy launches, evaluated on two others (other
+ * sizes): templates predict every touched byte and little more, allocation granularity the
+ * whole 1 GiB regions; a kernel not in the store, and an opaque launch, as documented. */
+static void test_accuracy(void **state)
+{
+    (void)state;
+    tb_start();
+    saxpy(A, B, 1000000);
+    saxpy(A, B, 3000000);
+    struct ms_tmpl_store *s = learn_tb();
+    tb_start();
+    saxpy(A, B, 2000000);
+    saxpy(A + 4096, B, 5000000);
+    uint8_t p[8];
+    put64(p, 0, B);
+    tb_kernel("unknown", p, sizeof p, "0:8", "seen");
+    tb_touch(0, "r", B, 1000);
+    tb_kernel("saxpy", p, sizeof p, "0:8", "opaque");
+    struct ms_tmpl_acc a;
+    char why[128];
+    assert_int_equal(ms_tmpl_accuracy(s, tbuf, tlen, &a, why, sizeof why), MS_OK);
+    assert_int_equal(a.launches, 3);
+    assert_int_equal(a.opaque, 1);
+    assert_int_equal(a.tmpl_launches, 2);
+    /* saxpy(n) touches 4n bytes of x and 4n of y; unknown touches 1000 bytes of B */
+    uint64_t touched = 8ull * 2000000 + 8ull * 5000000 + 1000;
+    assert_int_equal(a.touched, touched);
+    assert_int_equal(a.alloc_miss, 0);
+    assert_int_equal(a.alloc_pred, 2 * 2 * MS_GIB + MS_GIB);
+    assert_int_equal(a.tmpl_miss, 0);
+    /* templates: the saxpy launches within the slack, unknown's whole region */
+    assert_true(a.tmpl_pred >= touched - 1000 + MS_GIB);
+    assert_true(a.tmpl_pred - MS_GIB <= touched + 4 * (touched / 16 + MS_TMPL_SLACK_ABS));
+    /* a store that knows nothing: templates are allocation granularity */
+    struct ms_tmpl_store *empty;
+    assert_int_equal(ms_tmpl_store_new(&empty), MS_OK);
+    assert_int_equal(ms_tmpl_accuracy(empty, tbuf, tlen, &a, why, sizeof why), MS_OK);
+    assert_int_equal(a.tmpl_launches, 0);
+    assert_int_equal(a.tmpl_pred, a.alloc_pred);
+    /* a bad trace is an error with its line */
+    assert_int_equal(
+        ms_tmpl_accuracy(empty, "msched-trace 2\ntouch 1 0 r 0x10 4\n", 34, &a, why, sizeof why),
+        MS_E_PARSE);
+    assert_non_null(strstr(why, "line 2"));
+    ms_tmpl_store_free(empty);
+    ms_tmpl_store_free(s);
+}
+
 static void test_fit_linear_two(void **state)
 {
     (void)state;
@@ -893,12 +941,19 @@ static void test_alloc_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fit_fixed),          cmocka_unit_test(test_fit_linear_one),
-        cmocka_unit_test(test_fit_linear_clipped), cmocka_unit_test(test_fit_linear_two),
-        cmocka_unit_test(test_fit_strided),        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_incremental),        cmocka_unit_test(test_obs_cap),
-        cmocka_unit_test(test_store_roundtrip),    cmocka_unit_test(test_store_errors),
-        cmocka_unit_test(test_predict_tmpl),       cmocka_unit_test(test_predict_timing),
+        cmocka_unit_test(test_fit_fixed),
+        cmocka_unit_test(test_fit_linear_one),
+        cmocka_unit_test(test_fit_linear_clipped),
+        cmocka_unit_test(test_accuracy),
+        cmocka_unit_test(test_fit_linear_two),
+        cmocka_unit_test(test_fit_strided),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_incremental),
+        cmocka_unit_test(test_obs_cap),
+        cmocka_unit_test(test_store_roundtrip),
+        cmocka_unit_test(test_store_errors),
+        cmocka_unit_test(test_predict_tmpl),
+        cmocka_unit_test(test_predict_timing),
         cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
