@@ -11,8 +11,9 @@
  *   Online, ms_predict_launch_tmpl evaluates the rules of a launch and keeps only the chunks the
  *   predicted ranges overlap.
  *
- *   Integer arguments: a 4- or 8-byte parameter (by the layout; without one, every 4-aligned
- *   4-byte word and every 8-aligned 8-byte word) whose value is not a pointer into a known region
+ *   Integer arguments: a 4- or 8-byte parameter (by the layout; inside a larger parameter, a
+ *   struct, and without a layout, every 4-aligned 4-byte word and every 8-aligned 8-byte word)
+ *   whose value is not a pointer into a known region
  *   (a pointer's halves are not integers either). x(off:size) is its value: a 4-byte one as a
  *   signed 32-bit number, an 8-byte one as a signed 64-bit number.
  *

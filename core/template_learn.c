@@ -122,7 +122,8 @@ static void add_int(struct pend *pd, uint32_t off, uint8_t size)
             (struct ms__tmpl_ival){(uint16_t)off, size, word(pd->params, off, size)};
 }
 
-/* Classify the launch's words: pointers (by the rules of ms_predict_launch) and integers. */
+/* Classify the launch's words: pointers (by the rules of ms_predict_launch) and integers (a
+ * 4- or 8-byte parameter; inside a larger one, every aligned word that is not a pointer). */
 static void classify(const struct learn *L, struct pend *pd, const struct ms_trace_rec *rec)
 {
     pd->nptr = 0;
@@ -144,14 +145,31 @@ static void classify(const struct learn *L, struct pend *pd, const struct ms_tra
     }
     for (size_t i = 0; i < rec->nlayout; i++) {
         const struct ms_param_layout *e = &rec->layout[i];
-        bool any = false;
-        if (e->size >= 8)
-            for (size_t w = MS_ROUND_UP((size_t)e->offset, 8); w + 8 <= (size_t)e->offset + e->size;
-                 w += 8)
-                if (is_ptr(L, rec->task, (uint64_t)word(pd->params, w, 8))) {
+        size_t end = (size_t)e->offset + e->size;
+        if (end > pd->plen)
+            continue;
+        if (e->size > 8) {
+            /* a struct (cuBLAS-style kernels take their sizes and pointers in one): its
+             * pointer words, and its other aligned words as integers, as without a layout */
+            for (size_t w = MS_ROUND_UP((size_t)e->offset, 4); w + 4 <= end; w += 4) {
+                if (w % 8 == 0 && w + 8 <= end &&
+                    is_ptr(L, rec->task, (uint64_t)word(pd->params, w, 8))) {
                     pd->ptr[pd->nptr++] = (uint16_t)w;
-                    any = true;
+                    w += 4;
+                    continue;
                 }
+                add_int(pd, (uint32_t)w, 4);
+                if (w % 8 == 0 && w + 8 <= end)
+                    add_int(pd, (uint32_t)w, 8);
+            }
+            continue;
+        }
+        bool any = false;
+        if (e->size == 8 && e->offset % 8 == 0 &&
+            is_ptr(L, rec->task, (uint64_t)word(pd->params, e->offset, 8))) {
+            pd->ptr[pd->nptr++] = (uint16_t)e->offset;
+            any = true;
+        }
         if (!any && (e->size == 4 || e->size == 8) && e->offset % 4 == 0)
             add_int(pd, e->offset, (uint8_t)e->size);
     }

@@ -274,6 +274,41 @@ static void test_accuracy(void **state)
     ms_tmpl_store_free(s);
 }
 
+/* A kernel whose one parameter is a struct {const float *x; int n; int pad; float *y;}: the
+ * sizes inside a struct are integer arguments too, so both pointers get linear rules. */
+static void test_fit_struct_param(void **state)
+{
+    (void)state;
+    tb_start();
+    static const uint32_t ns[] = {1000000, 3000000, 2000000};
+    for (size_t i = 0; i < 3; i++) {
+        uint8_t p[24];
+        put64(p, 0, A);
+        put32(p, 8, ns[i]);
+        put32(p, 12, 7);
+        put64(p, 16, B);
+        tb_kernel("gemv", p, sizeof p, "0:24", "seen");
+        tb_touch(0, "r", A, 4ull * ns[i]);
+        tb_touch(16, "w", B, 8ull * ns[i]);
+    }
+    struct ms_tmpl_store *s = learn_tb();
+    const struct ms_tmpl_kernel *k = ms_tmpl_find(s, "gemv", 0xabc);
+    assert_non_null(k);
+    assert_int_equal(ms_tmpl_rule(k, 0, NULL, NULL), MS_TMPL_LINEAR);
+    assert_int_equal(ms_tmpl_rule(k, 16, NULL, NULL), MS_TMPL_LINEAR);
+    uint8_t p[24];
+    put64(p, 0, A);
+    put32(p, 8, 5000000);
+    put32(p, 12, 7);
+    put64(p, 16, B);
+    static const struct ms_param_layout lay[] = {{0, 24}};
+    struct ms_range g[4];
+    assert_int_equal(eval1(k, 16, B, p, sizeof p, lay, 1, g, 4), 1);
+    assert_int_equal(g[0].addr, B);
+    assert_int_equal(g[0].bytes, 40000000);
+    ms_tmpl_store_free(s);
+}
+
 static void test_fit_linear_two(void **state)
 {
     (void)state;
@@ -941,19 +976,13 @@ static void test_alloc_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fit_fixed),
-        cmocka_unit_test(test_fit_linear_one),
-        cmocka_unit_test(test_fit_linear_clipped),
-        cmocka_unit_test(test_accuracy),
-        cmocka_unit_test(test_fit_linear_two),
-        cmocka_unit_test(test_fit_strided),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_incremental),
-        cmocka_unit_test(test_obs_cap),
-        cmocka_unit_test(test_store_roundtrip),
-        cmocka_unit_test(test_store_errors),
-        cmocka_unit_test(test_predict_tmpl),
-        cmocka_unit_test(test_predict_timing),
+        cmocka_unit_test(test_fit_fixed),          cmocka_unit_test(test_fit_linear_one),
+        cmocka_unit_test(test_fit_linear_clipped), cmocka_unit_test(test_accuracy),
+        cmocka_unit_test(test_fit_struct_param),   cmocka_unit_test(test_fit_linear_two),
+        cmocka_unit_test(test_fit_strided),        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_incremental),        cmocka_unit_test(test_obs_cap),
+        cmocka_unit_test(test_store_roundtrip),    cmocka_unit_test(test_store_errors),
+        cmocka_unit_test(test_predict_tmpl),       cmocka_unit_test(test_predict_timing),
         cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
