@@ -50,6 +50,10 @@ int ms_cli_write_atomic(const char *path, const void *buf, size_t len);
 /* The whole file at path, malloc'd (the caller frees), *out_len its bytes; NULL with *err an
  * errno (EFBIG past max bytes, ENOMEM) when it cannot be read whole (util.c). */
 char *ms_cli_read_file(const char *path, size_t max, size_t *out_len, int *err);
+/* Parse the template store at path into s (core/template.h); with missing_ok a missing file
+ * is an empty store. MS_OK, or MS_EXIT_RUNTIME after saying why (cmd_profile.c). */
+struct ms_tmpl_store;
+int ms_cli_load_templates(struct ms_tmpl_store *s, const char *path, bool missing_ok);
 /* Print "msched: <message>\n" to stderr. */
 void ms_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

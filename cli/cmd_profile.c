@@ -120,9 +120,7 @@ int ms_cli_write_atomic(const char *path, const void *buf, size_t len)
 
 #define MAX_PROFILE_BYTES (1ull << 32) /* a raw profile or a store larger than 4 GiB is refused */
 
-/* Parse the store at path into s; a missing file is an empty store. MS_OK, or after saying
- * why, MS_EXIT_RUNTIME. */
-static int load_store(struct ms_tmpl_store *s, const char *path, bool missing_ok)
+int ms_cli_load_templates(struct ms_tmpl_store *s, const char *path, bool missing_ok)
 {
     size_t len = 0;
     int err = 0;
@@ -177,7 +175,7 @@ static int learn(const char *raw_path, const char *store)
         ms_cli_error("profile: out of memory");
         goto out;
     }
-    if (load_store(s, store, true) != MS_OK)
+    if (ms_cli_load_templates(s, store, true) != MS_OK)
         goto out;
     size_t before = ms_tmpl_store_count(s);
     char why[160] = "";
@@ -221,7 +219,7 @@ static int evaluate(const char *raw_path, const char *store)
         ms_cli_error("profile: out of memory");
         return MS_EXIT_RUNTIME;
     }
-    int rc = load_store(s, store, false);
+    int rc = ms_cli_load_templates(s, store, false);
     size_t len = 0;
     int err = 0;
     char *raw = rc == MS_OK ? ms_cli_read_file(raw_path, MAX_PROFILE_BYTES, &len, &err) : NULL;
@@ -266,7 +264,7 @@ static int show(const char *path, bool as_text)
         ms_cli_error("profile: out of memory");
         return MS_EXIT_RUNTIME;
     }
-    int rc = load_store(s, path, false);
+    int rc = ms_cli_load_templates(s, path, false);
     char *text = NULL;
     size_t len = 0;
     if (rc == MS_OK) {

@@ -12,11 +12,13 @@
  *   is 1. Output files are written only after the sweep, and only when some point ran.
  */
 #include "cli/cli.h"
+#include "core/template.h"
 
 #include "sim/svg.h"
 #include "sim/sweep.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +29,7 @@
 #define DEFAULT_SWITCH_FRAC 10                        /* the daemon's switch_frac */
 
 struct sim_args {
-    const char *workload, *trace, *profile, *svg, *json, *dump;
+    const char *workload, *trace, *profile, *svg, *json, *dump, *templates;
     double pressures[MS_SWEEP_MAX_POINTS];
     size_t npressures;
     uint64_t budget;
@@ -46,6 +48,9 @@ static void sim_help(FILE *f)
            "\n"
            "  --workload NAME     built-in workload: micro (default), A, B, C, D, random\n"
            "  --trace FILE        replay a recorded trace instead (docs/trace-format.md)\n"
+           "  --templates FILE    predict kernels by the templates in FILE (msched profile;\n"
+           "                      docs/templates.md), taken as exact; default: whole\n"
+           "                      allocations\n"
            "  --pressure LIST     footprint / budget, e.g. 1.5,2,3 or 150%%,200%% "
            "(default 1.5,2,3;\n"
            "                      with --trace: sets the budget to footprint / pressure)\n"
@@ -124,6 +129,7 @@ enum {
     OPT_CHECK,
     OPT_WORKLOAD,
     OPT_TRACE,
+    OPT_TEMPLATES,
     OPT_PROFILE,
     OPT_SVG,
     OPT_JSON,
@@ -148,6 +154,7 @@ static const struct option longopts[] = {
     {"check", no_argument, NULL, OPT_CHECK},
     {"workload", required_argument, NULL, OPT_WORKLOAD},
     {"trace", required_argument, NULL, OPT_TRACE},
+    {"templates", required_argument, NULL, OPT_TEMPLATES},
     {"profile", required_argument, NULL, OPT_PROFILE},
     {"svg", required_argument, NULL, OPT_SVG},
     {"json", required_argument, NULL, OPT_JSON},
@@ -206,6 +213,7 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
         case OPT_CHECK: a->check = true; break;
         case OPT_WORKLOAD: a->workload = v; break;
         case OPT_TRACE: a->trace = v; break;
+        case OPT_TEMPLATES: a->templates = v; break;
         case OPT_PROFILE: a->profile = v; break;
         case OPT_SVG: a->svg = v; break;
         case OPT_JSON: a->json = v; break;
@@ -380,6 +388,15 @@ static int sim_run(int argc, char **argv)
     } else {
         so.workload = a.workload;
     }
+    struct ms_tmpl_store *tmpl = NULL;
+    if (a.templates && (ms_tmpl_store_new(&tmpl) != MS_OK ||
+                        ms_cli_load_templates(tmpl, a.templates, false) != MS_OK)) {
+        if (!tmpl)
+            ms_cli_error("out of memory");
+        ms_tmpl_store_free(tmpl);
+        ms_wl_fini(&tw);
+        return MS_EXIT_RUNTIME;
+    }
     memcpy(so.pressures, a.pressures, sizeof(so.pressures));
     so.npressures = a.npressures;
     so.budget = a.budget;
@@ -394,6 +411,7 @@ static int sim_run(int argc, char **argv)
     so.replay.hash_clean = a.hash_clean;
     so.replay.horizon = (uint32_t)a.horizon;
     so.replay.check = a.check;
+    so.replay.templates = tmpl;
     so.seed = a.seed;
     struct ms_cli_progress prog;
     ms_cli_progress_init(&prog, a.progress);
@@ -415,14 +433,19 @@ static int sim_run(int argc, char **argv)
     FILE *human = (a.json && strcmp(a.json, "-") == 0) || (a.svg && strcmp(a.svg, "-") == 0)
                       ? stderr
                       : stdout;
+    char tm[PATH_MAX + 64] = "";
+    if (tmpl)
+        snprintf(tm, sizeof tm, ", templates %s (%zu kernels)", a.templates,
+                 ms_tmpl_store_count(tmpl));
     fprintf(human,
             "msched sim: simulated GPU (profile %s), %s, %s measured after warm-up, "
-            "hash-clean %s\n\n",
-            cost->name, how, du, a.hash_clean ? "on" : "off");
+            "hash-clean %s%s\n\n",
+            cost->name, how, du, a.hash_clean ? "on" : "off", tm);
     fflush(human);
 
     struct ms_sweep *sw = malloc(sizeof(*sw));
     if (!sw) {
+        ms_tmpl_store_free(tmpl);
         ms_wl_fini(&tw);
         ms_cli_error("out of memory");
         return MS_EXIT_RUNTIME;
@@ -447,6 +470,7 @@ static int sim_run(int argc, char **argv)
             status = w;
     }
     free(sw);
+    ms_tmpl_store_free(tmpl);
     ms_wl_fini(&tw);
     return status;
 }

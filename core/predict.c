@@ -328,10 +328,11 @@ static int add_clamped(const struct ms_rtable *rt, uint32_t region, struct ms_ra
     return MS_OK;
 }
 
-/* One candidate word: its region whole (no rule) or the chunks its rule's ranges overlap. */
+/* One candidate word: its region whole (no rule) or the chunks its rule's ranges overlap.
+ * model: every region counts as always mapped and populated (ms_predict_launch_tmpl_model). */
 static int tmpl_word(const struct ms_rtable *rt, const struct ms_launch *l,
                      const struct ms_tmpl_kernel *k, size_t w, struct ms_chunk_set *out,
-                     uint32_t *seen, size_t *nseen, uint32_t *refd, size_t *nrefd)
+                     uint32_t *seen, size_t *nseen, uint32_t *refd, size_t *nrefd, bool model)
 {
     uint64_t v;
     memcpy(&v, l->params + w, sizeof(v));
@@ -347,7 +348,8 @@ static int tmpl_word(const struct ms_rtable *rt, const struct ms_launch *l,
     const struct ms_region *reg = &rt->regions[region];
     /* Only an always-mapped region shrinks: a chunk it leaves out stays reachable (on its host
      * chunk), so a rule that is wrong costs time, never a fault. */
-    int n = reg->amap ? ms_tmpl_eval(k, (uint32_t)w, v, l, g, MS_ARRAY_LEN(g)) : MS_E_NOTFOUND;
+    int n =
+        reg->amap || model ? ms_tmpl_eval(k, (uint32_t)w, v, l, g, MS_ARRAY_LEN(g)) : MS_E_NOTFOUND;
     if (n < 0) {
         int e = add_region(rt, region, out, seen, nseen);
         return e < 0 ? e : 0;
@@ -358,7 +360,7 @@ static int tmpl_word(const struct ms_rtable *rt, const struct ms_launch *l,
             return e;
     }
     /* ... except its EMPTY chunks, which are mapped nowhere until first used. */
-    for (uint32_t c = 0; c < reg->nchunks; c++)
+    for (uint32_t c = 0; !model && c < reg->nchunks; c++)
         if (reg->chunks[c].state == MS_CS_EMPTY) {
             int e = ms_chunk_set_add(out, MS_CHUNK_ID(region, c));
             if (e)
@@ -367,8 +369,8 @@ static int tmpl_word(const struct ms_rtable *rt, const struct ms_launch *l,
     return 0;
 }
 
-int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
-                           const struct ms_tmpl_kernel *k, struct ms_chunk_set *out)
+static int predict_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
+                        const struct ms_tmpl_kernel *k, struct ms_chunk_set *out, bool model)
 {
     if (!k || ms_tmpl_kernel_opaque(k) || ms_tmpl_kernel_unsafe(k))
         return ms_predict_launch(rt, l, out);
@@ -394,7 +396,7 @@ int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l
     int e = 0;
     if (l->nlayout == 0) {
         for (size_t w = 0; w + 8 <= l->params_len && e == 0; w += 8)
-            e = tmpl_word(rt, l, k, w, out, seen, &nseen, refd, &nrefd);
+            e = tmpl_word(rt, l, k, w, out, seen, &nseen, refd, &nrefd, model);
     } else {
         for (size_t i = 0; i < l->nlayout && e == 0; i++) {
             const struct ms_param_layout *pl = &l->layout[i];
@@ -402,7 +404,7 @@ int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l
                 continue;
             for (size_t w = MS_ROUND_UP((size_t)pl->offset, 8);
                  w + 8 <= (size_t)pl->offset + pl->size && e == 0; w += 8)
-                e = tmpl_word(rt, l, k, w, out, seen, &nseen, refd, &nrefd);
+                e = tmpl_word(rt, l, k, w, out, seen, &nseen, refd, &nrefd, model);
         }
     }
     if (seen != stack)
@@ -411,4 +413,16 @@ int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l
         return e;
     ms_chunk_set_normalize(out);
     return (int)nrefd;
+}
+
+int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
+                           const struct ms_tmpl_kernel *k, struct ms_chunk_set *out)
+{
+    return predict_tmpl(rt, l, k, out, false);
+}
+
+int ms_predict_launch_tmpl_model(const struct ms_rtable *rt, const struct ms_launch *l,
+                                 const struct ms_tmpl_kernel *k, struct ms_chunk_set *out)
+{
+    return predict_tmpl(rt, l, k, out, true);
 }

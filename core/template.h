@@ -171,4 +171,9 @@ int ms_tmpl_eval(const struct ms_tmpl_kernel *k, uint32_t arg, uint64_t ptr,
 int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
                            const struct ms_tmpl_kernel *k, struct ms_chunk_set *out);
 
+/* The same for a model of the system (the simulator), where no chunk can fault: every region
+ * shrinks to its rules' chunks whatever its mapping and its chunks' states. */
+int ms_predict_launch_tmpl_model(const struct ms_rtable *rt, const struct ms_launch *l,
+                                 const struct ms_tmpl_kernel *k, struct ms_chunk_set *out);
+
 #endif /* MS_TEMPLATE_H */

@@ -27,6 +27,7 @@
 
 #include "core/exec.h"
 #include "core/plan.h"
+#include "core/template.h"
 #include "core/timeline.h"
 #include "gpu/sim/gpu_sim.h"
 
@@ -186,7 +187,10 @@ static int classify(struct rp *r, uint32_t task, const struct ms_wl_cmd *c, stru
             .layout = c->nlayout ? w->layout + c->layout : NULL,
             .nlayout = c->nlayout,
         };
-        rc = ms_predict_launch(&r->rt, &l, s);
+        const struct ms_tmpl_kernel *k =
+            r->o->templates && c->name ? ms_tmpl_find_name(r->o->templates, w->names + c->name)
+                                       : NULL;
+        rc = k ? ms_predict_launch_tmpl_model(&r->rt, &l, k, s) : ms_predict_launch(&r->rt, &l, s);
         rc = rc < 0 ? rc : MS_OK;
         if (!rc)
             rc = pool_append(r, s, &ci->pred, &ci->npred);

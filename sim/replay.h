@@ -73,6 +73,10 @@ struct ms_replay_opts {
     bool warmup;              /* do not measure until every task ran its loop once */
     uint32_t horizon;         /* timeline entries the planner sees; 0: 2 x tasks */
     bool check;               /* verify the table and the budget after every step (slow; tests) */
+    /* Kernel templates (core/template.h; NULL: allocation granularity): a kernel found by name
+     * is predicted by its rules (ms_predict_launch_tmpl_model), taken as exact: its true set
+     * is the prediction plus its hidden ranges, as for any kernel. Borrowed for the call. */
+    const struct ms_tmpl_store *templates;
     void (*progress)(void *ctx, double done); /* optional: fraction done, once per slice */
     void *progress_ctx;
 };

@@ -33,6 +33,8 @@
 
 #include <cmocka.h>
 
+#include "core/template.h"
+
 static uint64_t g_seed;
 
 /* ---- the seam ------------------------------------------------------------------------------ */
@@ -283,6 +285,53 @@ static void test_replay_hash_clean_drops_weights(void **state)
  * link), so 1 s slices lose about a fifth of the GPU; stretching a slice until its switch is at
  * most 10 % of it bounds the loss at 1/11, and the slices stay within [slice, slice_max]. With
  * slice_max equal to the slice it is the fixed-slice run exactly. */
+/* Kernel templates in the model: two tasks, each with a 2 GiB arena of which its kernel uses
+ * 64 MiB, under a 3 GiB budget. Named whole, the arenas do not fit together and every switch
+ * moves an arena; with the kernel's template (a store text, as msched profile writes) the two
+ * working sets fit and nothing moves after warm-up. */
+static void test_replay_templates(void **state)
+{
+    (void)state;
+    const struct ms_cost *c = &ms_cost_h200;
+    struct ms_workload w;
+    ms_wl_init(&w);
+    snprintf(w.name, sizeof w.name, "arenas");
+    for (uint32_t t = 0; t < 2; t++) {
+        uint32_t task;
+        uint64_t base;
+        assert_int_equal(ms_wl_add_task(&w, t ? "b" : "a", t, 0, &task), MS_OK);
+        assert_int_equal(ms_wl_add_region(&w, task, 2 * MS_GIB, false, "arena", &base), MS_OK);
+        uint64_t args[2] = {base + 512 * MS_MIB, 16 * MS_MIB}; /* p, n (floats) */
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(ms_wl_add_kernel(&w, task, "scale", 2000000, args, 2), MS_OK);
+    }
+    struct ms_tmpl_store *st;
+    assert_int_equal(ms_tmpl_store_new(&st), MS_OK);
+    const char *text = "msched-templates 1\n"
+                       "kernel mod=0 launches=2 opaque=0 unsafe=0 name=scale\n"
+                       "arg 0 form=linear written=1 refused=0 launches=2 lo=0 hi=0,4*x8:8 "
+                       "count=1 stride=0\n"
+                       "end\n";
+    char why[300];
+    assert_int_equal(ms_tmpl_store_parse(st, text, strlen(text), why, sizeof why), MS_OK);
+    struct ms_replay_opts o;
+    ms_replay_opts_default(&o, c, 3 * MS_GIB);
+    o.policy = MS_SIM_OPT;
+    o.nslices = 12;
+    o.check = true;
+    struct ms_replay_result whole, tm;
+    assert_int_equal(ms_replay_run(&w, &o, &whole, why, sizeof why), MS_OK);
+    o.templates = st;
+    assert_int_equal(ms_replay_run(&w, &o, &tm, why, sizeof why), MS_OK);
+    assert_int_equal(whole.misses + tm.misses, 0);
+    assert_true(whole.bytes_in >= 4 * MS_GIB); /* an arena's worth at most switches */
+    assert_int_equal(tm.bytes_in, 0);          /* 64 MiB each: both stay resident */
+    assert_true(tm.throughput > whole.throughput);
+    assert_true(tm.throughput == 1.0);
+    ms_tmpl_store_free(st);
+    ms_wl_fini(&w);
+}
+
 static void test_replay_adaptive_slices(void **state)
 {
     (void)state;
@@ -612,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_replay_hash_clean_drops_weights),
         cmocka_unit_test(test_replay_impossible_budget),
         cmocka_unit_test(test_replay_adaptive_slices),
+        cmocka_unit_test(test_replay_templates),
         cmocka_unit_test(test_trace_round_trip),
         cmocka_unit_test(test_trace_relocation_and_errors),
         cmocka_unit_test(test_sweep_outputs),
