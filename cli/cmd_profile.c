@@ -128,15 +128,15 @@ int ms_cli_load_templates(struct ms_tmpl_store *s, const char *path, bool missin
     if (!text) {
         if (err == ENOENT && missing_ok)
             return MS_OK;
-        ms_cli_error("profile: cannot read the template store %s: %s", path, strerror(err));
+        ms_cli_error("cannot read the template store %s: %s", path, strerror(err));
         return MS_EXIT_RUNTIME;
     }
     char why[160] = "";
     int e = ms_tmpl_store_parse(s, text, len, why, sizeof why);
     free(text);
     if (e != MS_OK) {
-        ms_cli_error("profile: the template store %s is not valid (%s: %s); move it away to start "
-                     "a new one",
+        ms_cli_error("the template store %s is not valid (%s: %s); move it away, and msched "
+                     "profile starts a new one",
                      path, ms_strerror(e), why[0] ? why : "no detail");
         return MS_EXIT_RUNTIME;
     }

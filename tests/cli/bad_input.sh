@@ -122,6 +122,14 @@ expect 1 sim --trace "$tmp/idle.trace" --budget 1GiB
 expect 1 sim --trace "$tmp/binary.trace" --budget 1GiB
 expect 1 sim --trace "$tmp/big.trace" --budget 100MiB --slices 2
 expect 1 sim --workload D --budget 4GiB --pressure 2 --slices 2
+expect 1 sim --templates "$tmp/does-not-exist.store" --slices 1
+expect 1 sim --templates "$tmp/malformed.trace" --slices 1
+expect 2 sim --templates
+expect 2 profile --evaluate
+expect 2 profile --evaluate "$tmp/malformed.trace" -- true
+expect 1 profile --evaluate "$tmp/does-not-exist.prof" --out "$tmp/malformed.trace"
+expect 1 profile --show "$tmp/does-not-exist.store"
+expect 2 profile --show "$tmp/a" "$tmp/b"
 expect 1 sim --workload micro --budget 1GiB --pressure 1.5 --slices 2 --svg "$tmp/no/such/dir/x.svg"
 expect 1 sim --workload micro --budget 1GiB --pressure 1.5 --slices 2 --json "$tmp/no/such/dir/x.json"
 expect 1 sim --workload D --dump-trace "$tmp/no/such/dir/d.trace"
