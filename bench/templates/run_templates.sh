@@ -4,7 +4,12 @@
 # run with other inputs, and runs under a budget with the templates against allocation
 # granularity, outputs compared with native runs.
 #
-# Parts (default: probe llama):
+# Parts (default: overhead probe llama):
+#   overhead  bench/shim/launch_overhead.cu (back-to-back launches of a kernel with three pointer
+#          arguments): native, under the engine (alone, 1 GiB budget) with --templates off, and
+#          with a store holding that kernel's template (fixed rules on all three pointers), in
+#          one run: the predictor's added cost per launch is the difference of the last two
+#          medians (OUT/overhead.jsonl).
 #   probe  bench/templates/tmpl_probe.cu (one 2.2 GiB arena; linear, struct, strided, per-index
 #          and pointer-chasing kernels): native at scales 1 and 2 (timed: the profiler's cost is
 #          the profiled run against it); `msched profile` at scale 1 (learns OUT/probe.store) and
@@ -22,9 +27,9 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
-OUT=${1:?usage: run_templates.sh OUT [probe|llama]...}
+OUT=${1:?usage: run_templates.sh OUT [overhead|probe|llama]...}
 shift
-PARTS=${*:-probe llama}
+PARTS=${*:-overhead probe llama}
 mkdir -p "$OUT"
 LOGS=$(mktemp -d)
 REPORT=$OUT/templates.txt
@@ -48,6 +53,7 @@ grep -q "ms_prof_patch = text_" build/gen/prof_patch.c || {
     exit 1
 }
 nvcc -O2 "${NVCC_ARCH:--arch=sm_90}" -o "$BIN/tmpl_probe" bench/templates/tmpl_probe.cu || exit 1
+nvcc -O2 "${NVCC_ARCH:--arch=sm_90}" -o "$BIN/launch_overhead" bench/shim/launch_overhead.cu || exit 1
 
 # timed NAME CMD...: stdout to LOGS/NAME.out, stderr to LOGS/NAME.err; sets WALL and RC.
 timed() {
@@ -82,6 +88,24 @@ summary() {
 
 for part in $PARTS; do
     case $part in
+    overhead)
+        printf '%s\n' "msched-templates 1" \
+            "kernel mod=0 launches=4 opaque=0 unsafe=0 name=_Z4tinyPfPKfPi" \
+            "arg 0 form=fixed written=1 refused=0 launches=4 lo=0 hi=65536 count=1 stride=0" \
+            "arg 8 form=fixed written=0 refused=0 launches=4 lo=0 hi=65536 count=1 stride=0" \
+            "arg 16 form=fixed written=0 refused=0 launches=4 lo=0 hi=65536 count=1 stride=0" \
+            "end" >"$OUT/overhead.store"
+        : >"$OUT/overhead.jsonl"
+        for round in 1 2 3; do
+            "$BIN/launch_overhead" "native-$round" >>"$OUT/overhead.jsonl"
+            "$MSCHED" run --no-daemon --budget 1GiB --templates off -- \
+                "$BIN/launch_overhead" "engine-$round" >>"$OUT/overhead.jsonl"
+            "$MSCHED" run --no-daemon --budget 1GiB --templates "$OUT/overhead.store" --verbose -- \
+                "$BIN/launch_overhead" "templates-$round" >>"$OUT/overhead.jsonl" 2>"$LOGS/ovh-$round.err"
+        done
+        summary ovh-3
+        tee -a "$REPORT" <"$OUT/overhead.jsonl"
+        ;;
     probe)
         P=$BIN/tmpl_probe
         timed probe-native-s1 "$P" --scale 1
@@ -149,7 +173,7 @@ for part in $PARTS; do
         compare llama-native llama-pair2 '^RESULT .*'
         ;;
     *)
-        echo "run_templates.sh: unknown part '$part' (probe, llama)" >&2
+        echo "run_templates.sh: unknown part '$part' (overhead, probe, llama)" >&2
         exit 2
         ;;
     esac
