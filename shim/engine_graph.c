@@ -22,14 +22,19 @@ static struct graph_reach *graph_find(const void *exec)
     return NULL;
 }
 
-static void graph_add_region(struct graph_reach *g, uint32_t id)
+/* Note region id in the graph's reach: whole, or (whole false) through the chunks its
+ * template predicted, appended to g->chunks by the caller. A region any node names whole stays
+ * whole. */
+static void graph_add_region_as(struct graph_reach *g, uint32_t id, bool whole)
 {
     if (g->unbounded)
         return;
     const struct ms_region *r = ms_region_get(&E.rt, id);
     for (uint32_t i = 0; i < g->n; i++)
-        if (g->reg[i].id == id)
+        if (g->reg[i].id == id) {
+            g->reg[i].whole = g->reg[i].whole || whole;
             return;
+        }
     if (g->n == g->cap) {
         uint32_t cap = g->cap ? g->cap * 2 : 8;
         void *p = ms_realloc(g->reg, cap * sizeof(*g->reg));
@@ -42,7 +47,38 @@ static void graph_add_region(struct graph_reach *g, uint32_t id)
     }
     g->reg[g->n].id = id;
     g->reg[g->n].base = r->base;
+    g->reg[g->n].whole = whole;
     g->n++;
+}
+
+static void graph_add_region(struct graph_reach *g, uint32_t id)
+{
+    graph_add_region_as(g, id, true);
+}
+
+/* The chunks of region id in the graph's partial list: a binary search (lock held). */
+static int graph_add_chunks_of(const struct graph_reach *g, uint32_t id, struct ms_chunk_set *out)
+{
+    size_t lo = 0, hi = g->nchunks;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (MS_CHUNK_REGION(g->chunks[mid]) < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i < g->nchunks && MS_CHUNK_REGION(g->chunks[i]) == id; i++) {
+        int e = ms_chunk_set_add(out, g->chunks[i]);
+        if (e)
+            return e;
+    }
+    return MS_OK;
+}
+
+static int chunk_cmp(const void *a, const void *b)
+{
+    ms_chunk_id x = *(const ms_chunk_id *)a, y = *(const ms_chunk_id *)b;
+    return x < y ? -1 : x > y;
 }
 
 void ms_engine_graph_begin(const void *exec)
@@ -66,6 +102,7 @@ void ms_engine_graph_begin(const void *exec)
     }
     if (g) {
         g->n = 0;
+        g->nchunks = 0;
         g->unbounded = false;
     }
     ms_unlock(&E.lock);
@@ -86,12 +123,29 @@ void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l
                                .layout = l->layout,
                                .nlayout = l->nlayout};
         ms_chunk_set_clear(&E.scratch);
-        if (ms_predict_launch(&E.rt, &ml, &E.scratch) < 0)
+        const struct ms_tmpl_kernel *tk = E.tmpl ? ms_tmpl_find_name(E.tmpl, l->name) : NULL;
+        int n = tk ? ms_predict_launch_tmpl(&E.rt, &ml, tk, &E.scratch)
+                   : ms_predict_launch(&E.rt, &ml, &E.scratch);
+        if (n < 0)
             g->unbounded = true;
-        for (size_t i = 0; i < E.scratch.n; i++)
-            if (i == 0 ||
-                MS_CHUNK_REGION(E.scratch.ids[i]) != MS_CHUNK_REGION(E.scratch.ids[i - 1]))
-                graph_add_region(g, MS_CHUNK_REGION(E.scratch.ids[i]));
+        /* per region in the (sorted) set: whole when every chunk is named, else its chunks */
+        for (size_t i = 0, j; !g->unbounded && i < E.scratch.n; i = j) {
+            uint32_t id = MS_CHUNK_REGION(E.scratch.ids[i]);
+            for (j = i; j < E.scratch.n && MS_CHUNK_REGION(E.scratch.ids[j]) == id; j++)
+                ;
+            const struct ms_region *r = ms_region_get(&E.rt, id);
+            bool whole = !tk || !r || j - i == r->nchunks;
+            if (!whole && ms_grow((void **)&g->chunks, &g->capchunks, g->nchunks + (j - i),
+                                  sizeof(*g->chunks)) != MS_OK) {
+                whole = true; /* cannot remember the chunks: the region whole */
+            } else if (!whole) {
+                memcpy(g->chunks + g->nchunks, E.scratch.ids + i, (j - i) * sizeof(*g->chunks));
+                g->nchunks += j - i;
+            }
+            graph_add_region_as(g, id, whole);
+        }
+        if (tk && n >= 0 && g->nchunks > 1)
+            qsort(g->chunks, g->nchunks, sizeof(*g->chunks), chunk_cmp);
     }
     ms_unlock(&E.lock);
 }
@@ -127,6 +181,7 @@ void ms_engine_graph_forget(const void *exec)
     struct graph_reach *g = graph_find(exec);
     if (g) {
         ms_free(g->reg);
+        ms_free(g->chunks);
         *g = E.graphs[--E.ngraphs];
     }
     ms_unlock(&E.lock);
@@ -142,11 +197,23 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
     bool unbounded = !g || g->unbounded;
     for (uint32_t i = 0; g && !unbounded && i < g->n; i++) {
         const struct ms_region *r = ms_region_get(&E.rt, g->reg[i].id);
-        if (!r || !r->live || r->base != g->reg[i].base)
+        if (!r || !r->live || r->base != g->reg[i].base) {
             unbounded = true; /* freed since: the graph's reach is no longer known */
-        else if (ms__eng_add_region_chunks(&E.need, g->reg[i].id) != MS_OK)
-            unbounded = true;
+        } else if (g->reg[i].whole || !r->amap) {
+            if (ms__eng_add_region_chunks(&E.need, g->reg[i].id) != MS_OK)
+                unbounded = true;
+        } else {
+            /* the templates' chunks, and the EMPTY ones (mapped nowhere: never left out) */
+            if (graph_add_chunks_of(g, g->reg[i].id, &E.need) != MS_OK)
+                unbounded = true;
+            for (uint32_t k = 0; !unbounded && k < r->nchunks; k++)
+                if (r->chunks[k].state == MS_CS_EMPTY &&
+                    ms_chunk_set_add(&E.need, MS_CHUNK_ID(g->reg[i].id, k)) != MS_OK)
+                    unbounded = true;
+        }
     }
+    if (!unbounded && g && g->nchunks)
+        E.st.tmpl_launches++;
     int e = MS_OK;
     if (unbounded) {
         ms_chunk_set_clear(&E.need);

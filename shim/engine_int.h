@@ -46,7 +46,8 @@ struct refs {
 };
 
 /* What an instantiated graph reaches: regions (id and base, so a freed and reused slot is
- * noticed), or everything. */
+ * noticed), each whole or, where every kernel node that names it was predicted by a template,
+ * only the chunks in `chunks` (its EMPTY chunks are added at each launch); or everything. */
 struct graph_reach {
     const void *exec;
     bool unbounded;
@@ -54,7 +55,10 @@ struct graph_reach {
     struct {
         uint32_t id;
         uint64_t base;
+        bool whole;
     } * reg;
+    ms_chunk_id *chunks; /* of the regions not whole, ascending */
+    size_t nchunks, capchunks;
 };
 
 /* Kernels whose launches ran with named chunks on the host (the exit summary's "most" list):

@@ -33,9 +33,11 @@
  *          kernels declare their touches, so `msched profile` learns them) two chunks are.
  *          Prints "ENGINE_ARENA rounds=N host_mapped_adds=H mismatches=M" (H: adds the fake saw
  *          pass a pointer into memory on a host chunk).
- *   kcycle: the cycle, launching through the fill kernel's CUkernel handle (passed where a
- *          CUfunction goes, as CUDA 12+ allows): its layout must come from cuKernelGetParamInfo.
- *   timed: the cycle's loop for ops seconds; prints one JSON line with rounds per second
+ *   arena-graph: the same, the adds launched as a CUDA graph of one add node
+ * ("ENGINE_ARENA_GRAPH"). kcycle: the cycle, launching through the fill kernel's CUkernel handle
+ * (passed where a CUfunction goes, as CUDA 12+ allows): its layout must come from
+ * cuKernelGetParamInfo. timed: the cycle's loop for ops seconds; prints one JSON line with rounds
+ * per second
  *          ("tasks_per_s"), as a benchmark program does.
  *   serve: a request-serving task for ops seconds (a request every 50 ms, or every argv[4]
  *          ms, open loop, two fills and a sync each); prints latency percentiles as
@@ -567,7 +569,7 @@ static int onebuf(int rounds, CUfunction f_fill, CUfunction f_add)
 }
 
 /* arena: see the usage above. */
-static int arena(int rounds, void *fh, CUfunction f_fill, CUfunction f_add)
+static int arena(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add, bool graph)
 {
     ms_fake_get_stats_fn stats;
     *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
@@ -585,22 +587,57 @@ static int arena(int rounds, void *fh, CUfunction f_fill, CUfunction f_add)
     CK(p_sync());
     if (stats)
         stats(&st0);
-    for (op = 0; op < rounds; op++)
-        CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, ad, NULL));
+    if (!graph) {
+        for (op = 0; op < rounds; op++)
+            CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, ad, NULL));
+    } else {
+        /* the adds as launches of a graph of one add node */
+        CUresult (*g_create)(CUgraph *, unsigned);
+        CUresult (*g_add)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                          const CUDA_KERNEL_NODE_PARAMS *);
+        CUresult (*g_inst)(CUgraphExec *, CUgraph, unsigned long long);
+        CUresult (*g_launch)(CUgraphExec, CUstream);
+        CUresult (*g_xdestroy)(CUgraphExec);
+        CUresult (*g_destroy)(CUgraph);
+        LOAD(g_create, "cuGraphCreate");
+        LOAD(g_add, "cuGraphAddKernelNode_v2");
+        LOAD(g_inst, "cuGraphInstantiateWithFlags");
+        LOAD(g_launch, "cuGraphLaunch");
+        LOAD(g_xdestroy, "cuGraphExecDestroy");
+        LOAD(g_destroy, "cuGraphDestroy");
+        CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof(kp));
+        kp.func = f_add;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = ad;
+        CUgraph g;
+        CUgraphNode node;
+        CUgraphExec gx;
+        CK(g_create(&g, 0));
+        CK(g_add(&node, g, NULL, 0, &kp));
+        CK(g_inst(&gx, g, 0));
+        for (op = 0; op < rounds; op++)
+            CK(g_launch(gx, NULL));
+        CK(p_sync());
+        CK(g_xdestroy(gx));
+        CK(g_destroy(g));
+    }
     CK(p_sync());
     if (stats)
         stats(&st1);
-    uint32_t *h = malloc(n * 4);
-    if (!h)
+    uint32_t *hx = malloc(n * 4);
+    if (!hx)
         return printf("FAIL: malloc\n"), 1;
-    CK(p_d2h(h, x, n * 4));
+    CK(p_d2h(hx, x, n * 4));
     uint64_t mismatches = 0;
     for (uint64_t i = 0; i < n; i++)
-        mismatches += h[i] != pattern(i, sx) + (uint32_t)rounds * pattern(i, sy);
-    free(h);
+        mismatches += hx[i] != pattern(i, sx) + (uint32_t)rounds * pattern(i, sy);
+    free(hx);
     CK(p_free(a));
     /* the adds that passed a pointer into a chunk on its host chunk (the fake counts them) */
-    printf("ENGINE_ARENA rounds=%d host_mapped_adds=%llu mismatches=%llu\n", rounds,
+    printf("ENGINE_ARENA%s rounds=%d host_mapped_adds=%llu mismatches=%llu\n",
+           graph ? "_GRAPH" : "", rounds,
            (unsigned long long)(st1.host_mapped_launches - st0.host_mapped_launches),
            (unsigned long long)mismatches);
     return mismatches == 0 ? 0 : 1;
@@ -678,8 +715,8 @@ int main(int argc, char **argv)
         f_fill = (CUfunction)k;
     }
     *(void **)&touch_fn = dlsym(fh, "ms_fake_touch");
-    if (argc > 3 && strcmp(argv[3], "arena") == 0)
-        return arena(ops, fh, f_fill, f_add);
+    if (argc > 3 && (strcmp(argv[3], "arena") == 0 || strcmp(argv[3], "arena-graph") == 0))
+        return arena(ops, h, fh, f_fill, f_add, strcmp(argv[3], "arena-graph") == 0);
     if (argc > 3 && strcmp(argv[3], "onebuf") == 0)
         return onebuf(ops, f_fill, f_add);
     if (argc > 3 && (strcmp(argv[3], "cycle") == 0 || strcmp(argv[3], "kcycle") == 0)) {

@@ -539,7 +539,7 @@ arena() { # arena TEMPLATES [VAR=VALUE...]
     local tm=$1
     shift
     env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=150MiB \
-        MSCHED_VERBOSE=1 MSCHED_TEMPLATES="$tm" "$@" "$T/engine_stress" 10 1 arena 2>&1
+        MSCHED_VERBOSE=1 MSCHED_TEMPLATES="$tm" "$@" "$T/engine_stress" 10 1 "${MODE:-arena}" 2>&1
 }
 store=$WORK/templates
 how="learned by msched profile"
@@ -576,6 +576,21 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] &&
     pass "engine/templates (an arena over the budget: whole, $(miss "$whole") commands ran on host chunks; with templates $how, none; a wrong template under MSCHED_STRICT: right data, read from the host)"
 else
     fail engine/templates "rc=$rc1/$rc2/$rc3 $(grep -hE 'ARENA|misses|templates|strict|FAIL' <<<"$whole$tmpl$wrong" | tr '\n' ' ')"
+fi
+# the same adds as launches of a CUDA graph: the graph's reach is the template's chunks too
+gwhole=$(MODE=arena-graph arena off)
+rg1=$?
+gtmpl=$(MODE=arena-graph arena "$store")
+rg2=$?
+gwrong=$(MODE=arena-graph arena "$WORK/wrong-templates" MSCHED_STRICT=1)
+rg3=$?
+if [ $rg1 = 0 ] && [ $rg2 = 0 ] && [ $rg3 = 0 ] &&
+    grep -q "ENGINE_ARENA_GRAPH rounds=10 host_mapped_adds=10 mismatches=0" <<<"$gwhole" &&
+    grep -q "ENGINE_ARENA_GRAPH rounds=10 host_mapped_adds=0 mismatches=0" <<<"$gtmpl" &&
+    grep -q "ENGINE_ARENA_GRAPH rounds=10 host_mapped_adds=10 mismatches=0" <<<"$gwrong"; then
+    pass "engine/templates-graph (graph launches: whole, 10 adds on host chunks; with templates none; a wrong one: right data)"
+else
+    fail engine/templates-graph "rc=$rg1/$rg2/$rg3 $(grep -hE 'ARENA|templates|FAIL' <<<"$gwhole$gtmpl$gwrong" | tr '\n' ' ')"
 fi
 # a store that does not parse is said once and ignored: whole allocations, the same data
 echo "not a store" >"$WORK/bad-templates"
