@@ -116,16 +116,24 @@ static int scan_words(const struct ms_rtable *rt, uint32_t task, const uint8_t *
     return found;
 }
 
-int ms_predict_launch(const struct ms_rtable *rt, const struct ms_launch *l,
-                      struct ms_chunk_set *out)
+/* A launch whose parameter bytes and layout can be read: every layout entry inside them. */
+static bool launch_ok(const struct ms_launch *l)
 {
     if (!l || (l->params_len && !l->params) || (l->nlayout && !l->layout))
-        return MS_E_INVAL;
+        return false;
     for (size_t i = 0; i < l->nlayout; i++) {
         const struct ms_param_layout *pl = &l->layout[i];
         if ((size_t)pl->offset > l->params_len || (size_t)pl->size > l->params_len - pl->offset)
-            return MS_E_INVAL;
+            return false;
     }
+    return true;
+}
+
+int ms_predict_launch(const struct ms_rtable *rt, const struct ms_launch *l,
+                      struct ms_chunk_set *out)
+{
+    if (!launch_ok(l))
+        return MS_E_INVAL;
     /* At most one region per 8-byte word: bound the seen list by the word count. */
     size_t maxwords = l->params_len / 8 + 1;
     uint32_t stackseen[64];
@@ -374,13 +382,8 @@ static int predict_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
 {
     if (!k || ms_tmpl_kernel_opaque(k) || ms_tmpl_kernel_unsafe(k))
         return ms_predict_launch(rt, l, out);
-    if (!l || (l->params_len && !l->params) || (l->nlayout && !l->layout))
+    if (!launch_ok(l))
         return MS_E_INVAL;
-    for (size_t i = 0; i < l->nlayout; i++) {
-        const struct ms_param_layout *pl = &l->layout[i];
-        if ((size_t)pl->offset > l->params_len || (size_t)pl->size > l->params_len - pl->offset)
-            return MS_E_INVAL;
-    }
     size_t maxwords = l->params_len / 8 + 1;
     uint32_t stack[2 * 64];
     uint32_t *seen = stack;

@@ -16,16 +16,6 @@
 
 #include <string.h>
 
-#if defined(__GNUC__)
-#define MS_PRINTF_ATTR __attribute__((format(printf, 2, 3)))
-#else
-#define MS_PRINTF_ATTR
-#endif
-
-#define TM_MAX_NAME 511u             /* bytes of a decoded name, as traces */
-#define TM_MAX_PARAMS 4096u          /* parameter bytes of a launch, as traces */
-#define TM_MAX_OBS_BLOCKS (1u << 20) /* regular blocks one observation may name */
-
 /* ------------------------------------------------------------------------------------------ */
 /* Store and entries                                                                            */
 
