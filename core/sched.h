@@ -61,7 +61,7 @@
  *   once: a waiting higher-priority task must not wait. test_sched's test_idle_hold_effect
  *   plays the rule against scripted tasks on a virtual clock.
  *
- *   Sharing (issue 25; cfg.share, on by default). Exclusive slices lose the overlap that
+ *   Sharing (cfg.share, on by default). Exclusive slices lose the overlap that
  *   programs sharing a GPU natively get, and gain nothing when memory is not short. So while
  *   the chunks every task needs fit in the budget together, the scheduler leaves slicing: phase
  *   SHARED, where every task that demands gets RUN (after the population of what it lacks, from

@@ -1,6 +1,6 @@
 /*
  * template.h - argument templates: a kernel's working set below the allocation, learned from
- * profiles (issue 27, items 2 and 3).
+ * profiles.
  *
  * Design
  *   ms_predict_launch says a pointer argument references its whole region. A profile (a version-2

@@ -1,7 +1,7 @@
 /*
  * profile.h - the access profiler (MSCHED_PROFILE=<file>): per sampled kernel launch, the byte
  * ranges each pointer argument's accesses fell in, for `msched profile` and the template
- * learner (issue 27).
+ * learner (core/template.h).
  *
  * Design
  *   Granule: 64 KiB. Touches are collected as a per-launch device bitmap of 64 KiB granules
