@@ -928,6 +928,43 @@ static void test_predict_timing(void **state)
 
 /* ---- allocation failure ------------------------------------------------------------------ */
 
+/* ms_tmpl_find_name over a store of 2000 kernels whose mangled names share a long prefix (as
+ * PyTorch's do): the engine's per-launch lookup. Prints the cost; asserts only correctness. */
+static void test_find_name_timing(void **state)
+{
+    (void)state;
+    static char text[1 << 20];
+    size_t n = (size_t)snprintf(text, sizeof text, "msched-templates 1\n");
+    static const char *fmt = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctor"
+                             "IfEENS_6detail5ArrayIPcLi1EEEEEvi%04dT0_T1_";
+    for (int i = 0; i < 2000; i++) {
+        n += (size_t)snprintf(text + n, sizeof text - n,
+                              "kernel mod=1 launches=1 opaque=0 "
+                              "unsafe=0 name=");
+        n += (size_t)snprintf(text + n, sizeof text - n, fmt, i);
+        n += (size_t)snprintf(text + n, sizeof text - n, "\nend\n");
+    }
+    struct ms_tmpl_store *s;
+    char why[128];
+    assert_int_equal(ms_tmpl_store_new(&s), MS_OK);
+    assert_int_equal(ms_tmpl_store_parse(s, text, n, why, sizeof why), MS_OK);
+    assert_int_equal(ms_tmpl_store_count(s), 2000);
+    static char names[2000][160];
+    for (int i = 0; i < 2000; i++)
+        snprintf(names[i], sizeof names[i], fmt, i);
+    const int N = 1000000;
+    struct timespec t0, t1;
+    size_t found = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < N; i++)
+        found += ms_tmpl_find_name(s, names[((size_t)i * 7919u) % 2000u]) != NULL;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / N;
+    assert_int_equal(found, (size_t)N);
+    printf("find by name: %.0f ns/lookup (2000 kernels, 110-byte names, shared prefix)\n", ns);
+    ms_tmpl_store_free(s);
+}
+
 static void test_alloc_failure(void **state)
 {
     (void)state;
@@ -983,7 +1020,7 @@ int main(void)
         cmocka_unit_test(test_incremental),        cmocka_unit_test(test_obs_cap),
         cmocka_unit_test(test_store_roundtrip),    cmocka_unit_test(test_store_errors),
         cmocka_unit_test(test_predict_tmpl),       cmocka_unit_test(test_predict_timing),
-        cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_find_name_timing),   cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
