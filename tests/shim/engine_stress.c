@@ -421,23 +421,35 @@ static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
 }
 
 /* The "graph" mode (see the header). h: the driver as the program sees it. */
+/* The graph calls the graph modes use, from the driver libmsched loaded (h). */
+struct graph_api {
+    CUresult (*create)(CUgraph *, unsigned);
+    CUresult (*add)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                    const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*inst)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*launch)(CUgraphExec, CUstream);
+    CUresult (*xdestroy)(CUgraphExec);
+    CUresult (*destroy)(CUgraph);
+};
+
+static int load_graph_api(void *h, struct graph_api *g)
+{
+    LOAD(g->create, "cuGraphCreate");
+    LOAD(g->add, "cuGraphAddKernelNode_v2");
+    LOAD(g->inst, "cuGraphInstantiateWithFlags");
+    LOAD(g->launch, "cuGraphLaunch");
+    LOAD(g->xdestroy, "cuGraphExecDestroy");
+    LOAD(g->destroy, "cuGraphDestroy");
+    return 0;
+}
+
 static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
 {
-    CUresult (*g_create)(CUgraph *, unsigned);
-    CUresult (*g_add)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
-                      const CUDA_KERNEL_NODE_PARAMS *);
-    CUresult (*g_inst)(CUgraphExec *, CUgraph, unsigned long long);
-    CUresult (*g_launch)(CUgraphExec, CUstream);
-    CUresult (*g_xdestroy)(CUgraphExec);
-    CUresult (*g_destroy)(CUgraph);
+    struct graph_api ga;
+    if (load_graph_api(h, &ga))
+        return 1;
     CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
     int op = -2;
-    LOAD(g_create, "cuGraphCreate");
-    LOAD(g_add, "cuGraphAddKernelNode_v2");
-    LOAD(g_inst, "cuGraphInstantiateWithFlags");
-    LOAD(g_launch, "cuGraphLaunch");
-    LOAD(g_xdestroy, "cuGraphExecDestroy");
-    LOAD(g_destroy, "cuGraphDestroy");
     *(void **)&g_setp = dlsym(h, "cuGraphExecKernelNodeSetParams_v2"); /* may be absent */
     uint64_t n = 3u * MIB, nb = 6u * MIB; /* words: 12 MiB and 24 MiB */
     CUdeviceptr a, c, big;
@@ -460,24 +472,24 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
     kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
     kp.kernelParams = addp;
-    CK(g_create(&g, 0));
-    CK(g_add(&node, g, NULL, 0, &kp));
-    CK(g_inst(&x, g, 0));
+    CK(ga.create(&g, 0));
+    CK(ga.add(&node, g, NULL, 0, &kp));
+    CK(ga.inst(&x, g, 0));
     uint32_t ran = 0;
     for (op = 0; op < rounds; op++, ran++)
-        CK(g_launch(x, NULL));
+        CK(ga.launch(x, NULL));
     CK(p_sync());
     /* Footprint above the budget, but the graph reaches only a and c. */
     CK(p_alloc(&big, nb * 4));
-    CUresult refused = g_launch(x, NULL);
+    CUresult refused = ga.launch(x, NULL);
     ran += refused == CUDA_SUCCESS;
     /* Changed after instantiation (same parameters): what it reaches is no longer known. */
     if (g_setp)
         (void)g_setp(x, node, &kp);
-    CUresult after = g_launch(x, NULL);
+    CUresult after = ga.launch(x, NULL);
     ran += after == CUDA_SUCCESS;
     CK(p_free(big));
-    CK(g_launch(x, NULL));
+    CK(ga.launch(x, NULL));
     ran++;
     CK(p_sync());
     uint32_t *va = malloc(n * 4);
@@ -486,8 +498,8 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     for (uint64_t k = 0; k < n; k++)
         mismatches += va[k] != pattern(k, sa) + ran * pattern(k, sc);
     free(va);
-    CK(g_xdestroy(x));
-    CK(g_destroy(g));
+    CK(ga.xdestroy(x));
+    CK(ga.destroy(g));
     CK(p_free(a));
     CK(p_free(c));
     printf("ENGINE_GRAPH launches=%u refused=%d after_update=%d mismatches=%llu\n", ran,
@@ -592,19 +604,9 @@ static int arena(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_
             CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, ad, NULL));
     } else {
         /* the adds as launches of a graph of one add node */
-        CUresult (*g_create)(CUgraph *, unsigned);
-        CUresult (*g_add)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
-                          const CUDA_KERNEL_NODE_PARAMS *);
-        CUresult (*g_inst)(CUgraphExec *, CUgraph, unsigned long long);
-        CUresult (*g_launch)(CUgraphExec, CUstream);
-        CUresult (*g_xdestroy)(CUgraphExec);
-        CUresult (*g_destroy)(CUgraph);
-        LOAD(g_create, "cuGraphCreate");
-        LOAD(g_add, "cuGraphAddKernelNode_v2");
-        LOAD(g_inst, "cuGraphInstantiateWithFlags");
-        LOAD(g_launch, "cuGraphLaunch");
-        LOAD(g_xdestroy, "cuGraphExecDestroy");
-        LOAD(g_destroy, "cuGraphDestroy");
+        struct graph_api ga;
+        if (load_graph_api(h, &ga))
+            return 1;
         CUDA_KERNEL_NODE_PARAMS kp;
         memset(&kp, 0, sizeof(kp));
         kp.func = f_add;
@@ -614,14 +616,14 @@ static int arena(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_
         CUgraph g;
         CUgraphNode node;
         CUgraphExec gx;
-        CK(g_create(&g, 0));
-        CK(g_add(&node, g, NULL, 0, &kp));
-        CK(g_inst(&gx, g, 0));
+        CK(ga.create(&g, 0));
+        CK(ga.add(&node, g, NULL, 0, &kp));
+        CK(ga.inst(&gx, g, 0));
         for (op = 0; op < rounds; op++)
-            CK(g_launch(gx, NULL));
+            CK(ga.launch(gx, NULL));
         CK(p_sync());
-        CK(g_xdestroy(gx));
-        CK(g_destroy(g));
+        CK(ga.xdestroy(gx));
+        CK(ga.destroy(g));
     }
     CK(p_sync());
     if (stats)
