@@ -92,7 +92,7 @@ static struct ms_tmpl_store *load_templates(void)
                 strerror(errno));
         return NULL;
     }
-    char *buf = NULL;
+    char *buf = NULL, whybuf[160] = "";
     size_t len = 0, cap = 0;
     struct ms_tmpl_store *s = NULL;
     int e = MS_OK;
@@ -101,6 +101,8 @@ static struct ms_tmpl_store *load_templates(void)
             char *nb = cap >= MAX_TMPL_BYTES ? NULL : realloc(buf, cap ? 2 * cap : 65536);
             if (!nb) {
                 e = cap >= MAX_TMPL_BYTES ? MS_E_INVAL : MS_E_NOMEM;
+                if (e == MS_E_INVAL)
+                    snprintf(whybuf, sizeof whybuf, "larger than %u MiB", MAX_TMPL_BYTES >> 20);
                 break;
             }
             buf = nb;
@@ -114,7 +116,6 @@ static struct ms_tmpl_store *load_templates(void)
         }
     }
     fclose(f);
-    char whybuf[160] = "";
     if (e == MS_OK)
         e = ms_tmpl_store_new(&s);
     if (e == MS_OK)
