@@ -44,12 +44,12 @@ static void profile_help(FILE *f)
                "learns templates from what its kernels touched: per kernel and pointer argument,\n"
                "the bytes it reaches as a rule over the launch's integer arguments, so that under\n"
                "`msched run` only those bytes are brought to the device (docs/templates.md). The\n"
-               "store accumulates: profiling again refits over old and new launches. Sampled "
-               "launches (the first\n"
-               "MSCHED_PROFILE_FIRST of each kernel, default 4, then one in MSCHED_PROFILE_EVERY,\n"
-               "default 32) run alone; for each, the 64 KiB granules its accesses fell in are\n"
-               "recorded per pointer argument (docs/shim.md). Needs the Compute Sanitizer library\n"
-               "(MSCHED_SANITIZER=PATH when it is not found). Exits with the program's status.\n"
+               "store accumulates: profiling again refits over old and new launches.\n"
+               "Sampled launches (the first MSCHED_PROFILE_FIRST of each kernel, default 4, then\n"
+               "one in MSCHED_PROFILE_EVERY, default 32) run alone; for each, the 64 KiB granules\n"
+               "its accesses fell in are recorded per pointer argument (docs/shim.md). Needs the\n"
+               "Compute Sanitizer library (MSCHED_SANITIZER=PATH when it is not found). Exits\n"
+               "with the program's status.\n"
                "\n"
                "options:\n"
                "  --out FILE    the template store (default $XDG_CACHE_HOME/msched/templates,\n"
@@ -112,7 +112,9 @@ int ms_cli_write_atomic(const char *path, const void *buf, size_t len)
     bool ok = off == len && fsync(fd) == 0;
     ok = close(fd) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
+        int saved = errno; /* the caller says why */
         unlink(tmp);
+        errno = saved;
         return MS_E_IO;
     }
     return MS_OK;
