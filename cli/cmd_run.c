@@ -224,6 +224,14 @@ static int run_main(int argc, char **argv)
         ms_cli_error("run: no program given (usage: msched run [options] -- program [args])");
         return MS_EXIT_USAGE;
     }
+    /* A template store named here must be readable now (the shim would only say so once it
+     * runs, and go on at allocation granularity). */
+    const char *tm = given[MS_OPT_TEMPLATES];
+    if (tm && strcmp(tm, "off") != 0 && access(tm, R_OK) != 0) {
+        ms_cli_error("--templates %s: %s (msched profile writes one; off: none)", tm,
+                     strerror(errno));
+        return MS_EXIT_USAGE;
+    }
     bool verbose = given[MS_OPT_VERBOSE] != NULL;
     int e = ms_cli_use_shim(preload, false);
     if (e)

@@ -125,6 +125,7 @@ expect 1 sim --workload D --budget 4GiB --pressure 2 --slices 2
 expect 1 sim --templates "$tmp/does-not-exist.store" --slices 1
 expect 1 sim --templates "$tmp/malformed.trace" --slices 1
 expect 2 sim --templates
+expect 2 run --templates "$tmp/does-not-exist.store" -- true
 expect 2 profile --evaluate
 expect 2 profile --evaluate "$tmp/malformed.trace" -- true
 expect 1 profile --evaluate "$tmp/does-not-exist.prof" --out "$tmp/malformed.trace"
