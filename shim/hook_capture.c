@@ -23,9 +23,14 @@
  *   per-thread streams, counted); `counted` equals the number of counted entries. A capture that
  *   does not fit the table (more than MAX_OPEN at once) is counted in `overflow` until any end,
  *   which keeps the answer conservative (open) rather than wrong.
+ * Beside a daemon, a begin waits while the client's drain synchronizes the context, and the
+ *   drain waits for begins in progress and captures open (ms_client_capture_begin_enter/_exit,
+ *   shim/client_orders.c): a capture never begins just before that synchronization.
  * Locking: one internal mutex, never held across a driver call other than cuStreamIsCapturing.
  */
 #include "shim/shim_int.h"
+
+#include "shim/client.h"
 
 #include <pthread.h>
 
@@ -59,10 +64,19 @@ static struct open_capture *find(CUstream s, bool per_thread)
     return NULL;
 }
 
+static void record(CUstream s, bool ptsz, bool counts);
+
+/* After a begin (each hook called ms_client_capture_begin_enter before it): record it, then
+ * let a drain that waits for beginning captures go on. */
 static void began(CUresult rc, CUstream s, bool ptsz, bool counts)
 {
-    if (rc != CUDA_SUCCESS)
-        return;
+    if (rc == CUDA_SUCCESS)
+        record(s, ptsz, counts);
+    ms_client_capture_begin_exit();
+}
+
+static void record(CUstream s, bool ptsz, bool counts)
+{
     bool pt = is_per_thread(s, ptsz);
     pthread_mutex_lock(&lock);
     struct open_capture *o = find(s, pt);
@@ -122,6 +136,7 @@ static bool mode_counts(CUstreamCaptureMode mode)
 
 CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream)
 {
+    ms_client_capture_begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCapture)(hStream);
     began(rc, hStream, false, true);
     return rc;
@@ -129,6 +144,7 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream)
 
 CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream)
 {
+    ms_client_capture_begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCapture_ptsz)(hStream);
     began(rc, hStream, true, true);
     return rc;
@@ -136,6 +152,7 @@ CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream)
 
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
+    ms_client_capture_begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCapture_v2)(hStream, mode);
     began(rc, hStream, false, mode_counts(mode));
     return rc;
@@ -143,6 +160,7 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
 
 CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
+    ms_client_capture_begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCapture_v2_ptsz)(hStream, mode);
     began(rc, hStream, true, mode_counts(mode));
     return rc;
@@ -153,6 +171,7 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
                                              const CUgraphEdgeData *dependencyData,
                                              size_t numDependencies, CUstreamCaptureMode mode)
 {
+    ms_client_capture_begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCaptureToGraph)(hStream, hGraph, dependencies,
                                                        dependencyData, numDependencies, mode);
     began(rc, hStream, false, mode_counts(mode));
@@ -164,6 +183,7 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGra
                                                   const CUgraphEdgeData *dependencyData,
                                                   size_t numDependencies, CUstreamCaptureMode mode)
 {
+    ms_client_capture_begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCaptureToGraph_ptsz)(hStream, hGraph, dependencies,
                                                             dependencyData, numDependencies, mode);
     began(rc, hStream, true, mode_counts(mode));
