@@ -126,13 +126,6 @@ void ms_client_region_free(uint32_t slot);
  */
 int ms_client_gate(struct ms_chunk_set **need, struct ms_chunk_set *own, bool unbounded,
                    struct ms_shim_stream stream, bool *alone);
-/* Around a stream capture's begin (shim/hook_capture.c), no lock held: enter waits while a
- * drain is synchronizing the context (a capture begun then would be invalidated by it), and
- * marks a capture as beginning, which the drain waits out before it synchronizes; exit (after
- * the begin is recorded, whatever it returned) unmarks it. A no-op without a daemon. */
-void ms_client_capture_begin_enter(void);
-void ms_client_capture_begin_exit(void);
-
 /* s is being captured into a graph (cuStreamIsCapturing): its commands are recorded, not run,
  * and nothing may synchronize while it captures. No lock needed. */
 bool ms_client_capturing(struct ms_shim_stream s);

@@ -7,7 +7,6 @@
 struct ms_client_state ms__client = {.wakefd = -1, .conn = {.fd = -1}};
 uint64_t ms__cl_inflight;
 int ms__cl_stopping;
-uint32_t ms__cl_begins;
 int ms__cl_active;
 uint32_t ms__cl_insync;
 _Thread_local bool ms__cl_admitted;

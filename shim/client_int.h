@@ -115,8 +115,7 @@ extern MS_HIDDEN struct ms_client_state ms__client;
 #define C ms__client
 
 extern MS_HIDDEN uint64_t ms__cl_inflight; /* atomic */
-extern MS_HIDDEN int ms__cl_stopping;    /* atomic: a drain runs (until its synchronization ends) */
-extern MS_HIDDEN uint32_t ms__cl_begins; /* atomic: stream captures beginning now */
+extern MS_HIDDEN int ms__cl_stopping;      /* atomic */
 extern MS_HIDDEN int
     ms__cl_active; /* atomic: a command was admitted or finished since the last look */
 extern MS_HIDDEN uint32_t ms__cl_insync; /* atomic: threads inside a synchronizing call */

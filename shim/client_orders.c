@@ -47,11 +47,10 @@ static void capture_wait(const char *why)
  *
  * A stream capture that begins after capture_wait() looked (the capturing thread's last
  * command before it was still in flight) would be invalidated by the synchronization below
- * (tests/cli/shim_daemon.sh's capture beside a busy client failed so, now and then). So while
- * `stopping` is set no capture begins (ms_client_capture_begin_enter waits), and before
- * synchronizing the drain waits for captures that were beginning as it set it, and for any
- * capture open by then to end: that thread's captured commands are never held, so it ends.
- * `stopping` is cleared once the synchronization is done.
+ * (tests/cli/shim_daemon.sh's capture beside a busy client failed so, now and then). So the
+ * drain holds the capture-begin gate (shim/hook_capture.c) and waits until no capture is
+ * beginning or open before it synchronizes: that thread's captured commands are never held, so
+ * an open capture ends; a capture that would begin meanwhile waits for the release.
  */
 void ms__cl_drain(const char *why)
 {
@@ -60,9 +59,10 @@ void ms__cl_drain(const char *why)
     __atomic_store_n(&ms__cl_stopping, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&ms__cl_inflight, __ATOMIC_SEQ_CST) > 0 && !C.quit)
         ms__cl_timed_wait(10000000ull);
+    __atomic_store_n(&ms__cl_stopping, 0, __ATOMIC_SEQ_CST);
+    ms__shim_capture_hold();
     bool waited = false;
-    while (!C.quit &&
-           (__atomic_load_n(&ms__cl_begins, __ATOMIC_SEQ_CST) > 0 || ms__shim_capture_open())) {
+    while (!C.quit && !ms__shim_capture_quiet()) {
         waited = true;
         ms__cl_timed_wait(2000000ull);
     }
@@ -70,8 +70,7 @@ void ms__cl_drain(const char *why)
         C.st.capture_waits++;
     uint64_t t1 = ms__cl_now_ns();
     MS_REAL(cuCtxSynchronize)();
-    __atomic_store_n(&ms__cl_stopping, 0, __ATOMIC_SEQ_CST);
-    ms__cl_broadcast(); /* captures waiting to begin */
+    ms__shim_capture_release();
     uint64_t t2 = ms__cl_now_ns();
     if (t2 - t0 >= SLOW_DRAIN_NS)
         ms__shim_log("slow %s: %.1f ms waiting for %d ms__cl_admitted command(s) to return "
@@ -513,23 +512,4 @@ void *ms__cl_service(void *arg)
     }
     ms_unlock(mu);
     return NULL;
-}
-
-void ms_client_capture_begin_enter(void)
-{
-    for (;;) {
-        __atomic_add_fetch(&ms__cl_begins, 1, __ATOMIC_SEQ_CST);
-        if (!__atomic_load_n(&ms__cl_stopping, __ATOMIC_SEQ_CST))
-            return; /* a drain that starts now waits for this begin to be recorded */
-        __atomic_sub_fetch(&ms__cl_begins, 1, __ATOMIC_SEQ_CST);
-        ms_lock(C.eng->lock);
-        while (!C.quit && __atomic_load_n(&ms__cl_stopping, __ATOMIC_SEQ_CST))
-            ms__cl_timed_wait(2000000ull);
-        ms_unlock(C.eng->lock);
-    }
-}
-
-void ms_client_capture_begin_exit(void)
-{
-    __atomic_sub_fetch(&ms__cl_begins, 1, __ATOMIC_SEQ_CST);
 }

@@ -23,16 +23,17 @@
  *   per-thread streams, counted); `counted` equals the number of counted entries. A capture that
  *   does not fit the table (more than MAX_OPEN at once) is counted in `overflow` until any end,
  *   which keeps the answer conservative (open) rather than wrong.
- * Beside a daemon, a begin waits while the client's drain synchronizes the context, and the
- *   drain waits for begins in progress and captures open (ms_client_capture_begin_enter/_exit,
- *   shim/client_orders.c): a capture never begins just before that synchronization.
+ *   The begin gate: a synchronization that must not break a capture (the daemon client's drain)
+ *   holds the gate, waits until no capture is beginning or open, synchronizes and releases; a
+ *   begin marks itself as beginning unless the gate is held, and waits for the release if it
+ *   is, so a capture never begins just before that synchronization (a begin and a hold that
+ *   race: each sets its flag, then reads the other's, so at least one sees the other).
  * Locking: one internal mutex, never held across a driver call other than cuStreamIsCapturing.
  */
 #include "shim/shim_int.h"
 
-#include "shim/client.h"
-
 #include <pthread.h>
+#include <string.h>
 
 #define MAX_OPEN 64
 
@@ -47,6 +48,57 @@ struct open_capture {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct open_capture open_tab[MAX_OPEN];
 static unsigned counted, overflow;
+
+/* The begin gate (ms__shim_capture_hold): `held` while a synchronization is coming, `beginning`
+ * counts begins in progress; a begin waits on `unheld` (under `lock`) while held. */
+static int held;
+static unsigned beginning;
+static pthread_cond_t unheld = PTHREAD_COND_INITIALIZER;
+
+/* Before a begin: mark it as beginning, unless a synchronization is coming (then wait for it). */
+static void begin_enter(void)
+{
+    for (;;) {
+        __atomic_add_fetch(&beginning, 1, __ATOMIC_SEQ_CST);
+        if (!__atomic_load_n(&held, __ATOMIC_SEQ_CST))
+            return; /* a holder that comes now waits for this begin to be recorded */
+        __atomic_sub_fetch(&beginning, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_lock(&lock);
+        while (__atomic_load_n(&held, __ATOMIC_SEQ_CST))
+            pthread_cond_wait(&unheld, &lock);
+        pthread_mutex_unlock(&lock);
+    }
+}
+
+void ms__shim_capture_hold(void)
+{
+    __atomic_store_n(&held, 1, __ATOMIC_SEQ_CST);
+}
+
+bool ms__shim_capture_quiet(void)
+{
+    return __atomic_load_n(&beginning, __ATOMIC_SEQ_CST) == 0 && !ms__shim_capture_open();
+}
+
+void ms__shim_capture_atfork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+    lock = fresh;
+    unheld = fresh_cond;
+    held = 0;
+    beginning = 0;
+    counted = overflow = 0;
+    memset(open_tab, 0, sizeof open_tab);
+}
+
+void ms__shim_capture_release(void)
+{
+    pthread_mutex_lock(&lock);
+    __atomic_store_n(&held, 0, __ATOMIC_SEQ_CST);
+    pthread_cond_broadcast(&unheld);
+    pthread_mutex_unlock(&lock);
+}
 
 static bool is_per_thread(CUstream s, bool ptsz)
 {
@@ -66,13 +118,13 @@ static struct open_capture *find(CUstream s, bool per_thread)
 
 static void record(CUstream s, bool ptsz, bool counts);
 
-/* After a begin (each hook called ms_client_capture_begin_enter before it): record it, then
- * let a drain that waits for beginning captures go on. */
+/* After a begin (each hook called begin_enter before it): record it, then let a holder that
+ * waits for beginning captures go on. */
 static void began(CUresult rc, CUstream s, bool ptsz, bool counts)
 {
     if (rc == CUDA_SUCCESS)
         record(s, ptsz, counts);
-    ms_client_capture_begin_exit();
+    __atomic_sub_fetch(&beginning, 1, __ATOMIC_SEQ_CST);
 }
 
 static void record(CUstream s, bool ptsz, bool counts)
@@ -136,7 +188,7 @@ static bool mode_counts(CUstreamCaptureMode mode)
 
 CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream)
 {
-    ms_client_capture_begin_enter();
+    begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCapture)(hStream);
     began(rc, hStream, false, true);
     return rc;
@@ -144,7 +196,7 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream)
 
 CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream)
 {
-    ms_client_capture_begin_enter();
+    begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCapture_ptsz)(hStream);
     began(rc, hStream, true, true);
     return rc;
@@ -152,7 +204,7 @@ CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream)
 
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-    ms_client_capture_begin_enter();
+    begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCapture_v2)(hStream, mode);
     began(rc, hStream, false, mode_counts(mode));
     return rc;
@@ -160,7 +212,7 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
 
 CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
-    ms_client_capture_begin_enter();
+    begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCapture_v2_ptsz)(hStream, mode);
     began(rc, hStream, true, mode_counts(mode));
     return rc;
@@ -171,7 +223,7 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
                                              const CUgraphEdgeData *dependencyData,
                                              size_t numDependencies, CUstreamCaptureMode mode)
 {
-    ms_client_capture_begin_enter();
+    begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCaptureToGraph)(hStream, hGraph, dependencies,
                                                        dependencyData, numDependencies, mode);
     began(rc, hStream, false, mode_counts(mode));
@@ -183,7 +235,7 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGra
                                                   const CUgraphEdgeData *dependencyData,
                                                   size_t numDependencies, CUstreamCaptureMode mode)
 {
-    ms_client_capture_begin_enter();
+    begin_enter();
     CUresult rc = MS_REAL(cuStreamBeginCaptureToGraph_ptsz)(hStream, hGraph, dependencies,
                                                             dependencyData, numDependencies, mode);
     began(rc, hStream, true, mode_counts(mode));

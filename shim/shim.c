@@ -93,6 +93,7 @@ static void atfork_child(void)
     ms__host_atfork_child();
     ms_engine_atfork_child();
     ms_prof_atfork_child();
+    ms__shim_capture_atfork_child();
 }
 
 /* The process's initialisation (driver.h runs it once, at the first driver call). */

@@ -82,5 +82,16 @@ MS_HIDDEN void ms__shim_funcinfo_flush(void);
 /* A stream capture in global or thread-local mode is open in this process (shim/hook_capture.c):
  * a context synchronization now, from any thread, would invalidate it. Thread-safe. */
 MS_HIDDEN bool ms__shim_capture_open(void);
+/* Around a context synchronization that must not invalidate a capture (the daemon client's
+ * drain): hold stops captures from beginning (a begin waits until release); quiet says that no
+ * capture is beginning or open, so the synchronization may run; release lets begins go on.
+ * The caller holds, waits (its own way) until quiet, synchronizes, then releases. One holder
+ * at a time (the client's service thread). Thread-safe. */
+MS_HIDDEN void ms__shim_capture_hold(void);
+MS_HIDDEN bool ms__shim_capture_quiet(void);
+MS_HIDDEN void ms__shim_capture_release(void);
+/* In a forked child (one thread): no holder exists there, nor any begin in progress; the
+ * child's captures are its own (the parent's table is dropped). */
+MS_HIDDEN void ms__shim_capture_atfork_child(void);
 
 #endif /* MS_SHIM_INT_H */
