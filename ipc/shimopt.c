@@ -82,6 +82,10 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         false, NULL, "", "the kernel templates the engine predicts with (docs/templates.md;\n"
         "default: the store msched profile writes, when there is one); off:\n"
         "whole allocations"},
+    [MS_OPT_REVERSE_DEMAND] = {"MSCHED_REVERSE_DEMAND", NULL, "0|1", NULL, MS_OT_FLAG, 0, 0,
+        false, NULL, "0", "tests: name each DEMAND's chunks to the daemon in reverse order, so\n"
+        "its populations come in the wrong order (commands must still wait\n"
+        "for their own chunks)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

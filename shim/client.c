@@ -67,6 +67,7 @@ void ms_client_configure(void)
     C.allowed = ms__shim_opt(MS_OPT_DAEMON) != MS_DAEMON_OFF;
     C.prio = (int32_t)ms__shim_opt(MS_OPT_PRIORITY);
     C.weight = (uint32_t)ms__shim_opt(MS_OPT_WEIGHT);
+    C.reverse_demand = ms__shim_opt(MS_OPT_REVERSE_DEMAND) != 0;
     ms__cl_cond_init();
 }
 

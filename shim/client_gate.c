@@ -61,6 +61,11 @@ void ms__cl_send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exa
         for (size_t i = 0; i < need->n && !e; i++)
             e = ms_chunk_set_add(&C.nx, need->ids[i]);
     }
+    for (size_t i = 0; !e && C.reverse_demand && i < C.nx.n / 2; i++) {
+        ms_chunk_id t = C.nx.ids[i];
+        C.nx.ids[i] = C.nx.ids[C.nx.n - 1 - i];
+        C.nx.ids[C.nx.n - 1 - i] = t;
+    }
     if (!e)
         e = ms__cl_to_runs(&C.nx, &n);
     size_t nnext = n;

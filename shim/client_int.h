@@ -53,6 +53,7 @@ struct ms_client_state {
     const struct ms_client_engine *eng; /* the engine's operations (ms_client_attach) */
     /* configuration */
     bool allowed;
+    bool reverse_demand; /* MSCHED_REVERSE_DEMAND (tests): DEMAND's chunks in reverse order */
     int32_t prio;
     uint32_t weight;
     bool cond_ready;

@@ -12,7 +12,9 @@
  * arguments alone cannot show.
  *
  * Usage: engine_stress [ops] [seed] [cycle|graph]   (MSCHED_BUDGET sets the engine's budget)
- *   cycle: instead, fill all buffers in the same order, ops rounds (a looping program)
+ *   cycle: instead, fill all buffers in the same order, ops rounds (a looping program); then
+ *          read every buffer back. Prints "ENGINE_CYCLE rounds=N buffers=B mismatches=M
+ *          host_mapped_launches=H" (H: launches the fake saw reach a host chunk)
  *   graph: a CUDA graph (one add node) launched ops times on two 12 MiB buffers that a third,
  *          24 MiB one pushed out (under a 40 MiB budget), then once more while the third is
  *          allocated again (footprint 48 MiB: the graph reaches only 24 of them, so it runs),
@@ -735,11 +737,35 @@ int main(int argc, char **argv)
                 CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
             }
         CK(p_sync());
+        /* Every buffer holds the last round's fill; the fake counts fills that reached a host
+         * chunk (a command admitted before its memory was resident). */
+        uint64_t bad = 0;
+        uint32_t *back = malloc(MIB * 4);
+        for (int i = 0; ops > 0 && back && i < NBUF; i++) {
+            CK(p_d2h(back, b[i].d, b[i].words * 4));
+            for (uint64_t k = 0; k < b[i].words; k++)
+                bad += back[k] != pattern(k, (uint32_t)(ops - 1));
+        }
+        free(back);
+        ms_fake_get_stats_fn stats;
+        *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
+        struct ms_fake_stats st;
+        memset(&st, 0, sizeof st);
+        if (stats)
+            stats(&st);
+        char cyc[160];
+        snprintf(cyc, sizeof cyc,
+                 "ENGINE_CYCLE rounds=%d buffers=%d mismatches=%llu host_mapped_launches=%llu", ops,
+                 NBUF, (unsigned long long)bad, (unsigned long long)st.host_mapped_launches);
+        if (bad) {
+            printf("%s\n", cyc);
+            return 1;
+        }
         if (release_linger_ms >= 0) {
             /* What the CUDA runtime does at exit: it releases the primary context it retained,
              * with the memory still allocated; then the process takes a while to end (and
              * with STRESS_EXIT_LINGER_MS, part of that after the driver has shut down). */
-            printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
+            printf("%s\n", cyc);
             fflush(stdout);
             CK(p_release(dev));
             linger(release_linger_ms);
@@ -747,7 +773,7 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < NBUF; i++)
             CK(p_free(b[i].d));
-        printf("ENGINE_CYCLE rounds=%d buffers=%d\n", ops, NBUF);
+        printf("%s\n", cyc);
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "timed") == 0) {

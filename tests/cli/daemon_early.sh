@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# daemon_early.sh - early start (docs/daemon.md, early_run) on the fake CUDA driver: the daemon
+# sends RUN together with the POPULATE, so the incoming task is released before its working set
+# is in, and each command must wait for its own chunks.
+#
+# Two engine_stress cycles (96 MiB each, 24 buffers of 4 MiB filled in turn) under a 120 MiB
+# budget and 20 ms slices: every switch moves most of a task. Both name their DEMANDs' chunks
+# in reverse order (MSCHED_REVERSE_DEMAND), so each population brings the chunk the waiting
+# command needs last: a gate that admitted commands at RUN, or on the first progress of the
+# population, would run fills on chunks still on the host, which the fake counts
+# (host_mapped_launches), or on chunks mapped nowhere yet, which it kills. Both cycles must
+# finish with every buffer right and no fill on a host chunk, and the daemon must have switched
+# with RUN sent early (its switch record holds the drain and the plan, not the migration).
+. "$(dirname "$0")/../daemon/lib.sh"
+
+need_fake_cuda
+[ -x "$MSCHEDD" ] || fail "no mschedd at $MSCHEDD"
+ROUNDS=8 LIMIT=120
+case "$BUILD" in *thread* | *address*) ROUNDS=3 LIMIT=300 ;; esac
+
+start_daemon --budget 120MiB --slice 20ms --share off --set early_run=on
+"$MSCHED" config get early_run 2>&1 | grep -Eq "(on|true|1)" ||
+    fail "early_run is not on: $("$MSCHED" config get early_run 2>&1)"
+for c in a b; do
+    client "$c" MSCHED_REVERSE_DEMAND=1 -- "$ROUNDS" 3 cycle
+done
+for c in a b; do
+    wait_shim "$c" 0 "$LIMIT"
+    grep -q "ENGINE_CYCLE rounds=$ROUNDS buffers=24 mismatches=0 host_mapped_launches=0" "$T/$c.out" ||
+        fail "$c: $(grep -E 'ENGINE|FAIL|msched' "$T/$c.out" | tail -n 4)"
+    grep -Eq "daemon: connected, [1-9][0-9]* slices" "$T/$c.out" ||
+        fail "$c did not run under the daemon: $(grep msched "$T/$c.out" | tail -n 3)"
+done
+sw=$("$MSCHED" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["switches"])')
+[ "$sw" -ge 4 ] || fail "only $sw switches: the budget did not make the cycles take turns"
+pass "two cycles in reverse population order under early RUN: $sw switches, every buffer right, no fill on a host chunk"
+check_log_clean
+exit 0
