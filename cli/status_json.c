@@ -109,6 +109,12 @@ int ms_status_json(const struct ms_msg_status *st, const struct ms_json_frame *f
             ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64,
             st->slice_ns, st->budget, st->resident, st->switches, st->switch_ns_total,
             st->switch_ns_max, st->bytes_in, st->bytes_out);
+    fprintf(f,
+            ",\"switch_first_ns_total\":%" PRIu64 ",\"switch_first_count\":%" PRIu64
+            ",\"switch_complete_ns_total\":%" PRIu64 ",\"switch_complete_count\":%" PRIu64
+            ",\"run_first_p50_ns\":%" PRIu64 ",\"run_first_max_ns\":%" PRIu64,
+            st->first_ns_total, st->first_count, st->complete_ns_total, st->complete_count,
+            st->run_first_p50_ns, st->run_first_max_ns);
     if (rates) {
         const struct ms_msg_status *pv = fr->prev;
         double dt = fr->interval_s;

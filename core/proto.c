@@ -91,6 +91,7 @@ static const char *const type_names[MS_MSG_TYPE_END] = {
     [MS_MSG_CONFIG] = "CONFIG",
     [MS_MSG_BYE] = "BYE",
     [MS_MSG_REPORT] = "REPORT",
+    [MS_MSG_STARTED] = "STARTED",
 };
 
 const char *ms_msg_type_name(unsigned type)
@@ -315,6 +316,7 @@ int ms_msg_validate(const struct ms_msg *m, char *why, size_t whylen)
     case MS_MSG_STATUS_REQ:
     case MS_MSG_METRICS_REQ:
     case MS_MSG_REPORT:
+    case MS_MSG_STARTED:
     case MS_MSG_BYE: return MS_OK;
     default: VFAIL("unknown type %u", m->type);
     }
@@ -428,6 +430,11 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u64(w, m->report.misses);
         put_u64(w, m->report.host_bytes);
         break;
+    case MS_MSG_STARTED:
+        put_u32(w, m->started.epoch);
+        put_u32(w, 0);
+        put_u64(w, m->started.wait_ns);
+        break;
     case MS_MSG_STOPPED:
         put_u32(w, m->stopped.epoch);
         put_u32(w, 0);
@@ -469,6 +476,12 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u64(w, s->slice_ns);
         put_u64(w, s->bytes_in);
         put_u64(w, s->bytes_out);
+        put_u64(w, s->first_ns_total);
+        put_u64(w, s->first_count);
+        put_u64(w, s->complete_ns_total);
+        put_u64(w, s->complete_count);
+        put_u64(w, s->run_first_p50_ns);
+        put_u64(w, s->run_first_max_ns);
         put_u32(w, s->daemon_pid);
         put_u32(w, s->gpu);
         put_str(w, s->policy);
@@ -718,6 +731,11 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->report.misses = get_u64(r);
         m->report.host_bytes = get_u64(r);
         break;
+    case MS_MSG_STARTED:
+        m->started.epoch = get_u32(r);
+        zero(r, 4);
+        m->started.wait_ns = get_u64(r);
+        break;
     case MS_MSG_STOPPED:
         m->stopped.epoch = get_u32(r);
         zero(r, 4);
@@ -761,6 +779,12 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         s->slice_ns = get_u64(r);
         s->bytes_in = get_u64(r);
         s->bytes_out = get_u64(r);
+        s->first_ns_total = get_u64(r);
+        s->first_count = get_u64(r);
+        s->complete_ns_total = get_u64(r);
+        s->complete_count = get_u64(r);
+        s->run_first_p50_ns = get_u64(r);
+        s->run_first_max_ns = get_u64(r);
         s->daemon_pid = get_u32(r);
         s->gpu = get_u32(r);
         GET_STR(r, s->policy, MS_PROTO_WORD_MAX);

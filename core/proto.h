@@ -53,7 +53,7 @@
 #include <stdbool.h>
 
 #define MS_PROTO_MAGIC "MSCH"
-#define MS_PROTO_VERSION 3
+#define MS_PROTO_VERSION 4
 #define MS_PROTO_HDR_BYTES 16u
 #define MS_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB */
 #define MS_PROTO_MAX_FRAME (MS_PROTO_HDR_BYTES + MS_PROTO_MAX_PAYLOAD)
@@ -91,6 +91,7 @@ enum ms_msg_type {
     MS_MSG_CONFIG,      /* daemon -> client: key/value pairs */
     MS_MSG_BYE,         /* either way: orderly goodbye; the sender closes next */
     MS_MSG_REPORT,      /* shim -> daemon: counters for status (version 2) */
+    MS_MSG_STARTED,     /* shim -> daemon: a RUN's first command was admitted (version 4) */
     MS_MSG_TYPE_END
 };
 
@@ -165,6 +166,12 @@ struct ms_msg_report {
     uint64_t host_bytes; /* host bytes the shim holds pinned now */
 };
 
+/* STARTED: sent once per RUN, when the first command after it is admitted (submitted). */
+struct ms_msg_started {
+    uint32_t epoch;   /* the RUN's epoch */
+    uint64_t wait_ns; /* from the RUN's arrival to that admission, on the shim's clock */
+};
+
 struct ms_msg_run {
     uint32_t epoch;
     uint64_t slice_ns; /* the slice the daemon intends; STOP ends it */
@@ -232,6 +239,13 @@ struct ms_msg_status {
     uint64_t slice_ns;  /* configured base slice */
     uint64_t bytes_in;  /* all populations */
     uint64_t bytes_out; /* all evictions */
+    /* The switches split (version 4): from STOP sent to the incoming task's first command
+     * (its STARTED), and to its working set complete (its population done), summed over the
+     * switches that reached that point (the counts); RUN to first command as the shims
+     * measure it, the median and the longest of the most recent switches. */
+    uint64_t first_ns_total, first_count;
+    uint64_t complete_ns_total, complete_count;
+    uint64_t run_first_p50_ns, run_first_max_ns;
     uint32_t daemon_pid;
     uint32_t gpu;
     char policy[MS_PROTO_WORD_MAX + 1]; /* "rr", "prio", "adaptive" */
@@ -270,6 +284,7 @@ struct ms_msg {
         struct ms_msg_stop stop;
         struct ms_msg_stopped stopped;
         struct ms_msg_report report;
+        struct ms_msg_started started;
         struct ms_msg_order order;       /* EVICT, POPULATE */
         struct ms_msg_progress progress; /* EVICTED, POPULATED */
         struct ms_msg_credit credit;

@@ -560,6 +560,7 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
             t->misses = MS_MAX(t->misses, m->report.misses);
             t->host_bytes = m->report.host_bytes;
             break;
+        case MS_MSG_STARTED: ms__sched_on_started(s, now, t, &m->started); return MS_OK;
         case MS_MSG_STOPPED:
             t->misses = MS_MAX(t->misses, m->stopped.misses);
             t->host_bytes = m->stopped.host_bytes;

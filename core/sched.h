@@ -226,12 +226,28 @@ struct ms_sched {
      * includes waiting for the room its credit needs (the evictions). Only orders sent during
      * the switch count, and only their progress before RUN: with early_run (RUN sent with the
      * POPULATE) the record holds the drain and the plan, not the migration. stop_ns/from: the
-     * drain, also when the outgoing task never answered its STOP and was dropped. */
+     * drain, also when the outgoing task never answered its STOP and was dropped. t0: when
+     * the switch began (STOP sent); run_epoch: its RUN's. first_ns: t0 to the incoming task's
+     * STARTED (its first command admitted), complete_ns: t0 to its population complete (at RUN
+     * when nothing was left to populate then); 0 until they happen (first_wait and
+     * complete_wait say they are still awaited). */
     struct {
         uint64_t seq, ns, stop_ns;
         uint64_t in, out, plans, predicted_ns, evict_ns, pop_ns;
         uint32_t from, to, evict_task;
+        uint64_t t0, first_ns, complete_ns;
+        uint32_t run_epoch;
+        bool first_wait, complete_wait;
     } last_switch;
+    /* The switches split (`msched status`): the sums of last_switch.first_ns and complete_ns
+     * over the switches that reached those points, and how many did. */
+    uint64_t first_ns_total, first_count, complete_ns_total, complete_count;
+    /* RUN to first command as the shims measure it (STARTED's wait_ns, any RUN, sharing's
+     * too): the last MS_SCHED_FIRST_RING of them, and the longest ever. */
+#define MS_SCHED_FIRST_RING 64
+    uint64_t run_first[MS_SCHED_FIRST_RING];
+    uint32_t run_first_n, run_first_at;
+    uint64_t run_first_max;
     /* the switch in progress */
     uint64_t sw_in, sw_out, sw_plans0, sw_predicted_ns, sw_evict_ns, sw_pop_ns;
     uint32_t sw_evict_task;

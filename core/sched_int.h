@@ -84,6 +84,7 @@ struct ms_stask {
     uint64_t resident; /* bytes of its chunks in resident states */
     struct ms_sorder evict, pop;
     uint32_t run_epoch;
+    bool started; /* a STARTED for run_epoch came (one counts per RUN) */
     uint64_t slice_ns;
     uint64_t bytes_in, bytes_out, switches, run_ns, run_since;
     uint64_t misses;      /* the shim's count of commands run with named chunks off the device */
@@ -141,5 +142,9 @@ bool ms__sched_chunk_resident(const struct ms_sched *s, ms_chunk_id id, uint64_t
 bool ms__sched_wants_whole(const struct ms_sched *s, const struct ms_stask *t);
 void ms__sched_decide_shared(struct ms_sched *s, uint64_t now);
 bool ms__sched_try_share(struct ms_sched *s);
+
+/* sched_status.c: a STARTED from t (the switch record's first command; RUN to first command) */
+void ms__sched_on_started(struct ms_sched *s, uint64_t now, struct ms_stask *t,
+                          const struct ms_msg_started *m);
 
 #endif

@@ -399,6 +399,14 @@ int ms__sched_on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, 
         }
         if (mine && !evict)
             s->sw_pop_ns = MS_MAX(s->sw_pop_ns, took);
+        if (!evict && s->last_switch.complete_wait && s->last_switch.to == t->id &&
+            o->t0 >= s->last_switch.t0) {
+            /* early_run: the switch's population completes after its RUN */
+            s->last_switch.complete_wait = false;
+            s->last_switch.complete_ns = now - s->last_switch.t0;
+            s->complete_ns_total += s->last_switch.complete_ns;
+            s->complete_count++;
+        }
         ms__sched_order_reset(o);
     }
     return MS_OK;

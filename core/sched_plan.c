@@ -392,6 +392,7 @@ void ms__sched_switch_begin(struct ms_sched *s, uint64_t now)
     s->sw_predicted_ns = 0;
     s->sw_evict_ns = s->sw_pop_ns = 0;
     s->sw_evict_task = NONE;
+    s->last_switch.first_wait = s->last_switch.complete_wait = false; /* that one is over */
 }
 
 void ms__sched_start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
@@ -405,6 +406,7 @@ void ms__sched_start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     if (s->cfg.policy == MS_SCHED_ADAPTIVE && s->in_switch && now > s->switch_t0)
         m.run.slice_ns = adaptive_slice(s, m.run.slice_ns, now - s->switch_t0);
     t->run_epoch = s->epoch;
+    t->started = false;
     t->slice_ns = m.run.slice_ns;
     ms__sched_push_send(s, t->id, &m); /* room reserved by the caller */
     t->switches++;
@@ -416,6 +418,17 @@ void ms__sched_start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     s->slice_end = now + t->slice_ns;
     s->switches++;
     uint64_t d = s->in_switch && now > s->switch_t0 ? now - s->switch_t0 : 0;
+    s->last_switch.t0 = now - d;
+    s->last_switch.run_epoch = t->run_epoch;
+    s->last_switch.first_ns = 0;
+    s->last_switch.first_wait = true;
+    s->last_switch.complete_ns = 0;
+    s->last_switch.complete_wait = t->pop.active; /* early_run: it completes after RUN */
+    if (!t->pop.active) {
+        s->last_switch.complete_ns = d;
+        s->complete_ns_total += d;
+        s->complete_count++;
+    }
     s->in_switch = false;
     s->stop_ns_total += MS_MIN(s->stop_pending, d);
     s->last_switch.seq = s->switches;

@@ -202,6 +202,7 @@ static void share_run(struct ms_sched *s, uint64_t now, struct ms_stask *t, uint
     m.run.slice_ns = s->cfg.slice_ns; /* no timer stops it: the shim only counts slices */
     ms__sched_push_send(s, t->id, &m);
     t->run_epoch = epoch;
+    t->started = false;
     t->slice_ns = m.run.slice_ns;
     t->run_since = now;
     t->switches++;

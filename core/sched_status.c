@@ -128,6 +128,43 @@ uint64_t ms_sched_task_resident(const struct ms_sched *s, uint32_t task)
     return t ? t->resident : 0;
 }
 
+void ms__sched_on_started(struct ms_sched *s, uint64_t now, struct ms_stask *t,
+                          const struct ms_msg_started *m)
+{
+    if (m->epoch != t->run_epoch || t->started)
+        return; /* late (a RUN since gone), or said twice: one counts per RUN */
+    t->started = true;
+    s->run_first[s->run_first_at] = m->wait_ns;
+    s->run_first_at = (s->run_first_at + 1) % MS_SCHED_FIRST_RING;
+    s->run_first_n = MS_MIN(s->run_first_n + 1, MS_SCHED_FIRST_RING);
+    s->run_first_max = MS_MAX(s->run_first_max, m->wait_ns);
+    if (s->last_switch.first_wait && s->last_switch.to == t->id &&
+        s->last_switch.run_epoch == m->epoch) {
+        s->last_switch.first_wait = false;
+        s->last_switch.first_ns = now > s->last_switch.t0 ? now - s->last_switch.t0 : 0;
+        s->first_ns_total += s->last_switch.first_ns;
+        s->first_count++;
+    }
+}
+
+/* The median of the recent RUN-to-first-command times (the lower middle of an even count). */
+static uint64_t run_first_median(const struct ms_sched *s)
+{
+    uint64_t v[MS_SCHED_FIRST_RING];
+    uint32_t n = s->run_first_n;
+    if (n == 0)
+        return 0;
+    memcpy(v, s->run_first, n * sizeof(v[0]));
+    for (uint32_t i = 1; i < n; i++) { /* insertion sort: at most 64 */
+        uint64_t x = v[i];
+        uint32_t j = i;
+        for (; j > 0 && v[j - 1] > x; j--)
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+    return v[(n - 1) / 2];
+}
+
 int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out)
 {
     ms_msg_init(out, MS_MSG_STATUS);
@@ -141,6 +178,12 @@ int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out)
     st->slice_ns = s->cfg.slice_ns;
     st->bytes_in = s->bytes_in;
     st->bytes_out = s->bytes_out;
+    st->first_ns_total = s->first_ns_total;
+    st->first_count = s->first_count;
+    st->complete_ns_total = s->complete_ns_total;
+    st->complete_count = s->complete_count;
+    st->run_first_p50_ns = run_first_median(s);
+    st->run_first_max_ns = s->run_first_max;
     snprintf(st->policy, sizeof(st->policy), "%s", ms_sched_policy_name(s->cfg.policy));
     snprintf(st->evict, sizeof(st->evict), "%s", ms_evict_policy_name(s->cfg.evict));
     st->sharing = ms_sched_sharing(s);

@@ -159,6 +159,31 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
     put(&o, "msched_switch_seconds_total{gpu=\"%u\"} %.6f\n", g, sec(st->switch_ns_total));
     family(&o, "msched_switch_seconds_max", "gauge", "Longest context switch so far.");
     put(&o, "msched_switch_seconds_max{gpu=\"%u\"} %.6f\n", g, sec(st->switch_ns_max));
+    family(&o, "msched_switch_first_command_seconds_total", "counter",
+           "Time from a switch's start to the incoming task's first command, summed over "
+           "msched_switch_first_command_total switches.");
+    put(&o, "msched_switch_first_command_seconds_total{gpu=\"%u\"} %.6f\n", g,
+        sec(st->first_ns_total));
+    family(&o, "msched_switch_first_command_total", "counter",
+           "Switches whose incoming task reported its first command.");
+    put(&o, "msched_switch_first_command_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)st->first_count);
+    family(&o, "msched_switch_complete_seconds_total", "counter",
+           "Time from a switch's start to the incoming task's working set complete (after RUN "
+           "under early_run), summed over msched_switch_complete_total switches.");
+    put(&o, "msched_switch_complete_seconds_total{gpu=\"%u\"} %.6f\n", g,
+        sec(st->complete_ns_total));
+    family(&o, "msched_switch_complete_total", "counter",
+           "Switches whose incoming task's working set became complete.");
+    put(&o, "msched_switch_complete_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)st->complete_count);
+    family(&o, "msched_run_first_command_seconds", "gauge",
+           "RUN to the first command admitted, as the shims measure it: the median of the most "
+           "recent RUNs (quantile 0.5) and the longest ever (quantile 1).");
+    put(&o, "msched_run_first_command_seconds{gpu=\"%u\",quantile=\"0.5\"} %.6f\n", g,
+        sec(st->run_first_p50_ns));
+    put(&o, "msched_run_first_command_seconds{gpu=\"%u\",quantile=\"1\"} %.6f\n", g,
+        sec(st->run_first_max_ns));
     family(&o, "msched_switch_stop_seconds_total", "counter",
            "Part of msched_switch_seconds_total spent waiting for the outgoing task to stop "
            "(its queued GPU work to drain).");

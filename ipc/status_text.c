@@ -133,6 +133,21 @@ int ms_status_render(const struct ms_msg_status *st, const struct ms_msg_status 
          st->sharing ? "shared (memory fits: tasks run at once)" : "sliced (one task at a time)");
     line(&s, "switches: %llu, mean %s, max %s; moved in %s, out %s",
          (unsigned long long)st->switches, mean, mx, in, out);
+    if (st->first_count || st->complete_count) {
+        /* The switch split: STOP to the incoming task's first command, and to its working set
+         * complete (after RUN under early_run); RUN to first command as the shims saw it. */
+        char fm[32] = "-", cm[32] = "-", p50[32], rmx[32];
+        if (st->first_count)
+            ms_format_duration_h(st->first_ns_total / st->first_count, fm, sizeof(fm));
+        if (st->complete_count)
+            ms_format_duration_h(st->complete_ns_total / st->complete_count, cm, sizeof(cm));
+        ms_format_duration_h(st->run_first_p50_ns, p50, sizeof(p50));
+        ms_format_duration_h(st->run_first_max_ns, rmx, sizeof(rmx));
+        line(&s,
+             "  until the first command ran: mean %s; until the working set was complete: mean "
+             "%s; RUN to first command: median %s, max %s",
+             fm, cm, p50, rmx);
+    }
     if (rates) {
         char ri[32], ro[32];
         rate(st->bytes_in, prev->bytes_in, dt_s, ri, sizeof(ri));

@@ -154,6 +154,8 @@ struct ms_client_stats {
     uint64_t run_ns;       /* holding RUN: each slice from RUN to STOPPED (or to now) */
     uint64_t dwait_ns;     /* of it: some thread waiting on a demand's population (a union) */
     uint64_t order_run_ns; /* of it: orders executed in the engine under its lock */
+    /* RUN to the first command admitted after it (STARTED), over the RUNs that had one. */
+    uint64_t first_runs, first_ns, first_ns_max;
 };
 void ms_client_stats_get(struct ms_client_stats *out);
 

@@ -123,6 +123,22 @@ void ms__cl_report(bool now_anyway)
     }
 }
 
+/* The first command since RUN was admitted: STARTED, so the daemon can split its switch
+ * time (`msched status`); its wait is also this process's own record. */
+static void send_started(void)
+{
+    uint64_t wait = ms__cl_now_ns() - C.run_t0;
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_STARTED);
+    m.started.epoch = C.run_epoch;
+    m.started.wait_ns = wait;
+    C.started_sent = true; /* also when the send fails: the connection is then broken */
+    (void)ms__cl_csend(&m, 0);
+    C.st.first_runs++;
+    C.st.first_ns += wait;
+    C.st.first_ns_max = MS_MAX(C.st.first_ns_max, wait);
+}
+
 /* dst = src (dst != src). MS_E_NOMEM. */
 static int copy_set(struct ms_chunk_set *dst, const struct ms_chunk_set *src)
 {
@@ -187,6 +203,8 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             /* What it names, also what it runs on host chunks: admitted counts those as misses. */
             C.eng->admitted(fitted ? &named : need);
             ms__cl_report(false);
+            if (!C.started_sent)
+                send_started();
             break;
         }
         if (capt < 0)

@@ -80,6 +80,7 @@ struct ms_client_state {
     uint64_t quiet_t0; /* running: when the task was last seen busy */
     uint32_t run_epoch;
     uint64_t run_t0;
+    bool started_sent; /* this RUN's STARTED went out (its first command was admitted) */
     uint32_t waiters;
     uint32_t dwait; /* threads waiting on a demand's population (Where running time goes) */
     uint64_t dw_t0; /* running && dwait > 0 since then; 0: not */

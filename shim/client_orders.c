@@ -97,6 +97,7 @@ void ms__cl_on_run(const struct ms_msg *m)
     C.running = true;
     C.run_epoch = m->run.epoch;
     C.run_t0 = now;
+    C.started_sent = false;
     if (C.dwait && !C.dw_t0)
         C.dw_t0 = now;     /* threads were already waiting on a demand: that counts from now */
     C.quiet_t0 = C.run_t0; /* idle_sent stays: an IDLE may have crossed this RUN */

@@ -849,7 +849,7 @@ void ms_engine_exit(bool verbose)
                 "%llu idles (%llu quiet), %llu evict orders, %llu populate orders, %llu waits "
                 "(%.3f s), %llu orders waited for a capture, ran %.3f s (%.3f s of it waiting on "
                 "demands, %.3f s executing orders "
-                "under the lock)\n",
+                "under the lock); RUN to first command %.2f ms mean, %.2f ms longest (%llu RUNs)\n",
                 (int)getpid(),
                 s.daemon   ? "connected"
                 : s.failed ? "gone, failed"
@@ -860,5 +860,7 @@ void ms_engine_exit(bool verbose)
                 (unsigned long long)c.evict_orders, (unsigned long long)c.pop_orders,
                 (unsigned long long)c.waits, (double)c.wait_ns / 1e9,
                 (unsigned long long)c.capture_waits, (double)c.run_ns / 1e9,
-                (double)c.dwait_ns / 1e9, (double)c.order_run_ns / 1e9);
+                (double)c.dwait_ns / 1e9, (double)c.order_run_ns / 1e9,
+                c.first_runs ? (double)c.first_ns / (double)c.first_runs / 1e6 : 0.0,
+                (double)c.first_ns_max / 1e6, (unsigned long long)c.first_runs);
 }

@@ -31,8 +31,23 @@ for c in a b; do
     grep -Eq "daemon: connected, [1-9][0-9]* slices" "$T/$c.out" ||
         fail "$c did not run under the daemon: $(grep msched "$T/$c.out" | tail -n 3)"
 done
-sw=$("$MSCHED" status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["switches"])')
+read -r sw fc cc p50 fmean cmean <<<"$("$MSCHED" status --json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+fc, cc = j["switch_first_count"], j["switch_complete_count"]
+print(j["switches"], fc, cc, j["run_first_p50_ns"],
+      j["switch_first_ns_total"] // max(fc, 1), j["switch_complete_ns_total"] // max(cc, 1))')"
 [ "$sw" -ge 4 ] || fail "only $sw switches: the budget did not make the cycles take turns"
-pass "two cycles in reverse population order under early RUN: $sw switches, every buffer right, no fill on a host chunk"
+# The switch split: most switches saw their first command and their working set complete.
+[ "$fc" -ge $((sw / 2)) ] && [ "$cc" -ge $((sw / 2)) ] ||
+    fail "switch split: $fc of $sw switches with a first command, $cc complete"
+[ "$p50" -gt 0 ] || fail "no RUN-to-first-command median"
+"$MSCHED" status | grep -q "until the first command ran: mean .*; until the working set was complete: mean .*; RUN to first command: median" ||
+    fail "msched status shows no switch split: $("$MSCHED" status | head -n 6)"
+for c in a b; do
+    grep -Eq "RUN to first command [0-9.]+ ms mean, [0-9.]+ ms longest \([1-9][0-9]* RUNs\)" "$T/$c.out" ||
+        fail "$c: no RUN-to-first-command summary: $(grep 'daemon:' "$T/$c.out")"
+done
+pass "two cycles in reverse population order under early RUN: $sw switches, every buffer right, no fill on a host chunk; first command after $((fmean / 1000)) us, set complete after $((cmean / 1000)) us on average, RUN to first command median $((p50 / 1000)) us"
 check_log_clean
 exit 0

@@ -80,6 +80,10 @@ static void sample(struct ms_msg *m, unsigned type)
         m->report.misses = 78;
         m->report.host_bytes = 5 * MS_GIB + 2;
         break;
+    case MS_MSG_STARTED:
+        m->started.epoch = 98;
+        m->started.wait_ns = 3456789;
+        break;
     case MS_MSG_RUN:
         m->run.epoch = 99;
         m->run.slice_ns = 20000000;
@@ -124,6 +128,12 @@ static void sample(struct ms_msg *m, unsigned type)
         s->slice_ns = 100000000;
         s->bytes_in = 1ull << 36;
         s->bytes_out = 1ull << 35;
+        s->first_ns_total = 90000001;
+        s->first_count = 15;
+        s->complete_ns_total = 160000002;
+        s->complete_count = 16;
+        s->run_first_p50_ns = 1200003;
+        s->run_first_max_ns = 9000004;
         s->daemon_pid = 321;
         s->gpu = 1;
         strcpy(s->policy, "adaptive");
@@ -235,6 +245,10 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_true(a->report.misses == b->report.misses);
         assert_true(a->report.host_bytes == b->report.host_bytes);
         break;
+    case MS_MSG_STARTED:
+        assert_int_equal(a->started.epoch, b->started.epoch);
+        assert_true(a->started.wait_ns == b->started.wait_ns);
+        break;
     case MS_MSG_RUN:
         assert_int_equal(a->run.epoch, b->run.epoch);
         assert_true(a->run.slice_ns == b->run.slice_ns);
@@ -271,6 +285,11 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_true(x->switch_ns_total == y->switch_ns_total);
         assert_true(x->switch_ns_max == y->switch_ns_max && x->slice_ns == y->slice_ns);
         assert_true(x->bytes_in == y->bytes_in && x->bytes_out == y->bytes_out);
+        assert_true(x->first_ns_total == y->first_ns_total && x->first_count == y->first_count);
+        assert_true(x->complete_ns_total == y->complete_ns_total &&
+                    x->complete_count == y->complete_count);
+        assert_true(x->run_first_p50_ns == y->run_first_p50_ns &&
+                    x->run_first_max_ns == y->run_first_max_ns);
         assert_int_equal(x->daemon_pid, y->daemon_pid);
         assert_int_equal(x->gpu, y->gpu);
         assert_string_equal(x->policy, y->policy);
@@ -552,9 +571,9 @@ static void test_malformed_header(void **state)
         for (size_t k = (size_t)i + 1; k <= sizeof(bad); k++)
             assert_int_equal(ms_msg_decode(bad, k, &m, &used), MS_E_PARSE);
     }
-    /* Version: 0, 1 (before the misses counts), 2 (before the host bytes), 4, 0xffff are another
-     * protocol, known from six bytes. */
-    uint16_t versions[] = {0, 1, 2, 4, 0x0100, 0xffff};
+    /* Version: 0, 1 (before the misses counts), 2 (before the host bytes), 3 (before STARTED
+     * and the switch split), 5, 0xffff are another protocol, known from six bytes. */
+    uint16_t versions[] = {0, 1, 2, 3, 5, 0x0100, 0xffff};
     for (size_t i = 0; i < MS_ARRAY_LEN(versions); i++) {
         uint8_t bad[6] = {'M', 'S', 'C', 'H', (uint8_t)versions[i], (uint8_t)(versions[i] >> 8)};
         struct ms_msg m;
@@ -761,6 +780,12 @@ static void test_malformed_other_fields(void **state)
     fb_start(&f, MS_MSG_RUN);
     fb_le(&f, 1, 4), fb_le(&f, 0, 4), fb_le(&f, 0, 8);
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
+    /* STARTED: its reserved word; a well-formed one decodes. */
+    fb_start(&f, MS_MSG_STARTED);
+    fb_le(&f, 7, 4), fb_le(&f, 0, 4), fb_le(&f, 1000, 8);
+    assert_int_equal(fb_decode(&f), 1);
+    f.d[MS_PROTO_HDR_BYTES + 5] = 1;
+    assert_int_equal(fb_decode(&f), MS_E_PARSE);
     /* STOPPED and CREDIT reserved words. */
     fb_start(&f, MS_MSG_STOPPED);
     fb_le(&f, 1, 4), fb_le(&f, 9, 4), fb_le(&f, 0, 16);
@@ -827,7 +852,7 @@ static void test_malformed_status(void **state)
     (void)state;
     struct ms_buf b;
     encode_sample(MS_MSG_STATUS, &b);
-    size_t sharing_off = MS_PROTO_HDR_BYTES + 9 * 8 + 8 + (2 + 8) + (2 + 3);
+    size_t sharing_off = MS_PROTO_HDR_BYTES + 15 * 8 + 8 + (2 + 8) + (2 + 3);
     size_t task0 = sharing_off + 4 + 4; /* sharing and 3 reserved bytes, the task count */
     /* Offsets inside the first task entry. */
     size_t state_off = task0 + 16, rsv_off = task0 + 17, prio_off = task0 + 8;

@@ -1346,6 +1346,95 @@ static void test_stop_time(void **state)
     world_fini(&w);
 }
 
+/* f's first command since its RUN was admitted, wait_ns after the RUN (STARTED). */
+static void started(struct world *w, struct fshim *f, uint32_t epoch, uint64_t wait_ns)
+{
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_STARTED);
+    m.started.epoch = epoch;
+    m.started.wait_ns = wait_ns;
+    to_sched(w, f, &m);
+    settle_world(w);
+}
+
+/*
+ * The switch split (`msched status`): STOP to the incoming task's first command (its
+ * STARTED) and to its working set complete. Without early_run the population completes before
+ * RUN; with it, after, and the first command may come before it. One STARTED counts per RUN;
+ * a repeat and a stale epoch are ignored. RUN to first command: the median and the longest.
+ */
+static void test_switch_split(void **state)
+{
+    (void)state;
+    for (int early = 0; early < 2; early++) {
+        struct world w;
+        world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 6 * CH);
+        w.s.cfg.early_run = early;
+        uint32_t four[] = {4};
+        struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+        struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+        demand_all(&w, a);
+        demand_all(&w, b);
+        assert_ptr_equal(running(&w), a);
+        pop_progress(&w, a);
+        settle_world(&w);
+        /* a's own first RUN counts as a switch too (from nothing) */
+        uint64_t c0 = w.s.complete_count;
+        assert_true(c0 == 1 && w.s.first_count == 0);
+        b->hold_pop = true;
+        advance_to_deadline(&w, 1000 * MS); /* a's slice ends: a stops, b is populated */
+        if (!early) {
+            /* b's population is held: no RUN yet, nothing complete */
+            assert_false(b->running);
+            advance(&w, 4 * MS);
+            b->hold_pop = false;
+            pop_progress(&w, b);
+            settle_world(&w);
+        }
+        assert_ptr_equal(running(&w), b);
+        assert_int_equal(w.s.last_switch.to, b->task);
+        uint64_t sw = w.s.last_switch.ns;
+        assert_true(w.s.complete_count == c0 + (early ? 0u : 1u));
+        assert_true(early ? w.s.last_switch.complete_wait
+                          : w.s.last_switch.complete_ns == sw && sw >= 4 * MS);
+        assert_true(w.s.first_count == 0 && w.s.last_switch.first_wait);
+        advance(&w, 1 * MS);
+        started(&w, b, b->run_epoch + 1, 5 * MS); /* not this RUN's: ignored */
+        assert_true(w.s.first_count == 0 && w.s.run_first_n == 0);
+        started(&w, b, b->run_epoch, 1 * MS);
+        assert_true(w.s.first_count == 1 && w.s.last_switch.first_ns == sw + 1 * MS);
+        assert_true(w.s.first_ns_total == sw + 1 * MS);
+        started(&w, b, b->run_epoch, 7 * MS); /* a repeat: ignored */
+        assert_true(w.s.first_count == 1 && w.s.run_first_n == 1 && w.s.run_first_max == MS);
+        if (early) {
+            /* the working set completes after the first command ran */
+            advance(&w, 3 * MS);
+            b->hold_pop = false;
+            pop_progress(&w, b);
+            settle_world(&w);
+            assert_true(w.s.complete_count == c0 + 1 && !w.s.last_switch.complete_wait);
+            assert_true(w.s.last_switch.complete_ns == sw + 4 * MS);
+        }
+        /* The status carries the split; the median of 1, 2, 3 ms is 2 ms. */
+        advance_to_deadline(&w, 1000 * MS); /* back to a */
+        assert_ptr_equal(running(&w), a);
+        pop_progress(&w, a);
+        started(&w, a, a->run_epoch, 3 * MS);
+        advance_to_deadline(&w, 1000 * MS);
+        pop_progress(&w, b);
+        settle_world(&w);
+        assert_ptr_equal(running(&w), b);
+        started(&w, b, b->run_epoch, 2 * MS);
+        struct ms_msg st;
+        assert_int_equal(ms_sched_status(&w.s, w.now, &st), MS_OK);
+        assert_true(st.status.first_count == 3 && st.status.run_first_p50_ns == 2 * MS);
+        assert_true(st.status.run_first_max_ns == 3 * MS);
+        assert_true(st.status.complete_count >= c0 + 2 && st.status.first_ns_total > 0);
+        ms_msg_free(&st);
+        world_fini(&w);
+    }
+}
+
 /* Stop a (running, its STOP held) `ms` of virtual time after its STOP: a switch that slow. */
 static void slow_stop(struct world *w, struct fshim *a, uint64_t ms)
 {
@@ -2193,6 +2282,7 @@ int main(void)
         cmocka_unit_test(test_host_limit),
         cmocka_unit_test(test_whole_swapping),
         cmocka_unit_test(test_incremental_and_early_run),
+        cmocka_unit_test(test_switch_split),
         cmocka_unit_test(test_budget_lowered),
         cmocka_unit_test(test_region_free_mid_order),
         cmocka_unit_test(test_share_fits),
