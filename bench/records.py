@@ -37,7 +37,9 @@ import sys
 MIN_OVERLAP_S = 5.0
 WINDOW_KEYS = ("msched_switches_total", "msched_switch_seconds_total",
                "msched_switch_stop_seconds_total", "msched_populated_bytes_total",
-               "msched_evicted_bytes_total")
+               "msched_evicted_bytes_total", "msched_switch_first_command_seconds_total",
+               "msched_switch_first_command_total", "msched_switch_complete_seconds_total",
+               "msched_switch_complete_total")
 
 
 def fields(args):
@@ -119,6 +121,9 @@ def window(d, extra):
     rec = dict(extra)
     rec["daemon"] = {k: b.get(k, 0) - a.get(k, 0) for k in WINDOW_KEYS}
     rec["switch_seconds_max"] = end.get("msched_switch_seconds_max")
+    # RUN to first command (the shims' measure): the median of the last RUNs, at the window's end
+    rec["run_first_median_s"] = b.get("msched_run_first_command_median_seconds")
+    rec["run_first_max_s"] = end.get("msched_run_first_command_max_seconds")
     return rec
 
 

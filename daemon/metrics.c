@@ -177,12 +177,14 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
            "Switches whose incoming task's working set became complete.");
     put(&o, "msched_switch_complete_total{gpu=\"%u\"} %llu\n", g,
         (unsigned long long)st->complete_count);
-    family(&o, "msched_run_first_command_seconds", "gauge",
+    family(&o, "msched_run_first_command_median_seconds", "gauge",
            "RUN to the first command admitted, as the shims measure it: the median of the most "
-           "recent RUNs (quantile 0.5) and the longest ever (quantile 1).");
-    put(&o, "msched_run_first_command_seconds{gpu=\"%u\",quantile=\"0.5\"} %.6f\n", g,
+           "recent 64 RUNs.");
+    put(&o, "msched_run_first_command_median_seconds{gpu=\"%u\"} %.6f\n", g,
         sec(st->run_first_p50_ns));
-    put(&o, "msched_run_first_command_seconds{gpu=\"%u\",quantile=\"1\"} %.6f\n", g,
+    family(&o, "msched_run_first_command_max_seconds", "gauge",
+           "RUN to the first command admitted: the longest so far.");
+    put(&o, "msched_run_first_command_max_seconds{gpu=\"%u\"} %.6f\n", g,
         sec(st->run_first_max_ns));
     family(&o, "msched_switch_stop_seconds_total", "counter",
            "Part of msched_switch_seconds_total spent waiting for the outgoing task to stop "
