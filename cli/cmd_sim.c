@@ -37,7 +37,7 @@ struct sim_args {
     uint64_t slice_ns, duration_ns, nslices, seed, horizon;
     uint64_t slice_max_ns, switch_frac; /* adaptive (slice_max_ns > 0) */
     bool policies[MS_SIM_NPOLICIES];
-    bool hash_clean, progress, check;
+    bool hash_clean, progress, check, early_start;
 };
 
 static void sim_help(FILE *f)
@@ -68,6 +68,8 @@ static void sim_help(FILE *f)
            "  --slices N          measure N slices instead of a duration\n"
            "  --hash-clean on|off drop evicted chunks whose GPU hash is unchanged "
            "(default on)\n"
+           "  --early-start       the daemon's early_run: a slice starts with its migration and\n"
+           "                      each command once its own chunks are in\n"
            "  --horizon N         timeline entries the planner sees (default 2 x tasks)\n"
            "  --svg FILE          write a plot of throughput and bytes moved (- for stdout)\n"
            "  --json FILE         write every number as JSON (- for stdout; the table then\n"
@@ -142,6 +144,7 @@ enum {
     OPT_HORIZON,
     OPT_SEED,
     OPT_HASH_CLEAN,
+    OPT_EARLY_START,
     OPT_POLICIES,
 };
 
@@ -167,6 +170,7 @@ static const struct option longopts[] = {
     {"horizon", required_argument, NULL, OPT_HORIZON},
     {"seed", required_argument, NULL, OPT_SEED},
     {"hash-clean", required_argument, NULL, OPT_HASH_CLEAN},
+    {"early-start", no_argument, NULL, OPT_EARLY_START},
     {"policies", required_argument, NULL, OPT_POLICIES},
     {NULL, 0, NULL, 0},
 };
@@ -211,6 +215,7 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
             break;
         case OPT_PROGRESS: a->progress = true; break;
         case OPT_CHECK: a->check = true; break;
+        case OPT_EARLY_START: a->early_start = true; break;
         case OPT_WORKLOAD: a->workload = v; break;
         case OPT_TRACE: a->trace = v; break;
         case OPT_TEMPLATES: a->templates = v; break;
@@ -411,6 +416,7 @@ static int sim_run(int argc, char **argv)
     so.replay.hash_clean = a.hash_clean;
     so.replay.horizon = (uint32_t)a.horizon;
     so.replay.check = a.check;
+    so.replay.early_start = a.early_start;
     so.replay.templates = tmpl;
     so.seed = a.seed;
     struct ms_cli_progress prog;
@@ -439,8 +445,9 @@ static int sim_run(int argc, char **argv)
                  ms_tmpl_store_count(tmpl));
     fprintf(human,
             "msched sim: simulated GPU (profile %s), %s, %s measured after warm-up, "
-            "hash-clean %s%s\n\n",
-            cost->name, how, du, a.hash_clean ? "on" : "off", tm);
+            "hash-clean %s%s%s\n\n",
+            cost->name, how, du, a.hash_clean ? "on" : "off", a.early_start ? ", early start" : "",
+            tm);
     fflush(human);
 
     struct ms_sweep *sw = malloc(sizeof(*sw));

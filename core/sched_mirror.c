@@ -401,11 +401,15 @@ int ms__sched_on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, 
             s->sw_pop_ns = MS_MAX(s->sw_pop_ns, took);
         if (!evict && s->last_switch.complete_wait && s->last_switch.to == t->id &&
             o->t0 >= s->last_switch.t0) {
-            /* early_run: the switch's population completes after its RUN */
+            /* early_run: the switch's population completes after its RUN. The slice counts
+             * from here: what the task ran meanwhile is a gain, and waiting for its chunks
+             * never eats into its slice (docs/daemon.md, early_run). */
             s->last_switch.complete_wait = false;
             s->last_switch.complete_ns = now - s->last_switch.t0;
             s->complete_ns_total += s->last_switch.complete_ns;
             s->complete_count++;
+            if (s->phase == MS_PH_RUNNING && s->cur == t->id)
+                s->slice_end = MS_MAX(s->slice_end, now + t->slice_ns);
         }
         ms__sched_order_reset(o);
     }

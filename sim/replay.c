@@ -115,6 +115,7 @@ struct rp {
     struct ms_chunk_set cmdset;
     struct ms_chunk_set tmp;
     struct ms_plan plan;
+    uint64_t *ready_at; /* early start: per flat chunk, when this switch's population of it ends */
     struct ms_exec_stats xs;     /* cumulative */
     struct ms_replay_result acc; /* cumulative counters (bytes from xs are added at the end) */
 };
@@ -264,14 +265,15 @@ static int setup(struct rp *r)
     }
     r->stamp = ms_calloc(r->nflat + 1, sizeof(*r->stamp));
     r->migrated = ms_calloc(r->nflat + 1, sizeof(*r->migrated));
+    r->ready_at = ms_calloc(r->nflat + 1, sizeof(*r->ready_at));
     r->ci = ms_calloc(w->ntasks, sizeof(*r->ci));
     r->cursor = ms_calloc(w->ntasks, sizeof(*r->cursor));
     r->pcursor = ms_calloc(w->ntasks, sizeof(*r->pcursor));
     r->ran = ms_calloc(w->ntasks, sizeof(*r->ran));
     r->foot = ms_calloc(w->ntasks, sizeof(*r->foot));
     r->ts = ms_calloc(w->ntasks, sizeof(*r->ts));
-    if (!r->stamp || !r->migrated || !r->ci || !r->cursor || !r->pcursor || !r->ran || !r->foot ||
-        !r->ts)
+    if (!r->stamp || !r->migrated || !r->ready_at || !r->ci || !r->cursor || !r->pcursor ||
+        !r->ran || !r->foot || !r->ts)
         return MS_E_NOMEM;
     for (size_t t = 0; t < w->ntasks; t++) {
         const struct ms_wl_task *tk = &w->tasks[t];
@@ -335,6 +337,7 @@ static void teardown(struct rp *r)
     ms_free(r->flat_base);
     ms_free(r->stamp);
     ms_free(r->migrated);
+    ms_free(r->ready_at);
     ms_free(r->q);
     ms_free(r->prot);
     ms_free(r->cursor);
@@ -642,7 +645,9 @@ static int demand_fault(struct rp *r, uint32_t t, size_t k, const struct cmd_inf
 
 /* ---- the slice ----------------------------------------------------------------------------- */
 
-static int run_command(struct rp *r, uint32_t t, size_t k, bool *out_faulted)
+/* Run command k of task t: serve a miss, apply its writes and touches, count its work, and
+ * (advance) move the clock by its duration; without advance the caller places it in time. */
+static int run_command(struct rp *r, uint32_t t, size_t k, bool advance, bool *out_faulted)
 {
     const struct ms_wl_cmd *c = &r->w->tasks[t].cmds[k];
     const struct cmd_info *ci = &r->ci[t][k];
@@ -678,10 +683,44 @@ static int run_command(struct rp *r, uint32_t t, size_t k, bool *out_faulted)
         if (ready(r, id))
             ms_chunk_apply(&r->rt, id, MS_CE_TOUCH);
     }
-    ms_gpu_sim_advance(r->gpu, c->dur_ns);
+    if (advance)
+        ms_gpu_sim_advance(r->gpu, c->dur_ns);
     r->acc.compute_ns += c->dur_ns;
     r->acc.commands++;
     return check_state(r, "command");
+}
+
+/* Early start: when the switch's plan (r->plan, executed from t0 to now) brings each chunk in,
+ * as the migration's bytes arrive (replay.h). */
+static void mark_ready(struct rp *r, uint64_t t0)
+{
+    uint64_t now = ms_gpu_sim_now(r->gpu), total = 0, sofar = 0;
+    for (size_t i = 0; i < r->plan.n; i++)
+        if (r->plan.steps[i].op == MS_STEP_POPULATE)
+            total += ms_chunk_get(&r->rt, r->plan.steps[i].chunk)->bytes;
+    for (size_t i = 0; i < r->plan.n && total; i++) {
+        if (r->plan.steps[i].op != MS_STEP_POPULATE)
+            continue;
+        ms_chunk_id id = r->plan.steps[i].chunk;
+        sofar += ms_chunk_get(&r->rt, id)->bytes;
+        r->ready_at[flat_of(r, id)] =
+            t0 + (uint64_t)((unsigned __int128)(now - t0) * sofar / total);
+    }
+}
+
+/* Early start: when command k of task t can start (all it touches in), or UINT64_MAX when a
+ * chunk it touches is not resident at all (a miss: it waits for the migration to end). */
+static uint64_t cmd_ready_at(struct rp *r, uint32_t t, size_t k)
+{
+    const struct cmd_info *ci = &r->ci[t][k];
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < ci->ntruth; i++) {
+        ms_chunk_id id = r->ids[ci->truth + i];
+        if (!ready(r, id))
+            return UINT64_MAX;
+        at = MS_MAX(at, r->ready_at[flat_of(r, id)]);
+    }
+    return at;
 }
 
 /*
@@ -690,11 +729,38 @@ static int run_command(struct rp *r, uint32_t t, size_t k, bool *out_faulted)
  * resident, TOUCHed and, if written, already has a new content version), so further whole
  * loops are skipped arithmetically: same end time, work and position as running them.
  */
-static int run_slice(struct rp *r, uint32_t t, uint64_t slice)
+static int run_slice(struct rp *r, uint32_t t, uint64_t slice, uint64_t start, uint64_t *first)
 {
     const struct ms_wl_task *tk = &r->w->tasks[t];
-    uint64_t start = ms_gpu_sim_now(r->gpu);
     size_t clean = 0; /* commands run since the last fault */
+    *first = UINT64_MAX;
+    /* Early start (start before the clock: the switch's migration ran from start to now): while
+     * the migration is in flight, commands run in virtual time v, each once its chunks are in;
+     * the overlap ends when one would end after the migration or touches a chunk it misses.
+     * The slice counts from the migration's end, as the daemon's does under early_run: what
+     * runs before is a gain, and waiting for chunks never eats into the slice. */
+    uint64_t v = start, mig_end = ms_gpu_sim_now(r->gpu);
+    while (v < ms_gpu_sim_now(r->gpu)) {
+        size_t k = r->cursor[t];
+        uint64_t at = cmd_ready_at(r, t, k), now = ms_gpu_sim_now(r->gpu);
+        if (at == UINT64_MAX)
+            break; /* a miss: it is served after the migration, as without early start */
+        uint64_t st = MS_MAX(v, at), end = st + tk->cmds[k].dur_ns;
+        bool faulted;
+        int rc = run_command(r, t, k, false, &faulted);
+        if (rc)
+            return rc;
+        *first = MS_MIN(*first, st);
+        clean++;
+        r->cursor[t] = (k + 1) % tk->ncmds;
+        r->ran[t]++;
+        v = end;
+        if (end > now)
+            ms_gpu_sim_advance(r->gpu, end - now); /* it ran past the migration's end */
+    }
+    if (*first == UINT64_MAX)
+        *first = ms_gpu_sim_now(r->gpu);
+    start = mig_end;
     while (ms_gpu_sim_now(r->gpu) - start < slice) {
         uint64_t el = ms_gpu_sim_now(r->gpu) - start;
         if (clean >= tk->ncmds && el + tk->loop_ns < slice) {
@@ -707,7 +773,7 @@ static int run_slice(struct rp *r, uint32_t t, uint64_t slice)
             continue;
         }
         bool faulted;
-        int rc = run_command(r, t, r->cursor[t], &faulted);
+        int rc = run_command(r, t, r->cursor[t], true, &faulted);
         if (rc)
             return rc;
         clean = faulted ? 0 : clean + 1;
@@ -784,6 +850,7 @@ static void finish(struct rp *r, struct ms_replay_result *res)
     res->fault_ns = r->acc.fault_ns;
     res->switches = r->acc.switches;
     res->switch_ns = r->acc.switch_ns;
+    res->first_ns = r->acc.first_ns;
     res->slices = r->acc.slices;
     res->slice_ns = r->acc.slice_ns;
     res->commands = r->acc.commands;
@@ -804,6 +871,7 @@ static void sub(struct ms_replay_result *a, const struct ms_replay_result *b)
     SUB(fault_ns);
     SUB(switches);
     SUB(switch_ns);
+    SUB(first_ns);
     SUB(slices);
     SUB(slice_ns);
     SUB(commands);
@@ -904,6 +972,9 @@ int ms_replay_run(const struct ms_workload *w, const struct ms_replay_opts *o,
                 break;
         }
         uint64_t slice = r.tl.e[0].slice_ns;
+        bool early = r.planned && o->early_start;
+        if (early)
+            mark_ready(&r, ts);
         if (t != last) {
             uint64_t sw = ms_gpu_sim_now(r.gpu) - ts;
             r.acc.switches++;
@@ -912,9 +983,12 @@ int ms_replay_run(const struct ms_workload *w, const struct ms_replay_opts *o,
                 slice = ms_adaptive_slice(slice, sw, o->slice_max_ns, o->switch_frac_pct);
         }
         r.acc.slice_ns += slice;
-        rc = run_slice(&r, t, slice);
+        uint64_t first;
+        rc = run_slice(&r, t, slice, early ? ts : ms_gpu_sim_now(r.gpu), &first);
         if (rc)
             break;
+        if (t != last)
+            r.acc.first_ns += first - ts;
         last = t;
         slices++;
     }

@@ -21,7 +21,8 @@
  *                 touches faults in (ms_cost_fault_ns), evicting the least recently migrated
  *                 chunks first (ms_cost_um_evict_ns each, always copied out)
  *
- *   Time: a slice is wall time from its first command (after the switch's migration) and ends
+ *   Time: a slice is wall time from its first command (after the switch's migration; with early
+ *   start, from the switch's start, each command waiting for its own chunks) and ends
  *   at the first command boundary at or after its length; launch faults and demand faults
  *   happen inside it. Work = compute time of the commands run. The replay starts with every
  *   chunk on the host, as if the tasks had loaded their data before the measurement; with
@@ -73,6 +74,12 @@ struct ms_replay_opts {
     bool warmup;              /* do not measure until every task ran its loop once */
     uint32_t horizon;         /* timeline entries the planner sees; 0: 2 x tasks */
     bool check;               /* verify the table and the budget after every step (slow; tests) */
+    /* Early start (the daemon's early_run) for planned policies: the incoming task's slice
+     * starts with its migration, and each command starts once the chunks it touches are in.
+     * A chunk the switch populates is taken to arrive as the migration's bytes do: the k-th
+     * populated byte at k / (bytes populated) of the migration's time (the executor streams
+     * populations in the plan's order, which is the working set's access order). */
+    bool early_start;
     /* Kernel templates (core/template.h; NULL: allocation granularity): a kernel found by name
      * is predicted by its rules (ms_predict_launch_tmpl_model), taken as exact: its true set
      * is the prediction plus its hidden ranges, as for any kernel. Borrowed for the call. */
@@ -95,6 +102,8 @@ struct ms_replay_result {
     uint64_t fault_ns;      /* time spent serving them */
     uint64_t switches;      /* slices that started a different task than the previous one */
     uint64_t switch_ns;     /* time spent migrating at those switches */
+    uint64_t first_ns;      /* of those switches: time from the switch's start to the first
+                             * command (early start: when its chunks were in; else switch_ns) */
     uint64_t slices, commands;
     uint64_t slice_ns;      /* the slices' lengths summed (slice_ns / slices: the mean slice) */
     uint64_t peak_resident; /* most device bytes resident after any step */

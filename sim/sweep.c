@@ -98,6 +98,7 @@ int ms_sweep_run(const struct ms_sweep_opts *o, struct ms_sweep *out, char *why,
     out->duration_ns = o->replay.duration_ns;
     out->nslices = o->replay.nslices;
     out->hash_clean = o->replay.hash_clean;
+    out->early_start = o->replay.early_start;
     out->seed = o->seed;
     size_t first_fail = 0;
     int first_rc = MS_OK;
@@ -241,11 +242,11 @@ int ms_sweep_json(const struct ms_sweep *s, FILE *f)
     fprintf(f,
             ",\n  \"slice_ns\": %llu,\n  \"slice_max_ns\": %llu,\n  \"switch_frac_pct\": %u,\n"
             "  \"duration_ns\": %llu,\n  \"nslices\": %llu,\n"
-            "  \"hash_clean\": %s,\n  \"seed\": %llu,\n  \"points\": [",
+            "  \"hash_clean\": %s,\n  \"early_start\": %s,\n  \"seed\": %llu,\n  \"points\": [",
             (unsigned long long)s->slice_ns, (unsigned long long)s->slice_max_ns,
             (unsigned)s->switch_frac_pct, (unsigned long long)s->duration_ns,
             (unsigned long long)s->nslices, s->hash_clean ? "true" : "false",
-            (unsigned long long)s->seed);
+            s->early_start ? "true" : "false", (unsigned long long)s->seed);
     for (size_t i = 0; i < s->n; i++) {
         const struct ms_sweep_point *pt = &s->pts[i];
         fprintf(f, "%s\n    {\n      \"pressure\": %.4f,\n      \"actual_pressure\": %.4f,\n",
@@ -278,10 +279,11 @@ int ms_sweep_json(const struct ms_sweep *s, FILE *f)
                     (unsigned long long)r->bytes_dropped, (unsigned long long)r->bytes_fresh);
             fprintf(f,
                     "\"faults\": %llu, \"fault_ns\": %llu, \"switches\": %llu, "
-                    "\"switch_ns\": %llu, \"mean_switch_ns\": %llu, ",
+                    "\"switch_ns\": %llu, \"mean_switch_ns\": %llu, \"first_ns\": %llu, ",
                     (unsigned long long)r->faults, (unsigned long long)r->fault_ns,
                     (unsigned long long)r->switches, (unsigned long long)r->switch_ns,
-                    (unsigned long long)(r->switches ? r->switch_ns / r->switches : 0));
+                    (unsigned long long)(r->switches ? r->switch_ns / r->switches : 0),
+                    (unsigned long long)r->first_ns);
             fprintf(f,
                     "\"slices\": %llu, \"mean_slice_ns\": %llu, \"commands\": %llu, "
                     "\"peak_resident\": %llu, \"misses\": %llu, \"hashes\": %llu}",

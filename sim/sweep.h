@@ -55,6 +55,7 @@ struct ms_sweep {
     uint64_t slice_max_ns;    /* adaptive slices up to this (0: fixed slices) */
     uint32_t switch_frac_pct; /* ... the switch at most this percent of the slice */
     bool hash_clean;
+    bool early_start; /* planned policies start each slice with its migration (replay.h) */
     uint64_t seed;
     struct ms_sweep_point pts[MS_SWEEP_MAX_POINTS];
     size_t n;       /* points, failed ones included */

@@ -1414,6 +1414,8 @@ static void test_switch_split(void **state)
             settle_world(&w);
             assert_true(w.s.complete_count == c0 + 1 && !w.s.last_switch.complete_wait);
             assert_true(w.s.last_switch.complete_ns == sw + 4 * MS);
+            /* the slice counts from the working set complete */
+            assert_true(w.s.slice_end == w.now + b->run_slice);
         }
         /* The status carries the split; the median of 1, 2, 3 ms is 2 ms. */
         advance_to_deadline(&w, 1000 * MS); /* back to a */
