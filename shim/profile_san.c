@@ -173,7 +173,9 @@ static void module_loaded(const Sanitizer_ResourceModuleData *md)
         {SANITIZER_INSTRUCTION_BULK_COPY_GLOBAL_TO_SHARED, "ms_prof_bulk_g2s"},
         {SANITIZER_INSTRUCTION_BULK_COPY_SHARED_TO_GLOBAL, "ms_prof_bulk_s2g"},
         {SANITIZER_INSTRUCTION_BULK_REDUCTION_SHARED_TO_GLOBAL, "ms_prof_bulk_red"},
+#ifdef MS_SAN_TMA /* headers without it: tensor copies go unseen (docs/templates.md) */
         {SANITIZER_INSTRUCTION_TMA_LOAD, "ms_prof_tma_load"},
+#endif
     };
     for (size_t i = 0; i < MS_ARRAY_LEN(patches); i++)
         if ((r = S.patch_insn(patches[i].id, md->module, patches[i].fn)) != SANITIZER_SUCCESS) {

@@ -62,6 +62,10 @@ SANITIZER_INC ?= $(firstword $(patsubst %/sanitizer.h,%,$(wildcard \
                    build/venv/lib/python3*/site-packages/nvidia/cu*/compute-sanitizer/include/sanitizer.h)))
 ifneq ($(SANITIZER_INC),)
 SHIM_CFLAGS += -isystem $(SANITIZER_INC)
+# Older Sanitizer headers (CUDA 12's, some 13.0 installs) have no tensor-copy (TMA) patch point.
+ifneq ($(shell grep -l SANITIZER_INSTRUCTION_TMA_LOAD $(SANITIZER_INC)/*.h 2>/dev/null),)
+SHIM_CFLAGS += -DMS_SAN_TMA=1
+endif
 endif
 
 # The profiler's device patch, compiled as a tools patch and embedded (NULL without nvcc or the
