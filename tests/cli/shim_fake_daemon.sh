@@ -67,7 +67,7 @@ serve() {
 # figures NAME: ran, dw and ord from NAME's summary line (ran, waiting on demands, orders).
 figures() {
     local f
-    f=$(sed -n 's/.*daemon: connected, .*, ran \([0-9.]*\) s (\([0-9.]*\) s of it waiting on demands, \([0-9.]*\) s executing orders under the lock)$/\1 \2 \3/p' "$T/$1.out")
+    f=$(sed -n 's/.*daemon: connected, .*, ran \([0-9.]*\) s (\([0-9.]*\) s of it waiting on demands, \([0-9.]*\) s executing orders under the lock);.*$/\1 \2 \3/p' "$T/$1.out")
     [ -n "$f" ] || fail "$1: no ran/waiting/orders figures: $(grep 'daemon:' "$T/$1.out")"
     read -r ran dw ord <<<"$f"
 }
