@@ -33,12 +33,13 @@
  *                (CREDIT). When B reports its POPULATE complete ->
  *     RUNNING    RUN{epoch, slice} to B.
  *   With early_run, RUN goes out with the POPULATE and the shim's launch gate waits for the
- *   chunks each launch needs. A running task that DEMANDs chunks it does not have gets an
- *   incremental migration (its own resident chunks are pinned so they are not victims) without
- *   losing the GPU; when those pinned chunks leave no room for any of them, the task is stopped
- *   instead, so the next (full) switch can evict its own other chunks. A new plan is made only
- *   when no order is outstanding, so every task has at most one EVICT and one POPULATE order in
- *   flight.
+ *   chunks each launch needs; the slice starts when the population completes (no slice end
+ *   before), so what the task runs meanwhile is a gain and waiting never eats into its slice. A
+ * running task that DEMANDs chunks it does not have gets an incremental migration (its own resident
+ * chunks are pinned so they are not victims) without losing the GPU; when those pinned chunks leave
+ * no room for any of them, the task is stopped instead, so the next (full) switch can evict its own
+ * other chunks. A new plan is made only when no order is outstanding, so every task has at most one
+ * EVICT and one POPULATE order in flight.
  *
  *   Policies: RR and PRIO come from core/timeline.h; ADAPTIVE is round-robin whose slice grows
  *   so that the predicted cost of the switch that starts it (core/cost.h: the bytes its plan
@@ -199,7 +200,7 @@ struct ms_sched {
     bool incremental; /* MIGRATING for cur, which keeps RUN */
     uint32_t last;    /* the task that ran last (round-robin position) */
     uint32_t epoch;
-    uint64_t slice_end;  /* RUNNING: when cur's slice ends */
+    uint64_t slice_end;  /* RUNNING: when cur's slice ends (UINT64_MAX: early_run, loading) */
     uint64_t stop_by;    /* STOPPING: deadline for STOPPED */
     bool in_switch;      /* a switch is in progress (STOP sent or planning begun) */
     uint64_t switch_t0;  /* when it began */

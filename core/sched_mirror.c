@@ -408,8 +408,9 @@ int ms__sched_on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, 
             s->last_switch.complete_ns = now - s->last_switch.t0;
             s->complete_ns_total += s->last_switch.complete_ns;
             s->complete_count++;
-            if (s->phase == MS_PH_RUNNING && s->cur == t->id)
-                s->slice_end = MS_MAX(s->slice_end, now + t->slice_ns);
+            if (s->phase == MS_PH_RUNNING && s->cur == t->id &&
+                (s->slice_end == UINT64_MAX || s->slice_end < now + t->slice_ns))
+                s->slice_end = now + t->slice_ns;
         }
         ms__sched_order_reset(o);
     }

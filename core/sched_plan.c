@@ -415,7 +415,8 @@ void ms__sched_start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     s->cur = t->id;
     s->next = NONE;
     s->incremental = false;
-    s->slice_end = now + t->slice_ns;
+    /* early_run: the slice starts when the working set is complete (ms__sched_on_progress) */
+    s->slice_end = s->cfg.early_run && t->pop.active ? UINT64_MAX : now + t->slice_ns;
     s->switches++;
     uint64_t d = s->in_switch && now > s->switch_t0 ? now - s->switch_t0 : 0;
     s->last_switch.t0 = now - d;

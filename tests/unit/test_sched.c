@@ -1398,6 +1398,8 @@ static void test_switch_split(void **state)
         assert_true(early ? w.s.last_switch.complete_wait
                           : w.s.last_switch.complete_ns == sw && sw >= 4 * MS);
         assert_true(w.s.first_count == 0 && w.s.last_switch.first_wait);
+        /* early_run: no slice end while the working set comes in */
+        assert_true(!early || w.s.slice_end == UINT64_MAX);
         advance(&w, 1 * MS);
         started(&w, b, b->run_epoch + 1, 5 * MS); /* not this RUN's: ignored */
         assert_true(w.s.first_count == 0 && w.s.run_first_n == 0);
