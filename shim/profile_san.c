@@ -179,7 +179,10 @@ static void module_loaded(const Sanitizer_ResourceModuleData *md)
     };
     for (size_t i = 0; i < MS_ARRAY_LEN(patches); i++)
         if ((r = S.patch_insn(patches[i].id, md->module, patches[i].fn)) != SANITIZER_SUCCESS) {
-            fail_cb("sanitizerPatchInstructions", r);
+            char what[96]; /* which patch point, which device function */
+            snprintf(what, sizeof what, "sanitizerPatchInstructions (instruction %d, %s)",
+                     (int)patches[i].id, patches[i].fn);
+            fail_cb(what, r);
             return;
         }
     if ((r = S.patch_module(md->module)) != SANITIZER_SUCCESS)

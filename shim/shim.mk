@@ -69,12 +69,19 @@ endif
 endif
 
 # The profiler's device patch, compiled as a tools patch and embedded (NULL without nvcc or the
-# Sanitizer headers: the profiler then says it is unavailable).
+# Sanitizer headers: the profiler then says it is unavailable). It holds machine code for each of
+# PROF_SMS that this nvcc knows, and PTX of the newest: a patch without code the GPU runs makes
+# sanitizerPatchInstructions fail with an invalid parameter (seen on an H100 with the default
+# target, sm_75, alone).
+PROF_SMS ?= 75 80 86 89 90 100 120
+PROF_GENCODE = $(shell for a in $(PROF_SMS); do $(NVCC) --list-gpu-code 2>/dev/null | grep -qx sm_$$a && \
+                 last=$$a && printf -- '-gencode arch=compute_%s,code=sm_%s ' $$a $$a; done; \
+                 [ -n "$$last" ] && printf -- '-gencode arch=compute_%s,code=compute_%s' $$last $$last)
 $(BUILD)/gen/prof_patch.c: shim/prof_patch.cu shim/profile_patch.h scripts/embed.py
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  GEN   $@")
 	$(Q)if [ -n "$(SANITIZER_INC)" ] && [ -x "$(NVCC)" ] && $(NVCC) --fatbin \
-	    --compile-as-tools-patch -I$(SANITIZER_INC) -I. $< -o $@.fatbin 2>$@.log; then \
+	    --compile-as-tools-patch $(PROF_GENCODE) -I$(SANITIZER_INC) -I. $< -o $@.fatbin 2>$@.log; then \
 	    python3 scripts/embed.py ms_prof_patch $@.fatbin >$@; \
 	else echo "  note: the profiler's device patch is not built (needs nvcc and the Compute" \
 	    "Sanitizer headers; see $@.log)"; python3 scripts/embed.py ms_prof_patch - >$@; fi
