@@ -403,14 +403,20 @@ int ms__sched_on_progress(struct ms_sched *s, uint64_t now, struct ms_stask *t, 
             o->t0 >= s->last_switch.t0) {
             /* early_run: the switch's population completes after its RUN. The slice counts
              * from here: what the task ran meanwhile is a gain, and waiting for its chunks
-             * never eats into its slice (docs/daemon.md, early_run). */
+             * never eats into its slice (docs/daemon.md, early_run). Under `adaptive` the
+             * switch as it went (STOP to complete) stretches the slice as it does at RUN
+             * without early_run, so both make switches the same share of the time. */
             s->last_switch.complete_wait = false;
             s->last_switch.complete_ns = now - s->last_switch.t0;
             s->complete_ns_total += s->last_switch.complete_ns;
             s->complete_count++;
-            if (s->phase == MS_PH_RUNNING && s->cur == t->id &&
-                (s->slice_end == UINT64_MAX || s->slice_end < now + t->slice_ns))
-                s->slice_end = now + t->slice_ns;
+            if (s->phase == MS_PH_RUNNING && s->cur == t->id) {
+                if (s->cfg.policy == MS_SCHED_ADAPTIVE)
+                    t->slice_ns = ms_adaptive_slice(t->slice_ns, s->last_switch.complete_ns,
+                                                    s->cfg.slice_max_ns, s->cfg.switch_frac_pct);
+                if (s->slice_end == UINT64_MAX || s->slice_end < now + t->slice_ns)
+                    s->slice_end = now + t->slice_ns;
+            }
         }
         ms__sched_order_reset(o);
     }

@@ -1437,6 +1437,30 @@ static void test_switch_split(void **state)
         ms_msg_free(&st);
         world_fini(&w);
     }
+    /* Adaptive under early_run: the switch as it went (STOP to complete) stretches the slice
+     * at completion, as the switch's time does at RUN without early_run. */
+    struct world w;
+    world_init(&w, MS_SCHED_ADAPTIVE, MS_EVICT_OPT, 6 * CH);
+    w.s.cfg.early_run = true;
+    uint32_t four[] = {4};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, four, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, four, 1);
+    demand_all(&w, a);
+    demand_all(&w, b);
+    pop_progress(&w, a);
+    settle_world(&w);
+    b->hold_pop = true;
+    advance_to_deadline(&w, 100000 * MS);
+    assert_ptr_equal(running(&w), b);
+    advance(&w, 300 * MS); /* a slow population: 30 slices' worth */
+    b->hold_pop = false;
+    pop_progress(&w, b);
+    settle_world(&w);
+    uint64_t cost = w.s.last_switch.complete_ns;
+    assert_true(cost >= 300 * MS);
+    uint64_t want = ms_adaptive_slice(SLICE, cost, w.s.cfg.slice_max_ns, w.s.cfg.switch_frac_pct);
+    assert_true(want > SLICE && w.s.slice_end == w.now + want);
+    world_fini(&w);
 }
 
 /* Stop a (running, its STOP held) `ms` of virtual time after its STOP: a switch that slow. */
