@@ -19,7 +19,10 @@
  *   every region counts in `outside`, and a bulk (TMA) copy sets MS_PROF_OPAQUE. Only as the
  *   real patch would: nothing is marked unless the patch image was added (it must be a
  *   fatbin), ms_prof_access was patched on GLOBAL_MEMORY_ACCESS and the module was patched;
- *   the opaque flag needs a bulk or TMA instruction patched. A kernel whose name starts with
+ *   the opaque flag needs a bulk or TMA instruction patched. As on the real GPU (an H100 answered
+ *   sanitizerPatchInstructions with an invalid parameter), patching fails unless the patch image
+ *   holds code the fake GPU (compute capability 9.0) runs: its fatbin must name sm_90. A kernel
+ *   whose name starts with
  *   "cluster_" is reported as launched with a cluster of 2 blocks.
  *
  *   FAKE_SANITIZER_FAIL=<function> makes that entry point fail (SANITIZER_ERROR_UNKNOWN), to
@@ -45,6 +48,7 @@ static Sanitizer_CallbackFunc cb;
 static void *cb_user;
 static bool dom_launch, dom_resource;
 static bool patches_added, access_patched, bulk_patched, module_patched, module_loaded;
+static bool patch_runs;  /* the patch image has code for the fake GPU's sm_90 */
 static char fake_module; /* its address is the CUmodule */
 static ms_fake_touch_drain_fn drain;
 /* callback data: per launch (sanitizerSetLaunchCallbackData) and per function */
@@ -187,6 +191,9 @@ EXPORT SanitizerResult sanitizerAddPatches(const void *image, CUcontext ctx)
         return SANITIZER_ERROR_INVALID_PARAMETER; /* not a fatbin */
     if (fail("sanitizerAddPatches"))
         return SANITIZER_ERROR_UNKNOWN;
+    uint64_t fat = 0; /* a fatbin: 16 header bytes, then fat bytes of entries */
+    memcpy(&fat, (const char *)image + 8, 8);
+    patch_runs = fat < (1ull << 30) && memmem(image, 16 + fat, "sm_90", 5) != NULL;
     patches_added = true;
     return SANITIZER_SUCCESS;
 }
@@ -194,7 +201,7 @@ EXPORT SanitizerResult sanitizerAddPatches(const void *image, CUcontext ctx)
 EXPORT SanitizerResult sanitizerPatchInstructions(const Sanitizer_InstructionId id, CUmodule module,
                                                   const char *name)
 {
-    if (module != (CUmodule)(void *)&fake_module || !name || !patches_added)
+    if (module != (CUmodule)(void *)&fake_module || !name || !patches_added || !patch_runs)
         return SANITIZER_ERROR_INVALID_PARAMETER;
     if (id == SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS && strcmp(name, "ms_prof_access") == 0)
         access_patched = true;
