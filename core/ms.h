@@ -73,4 +73,16 @@ void ms_alloc_fail_after(uint64_t n);
 /* Number of blocks currently allocated through ms_malloc & co. */
 uint64_t ms_alloc_live(void);
 
+/* The value of one hexadecimal digit (either case), or -1 (the text formats' parsers). */
+static inline int ms_hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 #endif /* MS_H */

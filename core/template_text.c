@@ -257,17 +257,6 @@ static bool tok_is(struct tok t, const char *s)
     return t.n == strlen(s) && memcmp(t.s, s, t.n) == 0;
 }
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static bool dec_u64(struct tok t, uint64_t max, uint64_t *out)
 {
     if (t.n == 0 || t.n > 20)
@@ -405,8 +394,8 @@ static int parse_name(struct rd *r, struct tok v, char *out)
             out[j] = v.s[i++];
             continue;
         }
-        int hi = i + 2 < v.n ? hexval((unsigned char)v.s[i + 1]) : -1;
-        int lo = i + 2 < v.n ? hexval((unsigned char)v.s[i + 2]) : -1;
+        int hi = i + 2 < v.n ? ms_hexval((unsigned char)v.s[i + 1]) : -1;
+        int lo = i + 2 < v.n ? ms_hexval((unsigned char)v.s[i + 2]) : -1;
         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
             return rfail(r, "name has a bad %%XX escape (or %%00)");
         out[j] = (char)(hi << 4 | lo);
@@ -427,7 +416,7 @@ static int parse_kernel(struct rd *r, struct ms_tmpl_store *t, struct ms_tmpl_ke
     if (v.n == 0 || v.n > 16)
         return rfail(r, "mod '%.*s' is not 1..16 hex digits", (int)MS_MIN(v.n, (size_t)40), v.s);
     for (size_t i = 0; i < v.n; i++) {
-        int h = hexval((unsigned char)v.s[i]);
+        int h = ms_hexval((unsigned char)v.s[i]);
         if (h < 0)
             return rfail(r, "mod '%.*s' is not 1..16 hex digits", (int)MS_MIN(v.n, (size_t)40),
                          v.s);

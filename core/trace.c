@@ -260,17 +260,6 @@ static bool tok_is(struct tok t, const char *s)
     return t.n == n && memcmp(t.s, s, n) == 0;
 }
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 enum num_status { NUM_OK = 0, NUM_SYNTAX, NUM_RANGE };
 
 /* Unsigned decimal: digits only, value in [min, max]. */
@@ -313,13 +302,13 @@ static enum num_status hex_u64(struct tok t, uint64_t *out)
     if (t.n < 3 || t.s[0] != '0' || (t.s[1] != 'x' && t.s[1] != 'X'))
         return NUM_SYNTAX;
     for (size_t i = 2; i < t.n; i++)
-        if (hexval((unsigned char)t.s[i]) < 0)
+        if (ms_hexval((unsigned char)t.s[i]) < 0)
             return NUM_SYNTAX;
     uint64_t v = 0;
     for (size_t i = 2; i < t.n; i++) {
         if (v > (UINT64_MAX >> 4))
             return NUM_RANGE;
-        v = (v << 4) | (uint64_t)hexval((unsigned char)t.s[i]);
+        v = (v << 4) | (uint64_t)ms_hexval((unsigned char)t.s[i]);
     }
     *out = v;
     return NUM_OK;
@@ -458,7 +447,7 @@ static int parse_name(struct pctx *p, struct tok v, const char **out)
         if (v.n - i < 3)
             return fail(p->r, MS_E_PARSE, "%s: name '%s' has a truncated %%XX escape", p->kw,
                         quote(q, sizeof q, v));
-        int hi = hexval((unsigned char)v.s[i + 1]), lo = hexval((unsigned char)v.s[i + 2]);
+        int hi = ms_hexval((unsigned char)v.s[i + 1]), lo = ms_hexval((unsigned char)v.s[i + 2]);
         if (hi < 0 || lo < 0)
             return fail(p->r, MS_E_PARSE, "%s: name '%s' has a bad %%XX escape", p->kw,
                         quote(q, sizeof q, v));
@@ -481,8 +470,8 @@ static int parse_name(struct pctx *p, struct tok v, const char **out)
     size_t j = 0;
     for (size_t i = 0; i < v.n; j++) {
         if (v.s[i] == '%') {
-            p->r->name[j] =
-                (char)(hexval((unsigned char)v.s[i + 1]) << 4 | hexval((unsigned char)v.s[i + 2]));
+            p->r->name[j] = (char)(ms_hexval((unsigned char)v.s[i + 1]) << 4 |
+                                   ms_hexval((unsigned char)v.s[i + 2]));
             i += 3;
         } else {
             p->r->name[j] = v.s[i++];
@@ -597,7 +586,7 @@ static int parse_params(struct pctx *p, struct tok v, struct ms_trace_rec *rec)
         return fail(p->r, MS_E_PARSE, "%s: params is %zu bytes (max %u)", p->kw, v.n / 2,
                     MS_TRACE_MAX_PARAMS);
     for (size_t i = 0; i < v.n; i++)
-        if (hexval((unsigned char)v.s[i]) < 0)
+        if (ms_hexval((unsigned char)v.s[i]) < 0)
             return fail(p->r, MS_E_PARSE, "%s: params '%s' is not hex bytes", p->kw,
                         quote(q, sizeof q, v));
     size_t n = v.n / 2;
@@ -611,8 +600,8 @@ static int parse_params(struct pctx *p, struct tok v, struct ms_trace_rec *rec)
         return nomem(p);
     p->r->params = buf;
     for (size_t i = 0; i < n; i++)
-        p->r->params[i] = (uint8_t)(hexval((unsigned char)v.s[2 * i]) << 4 |
-                                    hexval((unsigned char)v.s[2 * i + 1]));
+        p->r->params[i] = (uint8_t)(ms_hexval((unsigned char)v.s[2 * i]) << 4 |
+                                    ms_hexval((unsigned char)v.s[2 * i + 1]));
     rec->params = p->r->params;
     return 0;
 }
@@ -695,7 +684,7 @@ static int kernel_key(struct pctx *p, int key, struct tok val, void *arg)
                     quote(q, sizeof q, val));
     uint64_t m = 0;
     for (size_t i = 0; i < val.n; i++) {
-        int h = hexval((unsigned char)val.s[i]);
+        int h = ms_hexval((unsigned char)val.s[i]);
         if (h < 0)
             return fail(p->r, MS_E_PARSE, "%s: mod '%s' is not 1..16 hex digits", p->kw,
                         quote(q, sizeof q, val));

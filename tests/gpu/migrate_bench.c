@@ -246,8 +246,8 @@ static void run_one(struct ms_gpu_cuda *g, uint64_t gib, uint64_t chunk_mib, boo
         }
     }
     if (amap)
-        fprintf(stderr, "  made %llu GiB of host chunks in %.2f s\n",
-                (unsigned long long)(2 * gib), t_hostchunks);
+        fprintf(stderr, "  made %llu GiB of host chunks in %.2f s\n", (unsigned long long)(2 * gib),
+                t_hostchunks);
     w.a = ids[0];
     w.b = ids[1];
     uint64_t bad_total = 0;
@@ -304,36 +304,36 @@ static void run_one(struct ms_gpu_cuda *g, uint64_t gib, uint64_t chunk_mib, boo
     double t_premapped = 0;
     uint64_t premapped_bytes = 0;
     if (!amap) {
-    touch_all(&w, w.b);
-    struct ms_region *ra = ms_region_get(&w.rt, w.a), *rb = ms_region_get(&w.rt, w.b);
-    size_t nc = ra->nchunks;
-    struct ms_gpu_chunk *da = calloc(nc, sizeof(*da)), *db = calloc(rb->nchunks, sizeof(*db));
-    uint64_t *tok = calloc(nc, sizeof(*tok));
-    if (!da || !db || !tok)
-        DIE("out of memory");
-    for (uint32_t k = 0; k < nc; k++)
-        da[k] = (struct ms_gpu_chunk){.va = ra->base + ms_region_chunk_offset(ra, k),
-                                      .bytes = ra->chunks[k].bytes};
-    for (uint32_t k = 0; k < rb->nchunks; k++)
-        db[k] = (struct ms_gpu_chunk){.va = rb->base + ms_region_chunk_offset(rb, k),
-                                      .bytes = rb->chunks[k].bytes,
-                                      .phys = rb->chunks[k].phys};
-    if (inner->map(inner->impl, da, nc))
-        DIE("premap: %s", ms_gpu_cuda_last_error(inner->impl));
-    for (size_t k = 0; k < nc; k++)
-        tok[k] = da[k].phys;
-    premap_base = ra->base;
-    premap_chunk = chunk_mib * MS_MIB;
-    premap_tok = tok;
-    t_premapped = switch_to(&w, w.a, true, false, &st);
-    premapped_bytes = st.bytes_in + st.bytes_out;
-    premap_tok = NULL;
-    if (inner->unmap(inner->impl, db, rb->nchunks)) /* B's memory, kept mapped by the no-op */
-        DIE("unmap B: %s", ms_gpu_cuda_last_error(inner->impl));
-    bad_total += check(va[0], w.bytes, 3, bad);
-    free(da);
-    free(db);
-    free(tok);
+        touch_all(&w, w.b);
+        struct ms_region *ra = ms_region_get(&w.rt, w.a), *rb = ms_region_get(&w.rt, w.b);
+        size_t nc = ra->nchunks;
+        struct ms_gpu_chunk *da = calloc(nc, sizeof(*da)), *db = calloc(rb->nchunks, sizeof(*db));
+        uint64_t *tok = calloc(nc, sizeof(*tok));
+        if (!da || !db || !tok)
+            DIE("out of memory");
+        for (uint32_t k = 0; k < nc; k++)
+            da[k] = (struct ms_gpu_chunk){.va = ra->base + ms_region_chunk_offset(ra, k),
+                                          .bytes = ra->chunks[k].bytes};
+        for (uint32_t k = 0; k < rb->nchunks; k++)
+            db[k] = (struct ms_gpu_chunk){.va = rb->base + ms_region_chunk_offset(rb, k),
+                                          .bytes = rb->chunks[k].bytes,
+                                          .phys = rb->chunks[k].phys};
+        if (inner->map(inner->impl, da, nc))
+            DIE("premap: %s", ms_gpu_cuda_last_error(inner->impl));
+        for (size_t k = 0; k < nc; k++)
+            tok[k] = da[k].phys;
+        premap_base = ra->base;
+        premap_chunk = chunk_mib * MS_MIB;
+        premap_tok = tok;
+        t_premapped = switch_to(&w, w.a, true, false, &st);
+        premapped_bytes = st.bytes_in + st.bytes_out;
+        premap_tok = NULL;
+        if (inner->unmap(inner->impl, db, rb->nchunks)) /* B's memory, kept mapped by the no-op */
+            DIE("unmap B: %s", ms_gpu_cuda_last_error(inner->impl));
+        bad_total += check(va[0], w.bytes, 3, bad);
+        free(da);
+        free(db);
+        free(tok);
     }
     char premapped[32] = "null", delay[32] = "null";
     if (!amap) {
@@ -350,12 +350,12 @@ static void run_one(struct ms_gpu_cuda *g, uint64_t gib, uint64_t chunk_mib, boo
            "\"serial_swap_gbps\": %.2f, \"premapped_swap_gbps\": %s, \"map_delay\": %s, "
            "\"mismatches\": %llu}\n",
            (unsigned long long)gib, (unsigned long long)chunk_mib, amap ? "true" : "false",
-           t_hostchunks, out_bytes / t_evict / 1e9,
-           map_evict / t_evict, in_bytes / t_pop / 1e9, map_pop / t_pop, swap_bytes / t_swap / 1e9,
-           map_swap / t_swap, swap_back_bytes / t_swap_back / 1e9, (unsigned long long)dropped_back,
-           t_clean, t_evict, t_evict / t_clean, (unsigned long long)clean_dropped,
-           (unsigned long long)clean_copied, nohash_bytes / t_nohash / 1e9,
-           serial_bytes / t_serial / 1e9, premapped, delay, (unsigned long long)bad_total);
+           t_hostchunks, out_bytes / t_evict / 1e9, map_evict / t_evict, in_bytes / t_pop / 1e9,
+           map_pop / t_pop, swap_bytes / t_swap / 1e9, map_swap / t_swap,
+           swap_back_bytes / t_swap_back / 1e9, (unsigned long long)dropped_back, t_clean, t_evict,
+           t_evict / t_clean, (unsigned long long)clean_dropped, (unsigned long long)clean_copied,
+           nohash_bytes / t_nohash / 1e9, serial_bytes / t_serial / 1e9, premapped, delay,
+           (unsigned long long)bad_total);
     fflush(stdout);
 
     /* Tear down: unmap whatever is resident, free VA and host memory. */
