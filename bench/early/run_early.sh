@@ -3,9 +3,11 @@
 # docs/daemon.md) against the default, side by side in one run on a GPU machine.
 #
 # For each pressure (default "200 300") bench/micro/run_sweep.sh runs WORKLOAD (default micro;
-# D for the Llama decode mix) as `ref` (no msched) and `opt` under the adaptive policy, then
-# `opt` again with `--set early_run=on` (ADAPTIVE_OPTS): the same build, the same slice rule,
-# only RUN's timing differs. OUT/base.jsonl and OUT/early.jsonl hold the sweeps' records (their
+# D for the Llama decode mix) as `ref` (no msched), `slice` (the daemon's slices with a budget
+# above the total: the in-memory run opt is measured against) and `opt` under the adaptive
+# policy, then `opt` again with `--set early_run=on` (ADAPTIVE_OPTS): the same build, the same
+# slice rule, only RUN's timing differs. BASE_SYSTEMS replaces "ref slice opt" (ref and opt are
+# needed). OUT/base.jsonl and OUT/early.jsonl hold the sweeps' records (their
 # daemon windows carry the switch split: msched_switch_first_command_* and
 # msched_switch_complete_*, and the RUN-to-first-command median); OUT/early.txt the normalized
 # throughputs (bench/early/summary.py); OUT/raw.tgz every output. LOOP_S sets the timed loop
@@ -24,7 +26,7 @@ make -s -j"$(nproc)" build/bin/msched build/bin/mschedd shim >"$OUT/build.log" 2
 }
 tmp=$(mktemp -d)
 rc=0
-bench/micro/run_sweep.sh "$tmp/base" "$PRESSURES" "ref opt" "$SECS" adaptive >"$tmp/base.log" 2>&1 || rc=1
+bench/micro/run_sweep.sh "$tmp/base" "$PRESSURES" "${BASE_SYSTEMS:-ref slice opt}" "$SECS" adaptive >"$tmp/base.log" 2>&1 || rc=1
 ADAPTIVE_OPTS="--set early_run=on" bench/micro/run_sweep.sh "$tmp/early" "$PRESSURES" "opt" "$SECS" \
     adaptive >"$tmp/early.log" 2>&1 || rc=1
 cp "$tmp/base/sweep.jsonl" "$OUT/base.jsonl" 2>/dev/null

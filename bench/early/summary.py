@@ -3,7 +3,8 @@
 
 For each pressure: the normalized throughput of `opt` (mean over the processes of tasks per
 second over the same process's in the `ref` run, bench/micro/summarize_sweep.py) with the
-daemon's defaults and with early_run, their ratio, and from each opt run's daemon window the
+daemon's defaults and with early_run, their ratio, each against the in-memory `slice` run
+when the base sweep has one (opt's throughput over slice's), and from each opt run's daemon window the
 switch split: mean switch (STOP to RUN), mean time to the first command and to the working set
 complete, and the RUN-to-first-command median the shims measured. Prints a Markdown table; exit
 status 1 when a file holds no opt record, 2 on bad usage."""
@@ -53,16 +54,21 @@ def main(argv):
         print("summary.py: no opt records", file=sys.stderr)
         return 1
     print(f"{workload}: opt normalized throughput (% of ref), default against early_run\n")
-    print("| pressure | default | early_run | ratio | switch ms (default / early) "
+    print("| pressure | default | early_run | ratio | % of slice (default / early) "
+          "| switch ms (default / early) "
           "| to first command ms | to set complete ms | RUN to first command, median ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in sorted(by_p):
         b, e = by_p[p].get("base"), by_p[p].get("early")
         sb = split(wins.get(((p, b["set"]), "opt"), {})) if b else (None,) * 4
         se = split(wins.get(((p, e["set"]), "opt"), {})) if e else (None,) * 4
         ratio = e["opt"] / b["opt"] if b and e and b["opt"] else None
+        sl = b.get("slice") if b else None
+        of_b = 100 * b["opt"] / sl if sl else None
+        of_e = 100 * e["opt"] / sl if sl and e else None
         print(f"| {p} % | {fmt(b and b['opt'])} | {fmt(e and e['opt'])} | "
-              f"{'-' if ratio is None else f'{ratio:.3f}'} | {fmt(sb[0])} / {fmt(se[0])} | "
+              f"{'-' if ratio is None else f'{ratio:.3f}'} | {fmt(of_b)} / {fmt(of_e)} | "
+              f"{fmt(sb[0])} / {fmt(se[0])} | "
               f"{fmt(sb[1])} / {fmt(se[1])} | {fmt(sb[2])} / {fmt(se[2])} | "
               f"{fmt(sb[3])} / {fmt(se[3])} |")
     return 0
