@@ -28,6 +28,9 @@
 
 /* Physical granularity of the driver's virtual memory management: chunks are multiples of it. */
 #define MS_GRAN (2ull * MS_MIB)
+/* Chunks of big regions (core/region.h, ms_chunk_bytes_for): 64 MiB by default, at most 1 GiB. */
+#define MS_CHUNK_DEFAULT (64ull * MS_MIB)
+#define MS_CHUNK_MAX (1024ull * MS_MIB)
 
 #define MS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define MS_ROUND_UP(x, a) ((((x) + (a)-1) / (a)) * (a))

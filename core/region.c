@@ -49,12 +49,18 @@ const char *ms_chunk_state_name(enum ms_chunk_state s)
     return (unsigned)s < MS_CS_COUNT ? state_names[s] : "invalid";
 }
 
+uint64_t ms_chunk_bytes_with(uint64_t size, uint64_t chunk)
+{
+    uint64_t c = MS_ROUND_UP(MS_MIN(MS_MAX(chunk, MS_GRAN), MS_CHUNK_MAX), MS_GRAN);
+    uint64_t r = MS_ROUND_UP(size, MS_GRAN);
+    if (r <= 2 * c)
+        return r ? r : MS_GRAN;
+    return c;
+}
+
 uint64_t ms_chunk_bytes_for(uint64_t size)
 {
-    uint64_t r = MS_ROUND_UP(size, MS_GRAN);
-    if (r <= 128 * MS_MIB)
-        return r ? r : MS_GRAN;
-    return 64 * MS_MIB;
+    return ms_chunk_bytes_with(size, MS_CHUNK_DEFAULT);
 }
 
 void ms_rtable_init(struct ms_rtable *rt)

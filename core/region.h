@@ -9,6 +9,10 @@
  *   MS_GRAN (2 MiB). ms_chunk_bytes_for() picks the chunk size: regions up to 128 MiB are one
  *   chunk; larger regions use 64 MiB chunks (the last one shorter, still a multiple of 2 MiB),
  *   because 64-128 MiB runs reach the link's two-way limit (docs/h200-measurements.md).
+ *   ms_chunk_bytes_with() is the same rule around another chunk size (the shim's MSCHED_CHUNK):
+ *   smaller chunks let a prediction below the allocation (kernel templates) move less of a big
+ *   region, at more mapping work per byte. The size of each region's chunks is fixed when it is
+ *   added, and travels with it (the daemon's ADD carries it).
  *
  *   Virtual addresses belong to a process, so lookups are by (task, address). The table is one
  *   per shim (one task) or one per daemon/simulator (all tasks). Region slots are stable for the
@@ -148,6 +152,10 @@ struct ms_rtable {
 
 /* Chunk size for a region of `size` bytes (see the Design note). */
 uint64_t ms_chunk_bytes_for(uint64_t size);
+/* The same rule with chunks of `chunk` bytes (rounded up to a multiple of MS_GRAN, at most
+ * MS_CHUNK_MAX) in place of 64 MiB: a region up to twice that is one chunk.
+ * ms_chunk_bytes_for(size) == ms_chunk_bytes_with(size, MS_CHUNK_DEFAULT). */
+uint64_t ms_chunk_bytes_with(uint64_t size, uint64_t chunk);
 
 void ms_rtable_init(struct ms_rtable *rt);
 /* Frees everything the table owns; edge-owned pointers are not touched. */

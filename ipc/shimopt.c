@@ -86,6 +86,11 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         false, NULL, "0", "tests: name each DEMAND's chunks to the daemon in reverse order, so\n"
         "its populations come in the wrong order (commands must still wait\n"
         "for their own chunks)"},
+    [MS_OPT_CHUNK] = {"MSCHED_CHUNK", "--chunk", "SIZE", NULL, MS_OT_SIZE, MS_GRAN,
+        MS_CHUNK_MAX, false, NULL, "64MiB", "the unit of movement of allocations larger than twice\n"
+        "it (smaller ones move whole), rounded up to a multiple of 2MiB:\n"
+        "smaller chunks move less of a big allocation that kernel templates\n"
+        "predict a part of, at more mapping work per byte"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

@@ -54,6 +54,7 @@ enum ms_shimopt {
     MS_OPT_SANITIZER,
     MS_OPT_TEMPLATES,
     MS_OPT_REVERSE_DEMAND,
+    MS_OPT_CHUNK,
     MS_OPT_COUNT
 };
 

@@ -107,6 +107,10 @@ void ms_engine_gate_end(void);
 /* A host-to-device copy: scan small buffers for pointers to regions (pointer tables). */
 void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes);
 
+/* The chunk size of a new region of `size` bytes: ms_chunk_bytes_with(size, MSCHED_CHUNK).
+ * Every region the shim makes, and the host chunks and VMM slots laid over one, use this rule. */
+uint64_t ms_engine_chunk_bytes(uint64_t size);
+
 /*
  * The application's own VMM memory (hook_vmm.c). ms_engine_vmm_ready starts the engine if it
  * can and says whether it takes VMM memory now.

@@ -36,12 +36,15 @@ void ms__eng_set_flag(bool *f, bool v)
     __atomic_store_n(f, v, __ATOMIC_RELEASE);
 }
 
-/* A new region at [va, va + bytes) with host backing `host` and chunks of chunk_bytes (0: the
- * default for its size) (lock held): table, pointer-table slot, statistics, the daemon told. */
+/* A new region at [va, va + bytes) with host backing `host` and chunks of chunk_bytes (0:
+ * ms_engine_chunk_bytes(bytes)) (lock held): table, pointer-table slot, statistics, the daemon
+ * told. */
 int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, void *host,
                        uint64_t chunk_bytes, uint32_t *out)
 {
     uint32_t id = 0;
+    if (!chunk_bytes)
+        chunk_bytes = ms_engine_chunk_bytes(bytes);
     int e = ms_region_add(&E.rt, 0, va, bytes, kind, chunk_bytes, &id);
     if (e == MS_OK && id >= E.nrefs) {
         size_t n = E.nrefs ? E.nrefs * 2 : 64;
@@ -64,7 +67,7 @@ int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, vo
     E.st.regions++;
     E.st.footprint += MS_ROUND_UP(bytes, MS_GRAN);
     if (E.mode == MODE_DAEMON)
-        ms_client_region_add(id, va, bytes, chunk_bytes ? chunk_bytes : ms_chunk_bytes_for(bytes));
+        ms_client_region_add(id, va, bytes, chunk_bytes);
     *out = id;
     return MS_OK;
 }
@@ -302,7 +305,7 @@ int ms__eng_region_place_device(uint32_t id)
 int ms__eng_host_make(uint64_t va, uint64_t bytes, struct ms_host_set *out)
 {
     memset(out, 0, sizeof(*out));
-    uint64_t span = MS_ROUND_UP(bytes, MS_GRAN), cb = ms_chunk_bytes_for(bytes);
+    uint64_t span = MS_ROUND_UP(bytes, MS_GRAN), cb = ms_engine_chunk_bytes(bytes);
     size_t n = (size_t)((span + cb - 1) / cb);
     struct ms_gpu_chunk *g = ms_calloc(n, sizeof(*g));
     if (!g)

@@ -9,7 +9,7 @@
  *   file descriptor or fabric export type and RDMA capability are accepted unless
  *   MSCHED_VMM_EXPORTABLE=0) returns a *virtual* handle: a record with the requested size and
  *   properties; no device memory is taken, and no host memory. Its slots are chunks of
- *   ms_chunk_bytes_for(size) bytes (`cb`).
+ *   ms_engine_chunk_bytes(size) bytes (`cb`).
  *
  *   cuMemMap of a virtual handle that lines up with its slots (an offset at a slot boundary, an
  *   end at one or at the handle's end: the driver maps whole handles at offset 0) while no
@@ -80,7 +80,7 @@ struct vhandle {
     CUmemAllocationProp prop;
     uint32_t refs, nmaps;
     bool has_data; /* a fallback mapping was unmapped after use: the store holds contents */
-    uint64_t cb;   /* slot (chunk) size of its always-mapped mappings: ms_chunk_bytes_for(size) */
+    uint64_t cb; /* slot (chunk) size of its always-mapped mappings: ms_engine_chunk_bytes(size) */
     size_t nslots;
     uint64_t *kept; /* per slot: the host chunk token an unmapped mapping left (0: none) */
 };
@@ -243,7 +243,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_OUT_OF_MEMORY;
     vh->magic = VH_MAGIC;
     vh->size = size;
-    vh->cb = ms_chunk_bytes_for(size);
+    vh->cb = ms_engine_chunk_bytes(size);
     vh->nslots = (size_t)((size + vh->cb - 1) / vh->cb);
     vh->prop = *prop;
     vh->refs = 1;

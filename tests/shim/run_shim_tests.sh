@@ -577,6 +577,21 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] &&
 else
     fail engine/templates "rc=$rc1/$rc2/$rc3 $(grep -hE 'ARENA|misses|templates|strict|FAIL' <<<"$whole$tmpl$wrong" | tr '\n' ' ')"
 fi
+# The chunk size (MSCHED_CHUNK): under 100 MiB the template's two 64 MiB chunks do not fit, so
+# every add reads one buffer from its host chunk; in 16 MiB chunks the two buffers' chunks (32
+# MiB) fit and no add touches host memory. The same data either way.
+c64=$(arena "$store" MSCHED_BUDGET=100MiB)
+rk1=$?
+c16=$(arena "$store" MSCHED_BUDGET=100MiB MSCHED_CHUNK=16MiB)
+rk2=$?
+if [ $rk1 = 0 ] && [ $rk2 = 0 ] &&
+    grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=10 mismatches=0" <<<"$c64" &&
+    grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=0 mismatches=0" <<<"$c16" &&
+    grep -q "8 host chunks made (512 MiB)" <<<"$c64" && grep -q "32 host chunks made (512 MiB)" <<<"$c16"; then
+    pass "engine/chunk-size (templates under 100 MiB: 64 MiB chunks, 10 adds on host chunks; 16 MiB chunks, none)"
+else
+    fail engine/chunk-size "rc=$rk1/$rk2 $(grep -hE 'ARENA|misses|FAIL' <<<"$c64$c16" | tr '\n' ' ')"
+fi
 # the same adds as launches of a CUDA graph: the graph's reach is the template's chunks too
 gwhole=$(MODE=arena-graph arena off)
 rg1=$?

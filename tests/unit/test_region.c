@@ -47,6 +47,16 @@ static void chunk_sizes(void **unused)
     assert_int_equal(ms_chunk_bytes_for(3 * MS_MIB), 4 * MS_MIB);
     assert_int_equal(ms_chunk_bytes_for(128 * MS_MIB), 128 * MS_MIB);
     assert_int_equal(ms_chunk_bytes_for(128 * MS_MIB + 1), 64 * MS_MIB);
+    /* another chunk size: one chunk up to twice it; rounded up to 2 MiB, clamped to
+     * [MS_GRAN, MS_CHUNK_MAX] */
+    assert_int_equal(ms_chunk_bytes_with(32 * MS_MIB, 16 * MS_MIB), 32 * MS_MIB);
+    assert_int_equal(ms_chunk_bytes_with(32 * MS_MIB + 1, 16 * MS_MIB), 16 * MS_MIB);
+    assert_int_equal(ms_chunk_bytes_with(1 * MS_GIB, 3 * MS_MIB), 4 * MS_MIB);
+    assert_int_equal(ms_chunk_bytes_with(1 * MS_GIB, 0), MS_GRAN);
+    assert_int_equal(ms_chunk_bytes_with(8 * MS_GIB, 4 * MS_GIB), MS_CHUNK_MAX);
+    assert_int_equal(ms_chunk_bytes_with(0, 16 * MS_MIB), MS_GRAN);
+    for (uint64_t s = 1; s < 300 * MS_MIB; s += 7 * MS_MIB + 12345)
+        assert_int_equal(ms_chunk_bytes_with(s, MS_CHUNK_DEFAULT), ms_chunk_bytes_for(s));
 
     struct ms_rtable rt;
     ms_rtable_init(&rt);
