@@ -15,7 +15,8 @@
 #          the profiled run against it); `msched profile` at scale 1 (learns OUT/probe.store) and
 #          at scale 2 (OUT/probe-s2.prof); `--show`; `--evaluate` of the scale-1 store on the
 #          scale-2 profile (the accuracy a launch never profiled gets); then scale 2 alone under
-#          512 MiB with the store and with --templates off.
+#          512 MiB with the store and with --templates off, and with the store in the chunk
+#          sizes of PROBE_CHUNKS (MiB, default 16; `msched run --chunk`).
 #   llama  bench/workloads/llama_onebuf.py (7 GiB of weights in one buffer): native; profiled
 #          with --new 4 (learns OUT/llama.store), profiled again with another seed and prompt
 #          length (OUT/llama-2.prof) for --evaluate; alone under 3.5 GiB with the store and
@@ -126,6 +127,12 @@ for part in $PARTS; do
             --verbose -- "$P" --scale 2
         summary probe-budget-whole
         compare probe-native-s2 probe-budget-whole '^checksum .*'
+        for c in ${PROBE_CHUNKS:-16}; do # the store again in smaller chunks (MSCHED_CHUNK)
+            timed probe-budget-tmpl-c$c "$MSCHED" run --no-daemon --budget 512MiB --chunk "${c}MiB" \
+                --templates "$OUT/probe.store" --verbose -- "$P" --scale 2
+            summary probe-budget-tmpl-c$c
+            compare probe-native-s2 probe-budget-tmpl-c$c '^checksum .*'
+        done
         ;;
     llama)
         L=(python3 bench/workloads/llama_onebuf.py --weights-gib 7 --kv-gib 0.5 --compat)
