@@ -357,7 +357,11 @@ void ms_prof_launch_begin(const struct ms_shim_launch *l)
     ms_unlock(&P.lock);
 }
 
-/* The pointer argument (its offset) for a touched range of region r ending at end, or -1. */
+/* The pointer argument (its offset) for a touched range of region r ending at end, or -1. A
+ * pointer argument is an 8-byte word of the parameter buffer; with the layout known, a word that
+ * lies wholly inside one parameter, so the pointers of a struct parameter count too (PyTorch's
+ * elementwise kernels pass every tensor's address in one struct), as the engine's prediction
+ * reads them (docs/templates.md). */
 static int64_t arg_for(const struct ms_prof_region *r, uint64_t end)
 {
     const uint8_t *p = P.rec.params;
@@ -368,7 +372,7 @@ static int64_t arg_for(const struct ms_prof_region *r, uint64_t end)
         if (P.have_layout) {
             bool ptr = false;
             for (size_t i = 0; i < P.rec.nlayout && !ptr; i++)
-                ptr = P.layout[i].offset == off && P.layout[i].size == 8;
+                ptr = P.layout[i].offset <= off && off + 8 <= P.layout[i].offset + P.layout[i].size;
             if (!ptr)
                 continue;
         }

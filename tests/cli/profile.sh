@@ -77,6 +77,7 @@ K.append(("cluster_k", "A", "opaque", []))
 K.append(("tma_k", "A", "opaque", []))
 for i in ticks:
     K.append(("tick", "B", "seen", [t(0, "w", "B", i * G, 4)]))
+K.append(("pstruct", None, "seen", [t(8, "r", "S", 0, 12000), t(16, "w", "D", 0, 12000)]))
 allocs = ["alloc %s 0x%x %d device" % (pid, B[b][0], B[b][1]) for b in "ASDMTCEB"]
 assert lines[2:10] == allocs, lines[2:10]
 assert lines[-1] == "free %s 0x%x" % (pid, B["C"][0]), lines[-1]
@@ -88,7 +89,7 @@ for l in body:
         assert f[1] == pid and f[2] == "0" and f[4:6] == ["grid=1,1,1", "block=32,1,1"], l
         kv = dict(x.split("=", 1) for x in f[6:])
         p = bytes.fromhex(kv["params"])
-        ptr = int.from_bytes(p[:8], "little") if len(p) >= 8 else None
+        ptr = int.from_bytes(p[:8], "little") if len(p) >= 8 and kv["name"] != "pstruct" else None
         mods.add(kv.get("mod"))
         got.append([kv["name"], ptr, kv["prof"], []])
     else:
@@ -113,7 +114,7 @@ if [ $rc = 7 ] && check "$W/p5.prof" "$W/bufs" 5 0,1,2,3,8,13,18,23,28,33,38 >"$
 else
     fail profile/records "rc=$rc: $(tail -n 4 "$W/p5.chk" "$W/p5.err" 2>/dev/null | tr '\n' ' ')"
 fi
-grep -q "msched: profile: 9 kernels in $W/store (9 new)" "$W/p5.err" ||
+grep -q "msched: profile: 10 kernels in $W/store (10 new)" "$W/p5.err" ||
     fail profile/learn-message "$(cat "$W/p5.err")"
 
 # 1b. what was learned from it (docs/templates.md): the rules profile_prog's kernels imply
@@ -124,10 +125,13 @@ ok=1
 # (scale: 4 or 5 bytes an element: 64 KiB granules over at most 400 KB leave the slope between)
 learned scale | grep -Eq 'pointer @0: linear, bytes \[P \+ 0, P \+ [0-9]+ \+ [45]\*x@8\); written; 4 launches' || ok=0
 learned tick | grep -Eq 'pointer @0: linear, bytes \[P \+ -?[0-9]+ \+ 65536\*x@8, P \+ [0-9]+ \+ 65536\*x@8\); written; 11 launches' || ok=0
+# (a struct parameter: each pointer word in it is an argument of its own)
+grep -A2 "^pstruct (module" "$W/show" | grep -Eq 'pointer @8: fixed, bytes \[P \+ 0, P \+ 65536\); read-only; 1 launches' || ok=0
+grep -A2 "^pstruct (module" "$W/show" | grep -Eq 'pointer @16: fixed, bytes \[P \+ 0, P \+ 65536\); written; 1 launches' || ok=0
 learned submat | grep -Eq 'pointer @0: strided, .* repeated 4 times every 262144 bytes; read-only' || ok=0
 grep -q '^chase (module .*reaches memory no argument names: whole allocations' "$W/show" || ok=0
 grep -q '^cluster_k (module .*opaque' "$W/show" || ok=0
-[ "$(grep -c '^kernel ' "$W/text")" = 9 ] && [ "$(head -n 1 "$W/text")" = "msched-templates 1" ] || ok=0
+[ "$(grep -c '^kernel ' "$W/text")" = 10 ] && [ "$(head -n 1 "$W/text")" = "msched-templates 1" ] || ok=0
 if [ $ok = 1 ]; then
     pass "profile/learned (linear, strided, unsafe and opaque kernels; the store's text)"
 else
@@ -136,7 +140,7 @@ fi
 # a second profile of the same program refits over both: nothing new, twice the launches
 "$MSCHED" profile --out "$W/store" -- env MSCHED_PROFILE_EVERY=5 "$T/profile_prog" 0 \
     >/dev/null 2>"$W/p5b.err"
-if grep -q "9 kernels in $W/store (0 new)" "$W/p5b.err" &&
+if grep -q "10 kernels in $W/store (0 new)" "$W/p5b.err" &&
     "$MSCHED" profile --show "$W/store" | grep -q '^scale (module [0-9a-f]*): 8 profiled launches'; then
     pass "profile/incremental (a second run adds to the store)"
 else
@@ -180,7 +184,7 @@ else
 fi
 "$MSCHED" profile -- "$T/profile_prog" 0 >/dev/null 2>"$W/t.err"
 rc=$?
-if [ $rc = 0 ] && [ -z "$(ls -A "$TMPDIR")" ] && grep -q "9 kernels in $W/cache/msched/templates" "$W/t.err"; then
+if [ $rc = 0 ] && [ -z "$(ls -A "$TMPDIR")" ] && grep -q "10 kernels in $W/cache/msched/templates" "$W/t.err"; then
     pass "profile/temporary-raw (used, then removed)"
 else
     fail profile/temporary-raw "rc=$rc: $(ls -A "$TMPDIR") $(cat "$W/t.err")"
@@ -198,8 +202,8 @@ a = re.search(r"allocation granularity: ([0-9.]+) MiB predicted, false negatives
 m = re.search(r"templates \((\d+) of (\d+) launches had one\): ([0-9.]+) MiB predicted, false negatives ([0-9.]+) %, false positives ([0-9.]+) %", t)
 n = re.search(r"(\d+) profiled launches \((\d+) opaque", t)
 assert a and m and n, t
-assert n.group(1) == "14" and n.group(2) == "2", t          # 16 sampled: cluster_k, tma_k opaque
-assert m.group(1) == "13", t                                # chase is unsafe: no template
+assert n.group(1) == "15" and n.group(2) == "2", t          # 17 sampled: cluster_k, tma_k opaque
+assert m.group(1) == "14", t                                # chase is unsafe: no template
 assert m.group(4) == a.group(2) and float(a.group(2)) > 0, t  # the same misses (chase)
 assert float(m.group(5)) < 10 and float(a.group(3)) > 90, t
 PY
@@ -220,9 +224,9 @@ env MSCHED_PROFILE_FIRST=1 MSCHED_PROFILE_EVERY=1000 "$MSCHED" profile --raw "$W
 rc=$?
 n=$(grep -c '^kernel' "$W/f1.prof" 2>/dev/null)
 names=$(awk '/^kernel/ { sub("name=", "", $7); printf "%s ", $7 }' "$W/f1.prof" 2>/dev/null)
-if [ $rc = 3 ] && [ "$n" = 9 ] &&
-    [ "$names" = "scale copy submat chase two nop cluster_k tma_k tick " ]; then
-    pass "profile/first-only (one launch of each of the 9 kernels, exit 3 passed on)"
+if [ $rc = 3 ] && [ "$n" = 10 ] &&
+    [ "$names" = "scale copy submat chase two nop cluster_k tma_k tick pstruct " ]; then
+    pass "profile/first-only (one launch of each of the 10 kernels, exit 3 passed on)"
 else
     fail profile/first-only "rc=$rc n=$n names=$names"
 fi
@@ -274,7 +278,7 @@ rc2=$?
 "$MSCHED" profile >/dev/null 2>&1
 rc3=$?
 if [ $rc = 1 ] && grep -q "cannot read the template store $W/cache7/msched/templates: No such file" "$W/s.err" &&
-    [ "$o1" = "# $W/cache7/msched/templates: 9 kernels" ] && [ "$o2" = "msched-templates 1" ] &&
+    [ "$o1" = "# $W/cache7/msched/templates: 10 kernels" ] && [ "$o2" = "msched-templates 1" ] &&
     [ $rc2 = 2 ] && [ $rc3 = 2 ]; then
     pass "profile/show (default store path, FILE, usage errors)"
 else

@@ -19,6 +19,9 @@
  *   tma_k(A)            a bulk copy from A: opaque
  *   tick(B, i) x 40     writes the 64 KiB granule i of B (i = 0..39), so which ones were
  *                       profiled shows
+ *   pstruct({n, S, D})  one 24-byte struct parameter holding two pointers (as PyTorch's
+ *                       TensorIterator kernels pass theirs): reads S[0 .. n), writes
+ *                       D[0 .. n), n = 3000; its touches belong to the words at 8 and 16
  * and C is freed at the end.
  */
 #include "gpu/fakecuda/fakecuda.h"
@@ -91,6 +94,18 @@ static void k_tick(const struct ms_fake_launch *l)
     touch(b + (size_t)i * 16384, 4, MS_FAKE_TOUCH_WRITE);
 }
 
+struct pargs {
+    int n, pad;
+    float *src, *dst;
+};
+
+static void k_pstruct(const struct ms_fake_launch *l)
+{
+    const struct pargs *a = (const struct pargs *)l->args[0];
+    touch(a->src, (size_t)a->n * 4, MS_FAKE_TOUCH_READ);
+    touch(a->dst, (size_t)a->n * 4, MS_FAKE_TOUCH_WRITE);
+}
+
 static CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                           unsigned, CUstream, void **, void **);
 
@@ -128,14 +143,16 @@ int main(int argc, char **argv)
         return 2;
 
     static const size_t p1[] = {8}, p2[] = {8, 4}, p3[] = {8, 8, 4}, p6[] = {8, 4, 4, 4, 4, 4},
-                        p22[] = {8, 8};
-    CUfunction f_scale, f_copy, f_submat, f_chase, f_two, f_nop, f_cluster, f_tma, f_tick;
+                        p22[] = {8, 8}, ps[] = {sizeof(struct pargs)};
+    CUfunction f_scale, f_copy, f_submat, f_chase, f_two, f_nop, f_cluster, f_tma, f_tick,
+        f_pstruct;
     if (reg("scale", k_scale, p2, 2, NULL, &f_scale) || reg("copy", k_copy, p3, 3, NULL, &f_copy) ||
         reg("submat", k_submat, p6, 6, NULL, &f_submat) ||
         reg("chase", k_chase, p1, 1, NULL, &f_chase) || reg("two", k_two, p22, 2, NULL, &f_two) ||
         reg("nop", k_nop, NULL, 0, NULL, &f_nop) ||
         reg("cluster_k", k_cluster, p1, 1, NULL, &f_cluster) ||
-        reg("tma_k", k_tma, p1, 1, NULL, &f_tma) || reg("tick", k_tick, p2, 2, NULL, &f_tick))
+        reg("tma_k", k_tma, p1, 1, NULL, &f_tma) || reg("tick", k_tick, p2, 2, NULL, &f_tick) ||
+        reg("pstruct", k_pstruct, ps, 1, NULL, &f_pstruct))
         return 2;
 
     struct {
@@ -181,6 +198,9 @@ int main(int argc, char **argv)
         void *a[] = {&B, &i};
         rc = go(f_tick, a);
     }
+    struct pargs pa = {3000, 0, S, D};
+    void *ap[] = {&pa};
+    rc = rc ? rc : go(f_pstruct, ap);
     if (rc || sync() || mfree(b[5].p))
         return 3;
     fflush(stdout);
