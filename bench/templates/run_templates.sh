@@ -20,7 +20,11 @@
 #   llama  bench/workloads/llama_onebuf.py (7 GiB of weights in one buffer): native; profiled
 #          with --new 4 (learns OUT/llama.store), profiled again with another seed and prompt
 #          length (OUT/llama-2.prof) for --evaluate; alone under 3.5 GiB with the store and
-#          without; two at once under one mschedd at 3.5 GiB with the store.
+#          without; two at once under one mschedd at 3.5 GiB (adaptive slices: each switch
+#          moves about 3.5 GiB each way, which 100 ms round-robin slices would repeat every
+#          slice) with the store (LLAMA_PAIR=0 leaves this and the run without the store out). Under half its weights each
+#          decode step reads the other half over the link, so the alone runs take several
+#          times native and the pair twice that.
 # OUT/templates.txt: one line per run (exit status, wall seconds), SAME/DIFF against native, the
 # engine's summary lines, the accuracy lines; every run's output in OUT/templates-logs.tgz.
 # MSCHED, MSCHEDD: the binaries (default build/bin/...). TIMEOUT: seconds any one run may take
@@ -148,12 +152,13 @@ for part in $PARTS; do
             --verbose -- "${L[@]}" --new 32
         summary llama-half-tmpl
         compare llama-native llama-half-tmpl '^RESULT .*'
+        [ "${LLAMA_PAIR:-1}" = 1 ] || continue # the quick form: no whole-allocation run, no pair
         timed llama-half-whole "$MSCHED" run --no-daemon --budget 3584MiB --templates off \
             --verbose -- "${L[@]}" --new 32
         summary llama-half-whole
         compare llama-native llama-half-whole '^RESULT .*'
         sockdir=$(mktemp -d)
-        "$MSCHEDD" --socket "$sockdir/gpu0.sock" --budget 3584MiB --foreground -v \
+        "$MSCHEDD" --socket "$sockdir/gpu0.sock" --budget 3584MiB --policy adaptive --foreground -v \
             >"$LOGS/llama-mschedd.log" 2>&1 &
         dpid=$!
         for _ in $(seq 1 100); do [ -S "$sockdir/gpu0.sock" ] && break; sleep 0.1; done
