@@ -218,11 +218,6 @@ uint64_t ms__eng_host_limit(void)
     return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
 }
 
-uint64_t ms_engine_chunk_bytes(uint64_t size)
-{
-    return ms_chunk_bytes_with(size, ms__shim_opt(MS_OPT_CHUNK));
-}
-
 /*
  * Start on the first allocation, in the caller's (current) context. Lock held. With a daemon
  * (its socket exists) the engine connects first; without one, it runs alone under

@@ -36,6 +36,11 @@ void ms__eng_set_flag(bool *f, bool v)
     __atomic_store_n(f, v, __ATOMIC_RELEASE);
 }
 
+uint64_t ms_engine_chunk_bytes(uint64_t size)
+{
+    return ms_chunk_bytes_with(size, ms__shim_opt(MS_OPT_CHUNK));
+}
+
 /* A new region at [va, va + bytes) with host backing `host` and chunks of chunk_bytes (0:
  * ms_engine_chunk_bytes(bytes)) (lock held): table, pointer-table slot, statistics, the daemon
  * told. */
