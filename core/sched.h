@@ -211,6 +211,7 @@ struct ms_sched {
     uint64_t retry_at;
     uint64_t switch_avg_ns; /* recent switches' mean duration (moving average), for holds */
     bool holding;           /* RUNNING: cur went idle and keeps the GPU for now */
+    bool rr_hint_said;      /* the note that rr's slices are shorter than its switches, said */
 
     /* statistics */
     uint64_t start_ns, now;

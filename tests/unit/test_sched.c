@@ -942,6 +942,44 @@ static void test_adaptive_slice_measured(void **state)
     world_fini(&w);
 }
 
+/* Round-robin whose switches take longer than half a slice: one note, after 8 switches, that
+ * names the adaptive policy; none while switches are short, none under adaptive. */
+static int rr_hint_notes(enum ms_sched_policy policy, uint64_t switch_ns, int switches)
+{
+    struct world w;
+    world_init(&w, policy, MS_EVICT_OPT, 4096 * CH);
+    uint32_t small[] = {1};
+    struct fshim *t[2] = {add_task(&w, "a", MS_PRIO_BE, 0, small, 1),
+                          add_task(&w, "b", MS_PRIO_BE, 0, small, 1)};
+    demand_all(&w, t[0]);
+    demand_all(&w, t[1]);
+    int notes = 0;
+    for (int i = 0; i < switches; i++) {
+        struct fshim *cur = running(&w);
+        assert_non_null(cur);
+        cur->hold_stop = true;
+        advance_to_deadline(&w, 100000 * MS);
+        advance(&w, switch_ns);
+        answer_stop(&w, cur);
+        assert_ptr_not_equal(running(&w), cur);
+        if (strstr(w.last_note, "policy adaptive stretches slices")) {
+            notes++;
+            w.last_note[0] = 0;
+        }
+    }
+    world_fini(&w);
+    return notes;
+}
+
+static void test_rr_hint(void **state)
+{
+    (void)state;
+    assert_int_equal(rr_hint_notes(MS_SCHED_RR, 6 * MS, 20), 1); /* 6 ms switches, 10 ms slices */
+    assert_int_equal(rr_hint_notes(MS_SCHED_RR, 6 * MS, 6), 0);  /* not before 8 switches */
+    assert_int_equal(rr_hint_notes(MS_SCHED_RR, 1 * MS, 20), 0); /* cheap switches */
+    assert_int_equal(rr_hint_notes(MS_SCHED_ADAPTIVE, 6 * MS, 20), 0);
+}
+
 /* A demand that cannot be met yet is kept, not lost. A ghost (its session closed, its process
  * still exiting) pins 9 chunks of a 16-chunk budget; the task that runs next needs all 9 of its
  * own (one launch over its whole footprint) and gets the 7 that fit. Its DEMAND for the rest
@@ -2296,6 +2334,7 @@ int main(void)
         cmocka_unit_test(test_death_mid_switch),
         cmocka_unit_test(test_adaptive_slice),
         cmocka_unit_test(test_adaptive_slice_measured),
+        cmocka_unit_test(test_rr_hint),
         cmocka_unit_test(test_demand_kept_beside_ghost),
         cmocka_unit_test(test_no_stop_loop_beside_ghost),
         cmocka_unit_test(test_protocol_violations),
