@@ -429,3 +429,47 @@ int ms_predict_launch_tmpl_model(const struct ms_rtable *rt, const struct ms_lau
 {
     return predict_tmpl(rt, l, k, out, true);
 }
+
+int ms_predict_launch_bounded(const struct ms_rtable *rt, const struct ms_launch *l,
+                              const struct ms_tmpl_kernel *k, const struct ms_param_bound *b,
+                              size_t nb, uint8_t *scratch, struct ms_chunk_set *out)
+{
+    if (!l || (nb && (!b || !scratch)) || (l->params_len && !l->params))
+        return MS_E_INVAL;
+    for (size_t i = 0; i < nb; i++)
+        if (b[i].off > l->params_len || b[i].len > l->params_len - b[i].off)
+            return MS_E_INVAL;
+    struct ms_launch copy = *l;
+    if (nb) {
+        memcpy(scratch, l->params, l->params_len);
+        for (size_t i = 0; i < nb; i++)
+            memset(scratch + b[i].off, 0, b[i].len);
+        copy.params = scratch;
+    }
+    int n = predict_tmpl(rt, &copy, k, out, false);
+    for (size_t i = 0; i < nb && n >= 0; i++) {
+        uint32_t region;
+        if (b[i].r.bytes == 0 || ms_rtable_lookup(rt, l->task, b[i].r.addr, &region, NULL) != MS_OK)
+            continue;
+        const struct ms_region *reg = &rt->regions[region];
+        uint32_t seen[1];
+        size_t nseen = 0;
+        int e = MS_OK;
+        if (!reg->amap) {
+            e = add_region(rt, region, out, seen, &nseen);
+        } else {
+            uint64_t a = b[i].r.addr, rend = reg->base + reg->size;
+            uint64_t end = b[i].r.bytes >= rend - a ? rend : a + b[i].r.bytes;
+            uint32_t k0 = ms_region_chunk_at(reg, a - reg->base);
+            uint32_t k1 = ms_region_chunk_at(reg, end - 1 - reg->base);
+            for (uint32_t c = 0; c < reg->nchunks && !e; c++)
+                if ((c >= k0 && c <= k1) || reg->chunks[c].state == MS_CS_EMPTY)
+                    e = ms_chunk_set_add(out, MS_CHUNK_ID(region, c));
+        }
+        if (e < 0)
+            n = e;
+    }
+    if (n >= 0)
+        ms_chunk_set_normalize(out);
+    return n;
+}

@@ -176,4 +176,23 @@ int ms_predict_launch_tmpl(const struct ms_rtable *rt, const struct ms_launch *l
 int ms_predict_launch_tmpl_model(const struct ms_rtable *rt, const struct ms_launch *l,
                                  const struct ms_tmpl_kernel *k, struct ms_chunk_set *out);
 
+/* Bytes [off, off + len) of a launch's parameter buffer that describe the memory range `r`
+ * exactly: a TMA tensor map (CUtensorMap) whose global address and extent the shim saw encoded.
+ * The hardware bounds TMA traffic to that extent. */
+struct ms_param_bound {
+    size_t off, len;
+    struct ms_range r;
+};
+
+/*
+ * ms_predict_launch_tmpl (k may be NULL) over a copy of the parameters in which the bounded spans
+ * are zero, plus, for each bound, the chunks its range overlaps when its region is always mapped
+ * (and that region's EMPTY chunks, as above), else its whole region; a range in no region adds
+ * nothing. scratch holds the copy (l->params_len bytes). Bounds outside the buffer: MS_E_INVAL.
+ * Returns what ms_predict_launch_tmpl returns for the copy, or MS_E_NOMEM / MS_E_INVAL.
+ */
+int ms_predict_launch_bounded(const struct ms_rtable *rt, const struct ms_launch *l,
+                              const struct ms_tmpl_kernel *k, const struct ms_param_bound *b,
+                              size_t nb, uint8_t *scratch, struct ms_chunk_set *out);
+
 #endif /* MS_TEMPLATE_H */

@@ -35,6 +35,7 @@
 #include "shim/client.h"
 #include "shim/config.h"
 #include "shim/hostmem.h"
+#include "shim/tensormap.h"
 
 #include "ipc/ipc.h"
 
@@ -829,6 +830,11 @@ void ms_engine_exit(bool verbose)
         fprintf(stderr, "msched[%d]: templates: %llu kernels, %llu launches predicted with them\n",
                 (int)getpid(), (unsigned long long)s.tmpl_kernels,
                 (unsigned long long)s.tmpl_launches);
+    uint64_t tmaps = ms__tmap_recorded();
+    if (tmaps)
+        fprintf(stderr,
+                "msched[%d]: tensor maps: %llu encoded, %llu launches predicted with them\n",
+                (int)getpid(), (unsigned long long)tmaps, (unsigned long long)s.tmap_launches);
     struct ms_host_stats h;
     ms__host_stats(&h);
     if (h.stores)

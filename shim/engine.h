@@ -173,6 +173,7 @@ struct ms_engine_stats {
     uint64_t capture_skips; /* faults that moved nothing: a stream capture was open */
     uint64_t tmpl_kernels;  /* kernels in the template store loaded (MSCHED_TEMPLATES) */
     uint64_t tmpl_launches; /* launches predicted with a kernel's template */
+    uint64_t tmap_launches; /* launches whose TMA tensor maps bounded their prediction */
     bool daemon;            /* connected to the daemon now */
     bool failed;            /* the daemon went away and the footprint could not be held alone */
 };

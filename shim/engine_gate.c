@@ -16,6 +16,7 @@
 /* fault(): the budget is full of chunks other threads' commands pin for a moment: retry. */
 #define OVERFLOW_QUIET 256u /* faults without an over-budget command before prefetch resumes */
 #define RETRY_AFTER_UNPIN (-1)
+#define MAX_TMAPS 16 /* tensor maps one launch may pass that bound its prediction */
 
 /* The chunks this thread's admitted command pinned (alone), until its hook returns. */
 static _Thread_local struct ms_chunk_set held;
@@ -27,6 +28,7 @@ static _Thread_local uint64_t my_admitted;
 #include "shim/client.h"
 #include "shim/config.h"
 #include "shim/hostmem.h"
+#include "shim/tensormap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,8 +398,17 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
         /* With a template of the kernel (by name: the engine knows no module), only the
          * chunks its arguments' rules reach, in always-mapped regions (core/template.h). */
         const struct ms_tmpl_kernel *tk = E.tmpl ? ms_tmpl_find_name(E.tmpl, l->name) : NULL;
-        int n = tk ? ms_predict_launch_tmpl(&E.rt, &ml, tk, &E.need)
-                   : ms_predict_launch(&E.rt, &ml, &E.need);
+        /* TMA tensor maps among the parameters: each names only its tensor (tensormap.h). */
+        struct ms_param_bound bd[MAX_TMAPS];
+        size_t nb =
+            ms__tmap_bounds(l->params, l->params_len, l->layout, l->nlayout, bd, MS_ARRAY_LEN(bd));
+        uint8_t *scratch = nb ? ms_malloc(l->params_len) : NULL;
+        int n = nb && scratch ? ms_predict_launch_bounded(&E.rt, &ml, tk, bd, nb, scratch, &E.need)
+                : tk          ? ms_predict_launch_tmpl(&E.rt, &ml, tk, &E.need)
+                              : ms_predict_launch(&E.rt, &ml, &E.need);
+        ms_free(scratch);
+        if (nb && scratch && n >= 0)
+            E.st.tmap_launches++;
         if (tk && n >= 0)
             E.st.tmpl_launches++;
         e = n < 0 ? n : ms__eng_add_vmm_neighbors(&E.need);

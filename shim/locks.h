@@ -22,6 +22,7 @@
  *   9      events                   events.c,    counters, the allocation list, streams, the
  *                                   trace.c,     trace recorder, the kernel-facts cache
  *                                   funcinfo.c
+ *   10     tmap                     tensormap.c  the tensor maps the program encoded
  *
  *   No lock is held across a call into the driver that may take long (pinning, unpinning,
  *   synchronizing with the GPU) except the engine's across a migration, by design: the service
@@ -53,6 +54,7 @@ enum ms_lock_level {
     MS_LK_HOST_GATE,
     MS_LK_HOST,
     MS_LK_EVENTS,
+    MS_LK_TMAP,
 };
 
 struct ms_lock {

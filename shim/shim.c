@@ -43,6 +43,7 @@
 #include "shim/config.h"
 #include "shim/engine.h"
 #include "shim/hostmem.h"
+#include "shim/tensormap.h"
 
 #include "cuabi/procaddr.h"
 #include "shim/shim_events.h"
@@ -94,6 +95,7 @@ static void atfork_child(void)
     ms_engine_atfork_child();
     ms_prof_atfork_child();
     ms__shim_capture_atfork_child();
+    ms__tmap_atfork_child();
 }
 
 /* The process's initialisation (driver.h runs it once, at the first driver call). */

@@ -898,6 +898,8 @@ static const struct {
     FK_ENTRY(cuEventSynchronize),
     FK_ENTRY(cuFuncGetName),
     FK_ENTRY(cuFuncGetParamInfo),
+    FK_ENTRY(cuTensorMapEncodeTiled),
+    FK_ENTRY(cuTensorMapReplaceAddress),
     FK_ENTRY(cuGetErrorName),
     FK_ENTRY(cuGetErrorString),
     FK_ENTRY(cuGetExportTable),

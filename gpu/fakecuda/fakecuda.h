@@ -165,6 +165,12 @@ void ms_fake_touch(const void *p, size_t bytes, int mode);
 size_t ms_fake_touch_drain(struct ms_fake_touch *out, size_t max);
 uint64_t ms_fake_touch_dropped(void);
 
+/* A tensor map the fake encoded (cuTensorMapEncodeTiled, fakecuda_tmap.c): its global address
+ * and the extent TMA traffic through it is bounded to. 0, or -1 for anything else. */
+int ms_fake_tmap_decode(const void *tensorMap, uint64_t *addr, uint64_t *bytes);
+/* Whether p lies in a mapping of a host handle (memory the engine keeps off the device). */
+int ms_fake_host_mapped(const void *p);
+
 /* The launch observer: called with MS_FAKE_LAUNCH_BEGIN just before a kernel function runs and
  * MS_FAKE_LAUNCH_END just after it returned (launches captured into a graph are observed when
  * the graph runs them), in the launching thread, with no lock of the fake held. seq numbers

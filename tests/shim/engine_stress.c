@@ -36,10 +36,15 @@
  *          Prints "ENGINE_ARENA rounds=N host_mapped_adds=H mismatches=M" (H: adds the fake saw
  *          pass a pointer into memory on a host chunk).
  *   arena-graph: the same, the adds launched as a CUDA graph of one add node
- * ("ENGINE_ARENA_GRAPH"). kcycle: the cycle, launching through the fill kernel's CUkernel handle
- * (passed where a CUfunction goes, as CUDA 12+ allows): its layout must come from
- * cuKernelGetParamInfo. timed: the cycle's loop for ops seconds; prints one JSON line with rounds
- * per second
+ * ("ENGINE_ARENA_GRAPH"). tma: a 512 MiB arena with a 16 MiB tensor at 256 MiB, read through a
+ * TMA tensor map (cuTensorMapEncodeTiled) by ops launches of tma_add (one 128-byte map, an
+ * output pointer into a separate 16 MiB buffer, a count), then ops launches with a copy of the
+ * map the driver never encoded (its serial bytes changed: msched cannot bound it). Prints
+ * "ENGINE_TMA rounds=N host_mapped_encoded=E host_mapped_forged=F mismatches=M" (E, F:
+ * launches whose tensor lay on a host chunk when they ran). kcycle: the cycle, launching through
+ * the fill kernel's CUkernel handle (passed where a CUfunction goes, as CUDA 12+ allows): its
+ * layout must come from cuKernelGetParamInfo. timed: the cycle's loop for ops seconds; prints one
+ * JSON line with rounds per second
  *          ("tasks_per_s"), as a benchmark program does.
  *   serve: a request-serving task for ops seconds (a request every 50 ms, or every argv[4]
  *          ms, open loop, two fills and a sync each); prints latency percentiles as
@@ -144,6 +149,26 @@ static void k_add(const struct ms_fake_launch *l)
     touch(s, n * 4, MS_FAKE_TOUCH_READ);
     for (uint64_t i = 0; i < n; i++)
         d[i] += s[i];
+}
+
+/* tma_add: out[i] += in[i] for i < n, in read through a tensor map (the fake's encoding). */
+static int (*tmap_decode)(const void *, uint64_t *, uint64_t *);
+static int (*host_mapped)(const void *);
+static uint64_t tma_host_mapped;
+static void k_tma_add(const struct ms_fake_launch *l)
+{
+    uint64_t in = 0, bytes = 0;
+    if (!tmap_decode || tmap_decode(l->args[0], &in, &bytes) != 0)
+        return;
+    uint32_t *out = (uint32_t *)(uintptr_t)ARG(l, 1, CUdeviceptr);
+    uint64_t n = ARG(l, 2, uint64_t);
+    const uint32_t *s = (const uint32_t *)(uintptr_t)in;
+    touch(s, bytes, MS_FAKE_TOUCH_BULK);
+    touch(out, n * 4, MS_FAKE_TOUCH_READ | MS_FAKE_TOUCH_WRITE);
+    if (host_mapped && host_mapped(s))
+        tma_host_mapped++;
+    for (uint64_t i = 0; i < n && i * 4 < bytes; i++)
+        out[i] += s[i];
 }
 
 /* tab: device array of ntab pointers; each pointed-to buffer gets its first n words bumped. */
@@ -582,6 +607,79 @@ static int onebuf(int rounds, CUfunction f_fill, CUfunction f_add)
     return mismatches == 0 ? 0 : 1;
 }
 
+/* tma: see the usage above. */
+struct tma_params {
+    _Alignas(64) uint8_t map[128];
+    CUdeviceptr out;
+    uint64_t n;
+};
+
+static int tma(int rounds, void *h, void *fh, CUfunction f_fill)
+{
+    CUresult (*encode)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                       CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                       CUtensorMapFloatOOBfill);
+    reg_fn reg;
+    *(void **)&encode = dlsym(h, "cuTensorMapEncodeTiled");
+    *(void **)&reg = dlsym(fh, "ms_fake_register_kernel");
+    *(void **)&tmap_decode = dlsym(fh, "ms_fake_tmap_decode");
+    *(void **)&host_mapped = dlsym(fh, "ms_fake_host_mapped");
+    if (!encode || !reg || !tmap_decode || !host_mapped)
+        return printf("FAIL: no tensor maps in this driver\n"), 1;
+    int op = -1;
+    const size_t tp[] = {128, 8, 8};
+    CUfunction f_tma;
+    CK(reg("tma_add", k_tma_add, tp, 3, NULL, &f_tma));
+    const uint64_t n = 4 * MIB; /* 16 MiB of uint32 */
+    CUdeviceptr a, out;
+    CK(p_alloc(&a, 512 * MIB));
+    CK(p_alloc(&out, n * 4));
+    CUdeviceptr in = a + 256 * MIB;
+    uint64_t nn = n;
+    uint32_t seed = 31;
+    void *fa[] = {&in, &nn, &seed};
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL));
+    CK(p_memset(out, 0, n * 4));
+    struct tma_params tpar;
+    memset(&tpar, 0, sizeof tpar);
+    cuuint64_t dim[2] = {4096, n / 4096}, stride[1] = {4096 * 4};
+    cuuint32_t box[2] = {64, 64}, es[2] = {1, 1};
+    CK(encode((CUtensorMap *)tpar.map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, (void *)(uintptr_t)in,
+              dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    tpar.out = out;
+    tpar.n = n;
+    void *args[] = {tpar.map, &tpar.out, &tpar.n};
+    CK(p_sync());
+    tma_host_mapped = 0;
+    for (op = 0; op < rounds; op++)
+        CK(p_launch(f_tma, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    CK(p_sync());
+    uint64_t encoded = tma_host_mapped;
+    tpar.map[32] ^= 0x5a; /* the serial: a map the driver never handed out, msched cannot bound */
+    tma_host_mapped = 0;
+    for (op = 0; op < rounds; op++)
+        CK(p_launch(f_tma, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    CK(p_sync());
+    uint64_t forged = tma_host_mapped;
+    uint32_t *ho = malloc(n * 4);
+    if (!ho)
+        return printf("FAIL: malloc\n"), 1;
+    CK(p_d2h(ho, out, n * 4));
+    uint64_t mismatches = 0;
+    for (uint64_t i = 0; i < n; i++)
+        mismatches += ho[i] != (uint32_t)(2 * rounds) * pattern(i, seed);
+    free(ho);
+    CK(p_free(out));
+    CK(p_free(a));
+    printf("ENGINE_TMA rounds=%d host_mapped_encoded=%llu host_mapped_forged=%llu "
+           "mismatches=%llu\n",
+           rounds, (unsigned long long)encoded, (unsigned long long)forged,
+           (unsigned long long)mismatches);
+    return mismatches == 0 ? 0 : 1;
+}
+
 /* arena: see the usage above. */
 static int arena(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add, bool graph)
 {
@@ -721,6 +819,8 @@ int main(int argc, char **argv)
     *(void **)&touch_fn = dlsym(fh, "ms_fake_touch");
     if (argc > 3 && (strcmp(argv[3], "arena") == 0 || strcmp(argv[3], "arena-graph") == 0))
         return arena(ops, h, fh, f_fill, f_add, strcmp(argv[3], "arena-graph") == 0);
+    if (argc > 3 && strcmp(argv[3], "tma") == 0)
+        return tma(ops, h, fh, f_fill);
     if (argc > 3 && strcmp(argv[3], "onebuf") == 0)
         return onebuf(ops, f_fill, f_add);
     if (argc > 3 && (strcmp(argv[3], "cycle") == 0 || strcmp(argv[3], "kcycle") == 0)) {

@@ -592,6 +592,20 @@ if [ $rk1 = 0 ] && [ $rk2 = 0 ] &&
 else
     fail engine/chunk-size "rc=$rk1/$rk2 $(grep -hE 'ARENA|misses|FAIL' <<<"$c64$c16" | tr '\n' ' ')"
 fi
+# TMA tensor maps (shim/tensormap.c): a kernel reads a 16 MiB tensor in a 512 MiB arena through
+# a map the driver encoded; under 150 MiB only the tensor's chunk is named, so its 10 launches
+# miss nothing. The same launches with a copy of the map the driver never encoded name the whole
+# arena (512 MiB): all 10 run with chunks on the host. The sums are right either way.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=150MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 10 1 tma 2>&1)
+rc=$?
+if [ $rc = 0 ] && grep -q "ENGINE_TMA rounds=10 host_mapped_encoded=0 host_mapped_forged=[0-9]* mismatches=0" <<<"$out" &&
+    grep -q "tensor maps: 1 encoded, 10 launches predicted with them" <<<"$out" &&
+    grep -q "kernels: tma_add: 10 launches" <<<"$out"; then
+    pass "engine/tensor-maps (a tensor map bounds its launches to the tensor's chunk; an unknown one names the arena)"
+else
+    fail engine/tensor-maps "rc=$rc $(grep -E 'TMA|misses|tensor maps|FAIL' <<<"$out" | tr '\n' ' ')"
+fi
 # the same adds as launches of a CUDA graph: the graph's reach is the template's chunks too
 gwhole=$(MODE=arena-graph arena off)
 rg1=$?

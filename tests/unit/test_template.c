@@ -746,6 +746,62 @@ static void amap_host(struct ms_rtable *rt, uint32_t region)
         assert_int_equal(ms_chunk_mark_host(rt, MS_CHUNK_ID(region, c), 1000 + c), MS_OK);
 }
 
+/* A TMA kernel's tensor maps (ms_predict_launch_bounded): a 128-byte parameter whose words hold
+ * the tensor's address names only the chunks of the tensor's extent, in an always-mapped region
+ * (with its EMPTY chunks); the whole region otherwise; the rest of the buffer as before. */
+static void test_predict_bounded(void **state)
+{
+    (void)state;
+    struct ms_rtable rt;
+    uint32_t ra, rb, rc;
+    ms_rtable_init(&rt);
+    assert_int_equal(ms_region_add(&rt, 1, A, MS_GIB, MS_RK_DEVICE, 0, &ra), MS_OK);
+    assert_int_equal(ms_region_add(&rt, 1, B, MS_GIB, MS_RK_DEVICE, 0, &rb), MS_OK);
+    assert_int_equal(ms_region_add(&rt, 1, B + 2 * MS_GIB, MS_GIB, MS_RK_DEVICE, 0, &rc), MS_OK);
+    amap_host(&rt, ra);
+    amap_host(&rt, rb); /* rc is not always mapped */
+    uint8_t p[320], scratch[320];
+    memset(p, 0, sizeof p);
+    put64(p, 64 + 8, A + 100 * MS_MIB); /* tensor map 1 at 64: A + 100 MiB, 40 MiB */
+    put64(p, 192 + 16, B + 2 * MS_GIB); /* tensor map 2 at 192: into rc */
+    put64(p, 0, B + 300 * MS_MIB);      /* a plain pointer: B whole */
+    struct ms_param_layout lay[] = {{0, 8}, {64, 256}};
+    struct ms_launch l = {1, p, sizeof p, lay, 2};
+    struct ms_param_bound bd[] = {{64, 128, {A + 100 * MS_MIB, 40 * MS_MIB}},
+                                  {192, 128, {B + 2 * MS_GIB, 4096}}};
+    struct ms_chunk_set got, whole;
+    ms_chunk_set_init(&got);
+    ms_chunk_set_init(&whole);
+    assert_int_equal(ms_predict_launch(&rt, &l, &whole), 3);
+    assert_int_equal(whole.n, 16 + 16 + 16);
+    assert_true(ms_predict_launch_bounded(&rt, &l, NULL, bd, 2, scratch, &got) >= 0);
+    /* A: chunks 1 and 2 (100..140 MiB); B whole (16); rc whole (16, not always mapped) */
+    assert_int_equal(got.n, 2 + 16 + 16);
+    assert_true(ms_chunk_set_has(&got, MS_CHUNK_ID(ra, 1)));
+    assert_true(ms_chunk_set_has(&got, MS_CHUNK_ID(ra, 2)));
+    assert_false(ms_chunk_set_has(&got, MS_CHUNK_ID(ra, 0)));
+    assert_false(ms_chunk_set_has(&got, MS_CHUNK_ID(ra, 3)));
+    assert_memory_equal(p + 64 + 8, &(uint64_t){A + 100 * MS_MIB}, 8); /* params untouched */
+    /* an EMPTY chunk of A stays named */
+    struct ms_chunk *c5 = ms_chunk_get(&rt, MS_CHUNK_ID(ra, 5));
+    c5->state = MS_CS_EMPTY;
+    ms_chunk_set_clear(&got);
+    assert_true(ms_predict_launch_bounded(&rt, &l, NULL, bd, 1, scratch, &got) >= 0);
+    assert_true(ms_chunk_set_has(&got, MS_CHUNK_ID(ra, 5)));
+    assert_int_equal(got.n, 3 + 16 + 16); /* map 2 unbounded now: its word names rc whole */
+    /* no bounds: exactly ms_predict_launch; a bound outside the buffer: MS_E_INVAL */
+    ms_chunk_set_clear(&got);
+    ms_chunk_set_clear(&whole);
+    assert_int_equal(ms_predict_launch_bounded(&rt, &l, NULL, NULL, 0, NULL, &got),
+                     ms_predict_launch(&rt, &l, &whole));
+    assert_int_equal(got.n, whole.n);
+    struct ms_param_bound out[] = {{256, 128, {A, 8}}};
+    assert_int_equal(ms_predict_launch_bounded(&rt, &l, NULL, out, 1, scratch, &got), MS_E_INVAL);
+    ms_chunk_set_fini(&got);
+    ms_chunk_set_fini(&whole);
+    ms_rtable_fini(&rt);
+}
+
 static void test_predict_tmpl(void **state)
 {
     (void)state;
@@ -1019,8 +1075,9 @@ int main(void)
         cmocka_unit_test(test_fit_strided),        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_incremental),        cmocka_unit_test(test_obs_cap),
         cmocka_unit_test(test_store_roundtrip),    cmocka_unit_test(test_store_errors),
-        cmocka_unit_test(test_predict_tmpl),       cmocka_unit_test(test_predict_timing),
-        cmocka_unit_test(test_find_name_timing),   cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_predict_tmpl),       cmocka_unit_test(test_predict_bounded),
+        cmocka_unit_test(test_predict_timing),     cmocka_unit_test(test_find_name_timing),
+        cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
