@@ -178,20 +178,15 @@ void ms__tmap_atfork_child(void)
 
 /* ---- hooks ---------------------------------------------------------------------------------- */
 
-CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
-                                        cuuint32_t tensorRank, void *globalAddress,
-                                        const cuuint64_t *globalDim,
-                                        const cuuint64_t *globalStrides, const cuuint32_t *boxDim,
-                                        const cuuint32_t *elementStrides,
-                                        CUtensorMapInterleave interleave,
-                                        CUtensorMapSwizzle swizzle,
-                                        CUtensorMapL2promotion l2Promotion,
-                                        CUtensorMapFloatOOBfill oobFill)
+CUresult CUDAAPI cuTensorMapEncodeTiled(
+    CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
+    void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
+    const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
+    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    CUresult r = MS_REAL(cuTensorMapEncodeTiled)(tensorMap, tensorDataType, tensorRank,
-                                                 globalAddress, globalDim, globalStrides, boxDim,
-                                                 elementStrides, interleave, swizzle, l2Promotion,
-                                                 oobFill);
+    CUresult r = MS_REAL(cuTensorMapEncodeTiled)(
+        tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim,
+        elementStrides, interleave, swizzle, l2Promotion, oobFill);
     if (r == CUDA_SUCCESS)
         record(tensorMap, (uint64_t)(uintptr_t)globalAddress,
                extent(tensorDataType, tensorRank, globalDim, globalStrides));
@@ -203,13 +198,12 @@ CUresult CUDAAPI cuTensorMapEncodeIm2col(
     void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
     const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel,
     cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
-    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
-    CUtensorMapFloatOOBfill oobFill)
+    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
     CUresult r = MS_REAL(cuTensorMapEncodeIm2col)(
         tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
-        pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn,
-        elementStrides, interleave, swizzle, l2Promotion, oobFill);
+        pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides,
+        interleave, swizzle, l2Promotion, oobFill);
     if (r == CUDA_SUCCESS)
         record(tensorMap, (uint64_t)(uintptr_t)globalAddress,
                extent(tensorDataType, tensorRank, globalDim, globalStrides));

@@ -41,15 +41,11 @@ static uint64_t elem_size(CUtensorMapDataType t)
     }
 }
 
-CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
-                                        cuuint32_t tensorRank, void *globalAddress,
-                                        const cuuint64_t *globalDim,
-                                        const cuuint64_t *globalStrides, const cuuint32_t *boxDim,
-                                        const cuuint32_t *elementStrides,
-                                        CUtensorMapInterleave interleave,
-                                        CUtensorMapSwizzle swizzle,
-                                        CUtensorMapL2promotion l2Promotion,
-                                        CUtensorMapFloatOOBfill oobFill)
+CUresult CUDAAPI cuTensorMapEncodeTiled(
+    CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
+    void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
+    const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
+    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
     (void)boxDim, (void)elementStrides, (void)interleave, (void)swizzle, (void)l2Promotion,
         (void)oobFill;
