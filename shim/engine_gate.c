@@ -403,11 +403,12 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
         size_t nb =
             ms__tmap_bounds(l->params, l->params_len, l->layout, l->nlayout, bd, MS_ARRAY_LEN(bd));
         uint8_t *scratch = nb ? ms_malloc(l->params_len) : NULL;
-        int n = nb && scratch ? ms_predict_launch_bounded(&E.rt, &ml, tk, bd, nb, scratch, &E.need)
-                : tk          ? ms_predict_launch_tmpl(&E.rt, &ml, tk, &E.need)
-                              : ms_predict_launch(&E.rt, &ml, &E.need);
+        bool bounded = nb && scratch; /* out of memory: without the bounds, as before */
+        int n = bounded ? ms_predict_launch_bounded(&E.rt, &ml, tk, bd, nb, scratch, &E.need)
+                : tk    ? ms_predict_launch_tmpl(&E.rt, &ml, tk, &E.need)
+                        : ms_predict_launch(&E.rt, &ml, &E.need);
         ms_free(scratch);
-        if (nb && scratch && n >= 0)
+        if (bounded && n >= 0)
             E.st.tmap_launches++;
         if (tk && n >= 0)
             E.st.tmpl_launches++;
