@@ -19,8 +19,8 @@
  *   The table is open addressing over a power-of-two array (TMAP_CAP entries, about 160 KiB
  *   once used); when it is 3/4 full it is emptied and starts again: a program that encodes
  *   tens of thousands of maps loses only the prediction of the older ones (they fall back to
- *   whole allocations, as before this table existed). Element sizes of packed types are taken
- *   at one byte (an upper bound); an unknown type or rank is not recorded.
+ *   whole allocations, as before this table existed). The extent is cuabi/tmap.h's, the fake
+ *   driver's too; a map it cannot bound (an unknown type or rank) is not recorded.
  *
  * Locking: one leaf lock (tmap, locks.h), held only over the table; the driver is called
  *   without it. Fork: the child resets it (ms__tmap_atfork_child).
@@ -29,6 +29,8 @@
 #include "shim/locks.h"
 
 #include "shim/tensormap.h"
+
+#include "cuabi/tmap.h"
 
 #include <string.h>
 
@@ -59,48 +61,6 @@ static uint64_t hash128(const uint8_t *b)
         h = (h ^ w) * 1099511628211ull;
     }
     return h ? h : 1;
-}
-
-/* Bytes per element of a tensor map data type; 0: unknown. */
-static uint64_t elem_bytes(CUtensorMapDataType t)
-{
-    switch ((int)t) {
-    case CU_TENSOR_MAP_DATA_TYPE_UINT8: return 1;
-    case CU_TENSOR_MAP_DATA_TYPE_UINT16:
-    case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
-    case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: return 2;
-    case CU_TENSOR_MAP_DATA_TYPE_UINT32:
-    case CU_TENSOR_MAP_DATA_TYPE_INT32:
-    case CU_TENSOR_MAP_DATA_TYPE_FLOAT32:
-    case CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ:
-    case CU_TENSOR_MAP_DATA_TYPE_TFLOAT32:
-    case CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ: return 4;
-    case CU_TENSOR_MAP_DATA_TYPE_UINT64:
-    case CU_TENSOR_MAP_DATA_TYPE_INT64:
-    case CU_TENSOR_MAP_DATA_TYPE_FLOAT64: return 8;
-    default: return t >= 13 && t <= 15 ? 1 : 0; /* the packed 4- and 6-bit types: at most 1 */
-    }
-}
-
-/* The tensor's extent in bytes, or 0 when it cannot be bounded. */
-static uint64_t extent(CUtensorMapDataType t, cuuint32_t rank, const cuuint64_t *dim,
-                       const cuuint64_t *strides)
-{
-    uint64_t es = elem_bytes(t);
-    if (!es || rank == 0 || rank > 5 || !dim || (rank > 1 && !strides))
-        return 0;
-    if (dim[0] == 0 || dim[0] > UINT64_MAX / es)
-        return 0;
-    uint64_t x = dim[0] * es;
-    for (cuuint32_t d = 1; d < rank; d++) {
-        if (dim[d] == 0)
-            return 0;
-        uint64_t span = dim[d] - 1;
-        if (span && strides[d - 1] > (UINT64_MAX - x) / span)
-            return 0;
-        x += span * strides[d - 1];
-    }
-    return x;
 }
 
 /* Lock held. The slot of blob (hash h), or of the free slot where it would go. */
@@ -189,7 +149,7 @@ CUresult CUDAAPI cuTensorMapEncodeTiled(
         elementStrides, interleave, swizzle, l2Promotion, oobFill);
     if (r == CUDA_SUCCESS)
         record(tensorMap, (uint64_t)(uintptr_t)globalAddress,
-               extent(tensorDataType, tensorRank, globalDim, globalStrides));
+               ms_tmap_extent((int)tensorDataType, tensorRank, globalDim, globalStrides));
     return r;
 }
 
@@ -206,7 +166,7 @@ CUresult CUDAAPI cuTensorMapEncodeIm2col(
         interleave, swizzle, l2Promotion, oobFill);
     if (r == CUDA_SUCCESS)
         record(tensorMap, (uint64_t)(uintptr_t)globalAddress,
-               extent(tensorDataType, tensorRank, globalDim, globalStrides));
+               ms_tmap_extent((int)tensorDataType, tensorRank, globalDim, globalStrides));
     return r;
 }
 
@@ -224,7 +184,7 @@ CUresult CUDAAPI cuTensorMapEncodeIm2colWide(
         elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
     if (r == CUDA_SUCCESS)
         record(tensorMap, (uint64_t)(uintptr_t)globalAddress,
-               extent(tensorDataType, tensorRank, globalDim, globalStrides));
+               ms_tmap_extent((int)tensorDataType, tensorRank, globalDim, globalStrides));
     return r;
 }
 

@@ -6,40 +6,25 @@
  *   A real CUtensorMap is 128 opaque bytes the GPU's copy engine reads. The fake's holds its
  *   global address at byte 0 (as a pointer word, so a scan of the kernel's parameters finds it
  *   the way it finds one in a real descriptor), the extent in bytes the hardware bounds TMA
- *   traffic to at byte 8 (dim0 x element size + the sum of (dim - 1) x stride), the data type
+ *   traffic to at byte 8 (cuabi/tmap.h), the data type
  *   and rank at 16, a magic number at 24 and a per-process serial number at 32, so two
  *   descriptors never share their bytes. ms_fake_tmap_decode hands a test kernel the address
  *   and extent back; its touches through it are declared with MS_FAKE_TOUCH_BULK (the profiler
  *   cannot see them, as on the GPU).
  *
  * Invariants
- *   - An encode that fails writes nothing. Element types of unknown size are refused
- *     (CUDA_ERROR_INVALID_VALUE), as are a rank outside 1..5 and a zero dimension.
+ *   - An encode that fails writes nothing. A tensor cuabi/tmap.h cannot bound (an unknown
+ *     type, a rank outside 1..5, a zero dimension) is refused with CUDA_ERROR_INVALID_VALUE.
  */
 #include "gpu/fakecuda/fakecuda_int.h"
+
+#include "cuabi/tmap.h"
 
 #include <string.h>
 
 #define TMAP_MAGIC 0x70616d74u /* "tmap" */
 
 static uint64_t serial; /* atomic */
-
-static uint64_t elem_size(CUtensorMapDataType t)
-{
-    switch ((int)t) {
-    case CU_TENSOR_MAP_DATA_TYPE_UINT8: return 1;
-    case CU_TENSOR_MAP_DATA_TYPE_UINT16:
-    case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
-    case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: return 2;
-    case CU_TENSOR_MAP_DATA_TYPE_UINT32:
-    case CU_TENSOR_MAP_DATA_TYPE_INT32:
-    case CU_TENSOR_MAP_DATA_TYPE_FLOAT32: return 4;
-    case CU_TENSOR_MAP_DATA_TYPE_UINT64:
-    case CU_TENSOR_MAP_DATA_TYPE_INT64:
-    case CU_TENSOR_MAP_DATA_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
 
 CUresult CUDAAPI cuTensorMapEncodeTiled(
     CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
@@ -52,16 +37,9 @@ CUresult CUDAAPI cuTensorMapEncodeTiled(
     CUresult rc = ms__fk_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
-    uint64_t es = elem_size(tensorDataType);
-    if (!tensorMap || !globalAddress || !globalDim || !es || tensorRank < 1 || tensorRank > 5 ||
-        (tensorRank > 1 && !globalStrides))
+    uint64_t x = ms_tmap_extent((int)tensorDataType, tensorRank, globalDim, globalStrides);
+    if (!tensorMap || !globalAddress || !x)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t x = 0;
-    for (cuuint32_t d = 0; d < tensorRank; d++) {
-        if (globalDim[d] == 0)
-            return CUDA_ERROR_INVALID_VALUE;
-        x += d == 0 ? globalDim[0] * es : (globalDim[d] - 1) * globalStrides[d - 1];
-    }
     uint8_t b[sizeof(CUtensorMap)];
     memset(b, 0, sizeof b);
     uint64_t addr = (uint64_t)(uintptr_t)globalAddress;
