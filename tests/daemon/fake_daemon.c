@@ -16,9 +16,11 @@
  *   begin only after one DEMAND has been answered while running: a DEMAND that crossed the RUN
  *   on the wire was sent by a client that did not know it ran (and sends a fresh one on RUN),
  *   while one sent after that answer arrived (it came after the RUN, the socket keeps order)
- *   was sent by a client that knew. So every lost DEMAND is one the client must repeat. A shim
- *   that never asks twice then waits forever; one that repeats an unanswered DEMAND gets its
- *   POPULATE the second time.
+ *   was sent by a client that knew. Nor is a DEMAND lost while a POPULATE is outstanding: its
+ *   end clears the client's pending DEMAND, and the client would send the same DEMAND afresh
+ *   (a resend, not a repeat after a silence). So every lost DEMAND is one the client must
+ *   repeat. A shim that never asks twice then waits forever; one that repeats an unanswered
+ *   DEMAND gets its POPULATE the second time.
  *
  *   When the client says BYE or closes, one line goes to stdout:
  *       fake_daemon: demands=D lost=L populates=P runs=R
@@ -264,7 +266,7 @@ int main(int argc, char **argv)
                 break;
             case MS_MSG_DEMAND:
                 stats.demands++;
-                if (running && armed && stats.lost < lose &&
+                if (running && armed && !pop_active && stats.lost < lose &&
                     names_new(&done, m.demand.next, m.demand.nnext)) {
                     stats.lost++; /* nothing answers it */
                     break;
