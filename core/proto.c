@@ -92,6 +92,7 @@ static const char *const type_names[MS_MSG_TYPE_END] = {
     [MS_MSG_BYE] = "BYE",
     [MS_MSG_REPORT] = "REPORT",
     [MS_MSG_STARTED] = "STARTED",
+    [MS_MSG_PREPARE] = "PREPARE",
 };
 
 const char *ms_msg_type_name(unsigned type)
@@ -272,6 +273,10 @@ int ms_msg_validate(const struct ms_msg *m, char *why, size_t whylen)
         if (m->run.slice_ns == 0)
             VFAIL("RUN: zero slice");
         return MS_OK;
+    case MS_MSG_PREPARE:
+        if (m->prepare.bytes == 0)
+            VFAIL("PREPARE: zero bytes");
+        return MS_OK;
     case MS_MSG_EVICT:
     case MS_MSG_POPULATE:
         if (m->order.nruns == 0 || !runs_ok(m->order.runs, m->order.nruns))
@@ -434,6 +439,11 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u32(w, m->started.epoch);
         put_u32(w, 0);
         put_u64(w, m->started.wait_ns);
+        break;
+    case MS_MSG_PREPARE:
+        put_u32(w, m->prepare.epoch);
+        put_u32(w, 0);
+        put_u64(w, m->prepare.bytes);
         break;
     case MS_MSG_STOPPED:
         put_u32(w, m->stopped.epoch);
@@ -735,6 +745,11 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->started.epoch = get_u32(r);
         zero(r, 4);
         m->started.wait_ns = get_u64(r);
+        break;
+    case MS_MSG_PREPARE:
+        m->prepare.epoch = get_u32(r);
+        zero(r, 4);
+        m->prepare.bytes = get_u64(r);
         break;
     case MS_MSG_STOPPED:
         m->stopped.epoch = get_u32(r);

@@ -53,7 +53,7 @@
 #include <stdbool.h>
 
 #define MS_PROTO_MAGIC "MSCH"
-#define MS_PROTO_VERSION 4
+#define MS_PROTO_VERSION 5
 #define MS_PROTO_HDR_BYTES 16u
 #define MS_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB */
 #define MS_PROTO_MAX_FRAME (MS_PROTO_HDR_BYTES + MS_PROTO_MAX_PAYLOAD)
@@ -92,6 +92,7 @@ enum ms_msg_type {
     MS_MSG_BYE,         /* either way: orderly goodbye; the sender closes next */
     MS_MSG_REPORT,      /* shim -> daemon: counters for status (version 2) */
     MS_MSG_STARTED,     /* shim -> daemon: a RUN's first command was admitted (version 4) */
+    MS_MSG_PREPARE,     /* daemon -> shim: make host memory ready for an eviction (version 5) */
     MS_MSG_TYPE_END
 };
 
@@ -170,6 +171,14 @@ struct ms_msg_report {
 struct ms_msg_started {
     uint32_t epoch;   /* the RUN's epoch */
     uint64_t wait_ns; /* from the RUN's arrival to that admission, on the shim's clock */
+};
+
+/* PREPARE: a hint, never an order. When this RUN ends the daemon expects to evict about `bytes`
+ * of the task's device memory that was never evicted before (its first eviction needs new host
+ * memory, which takes long to pin): the shim may make that host memory now, while it runs. */
+struct ms_msg_prepare {
+    uint32_t epoch; /* the RUN's epoch */
+    uint64_t bytes; /* > 0 */
 };
 
 struct ms_msg_run {
@@ -285,6 +294,7 @@ struct ms_msg {
         struct ms_msg_stopped stopped;
         struct ms_msg_report report;
         struct ms_msg_started started;
+        struct ms_msg_prepare prepare;
         struct ms_msg_order order;       /* EVICT, POPULATE */
         struct ms_msg_progress progress; /* EVICTED, POPULATED */
         struct ms_msg_credit credit;

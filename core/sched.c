@@ -410,6 +410,7 @@ static void decide_running(struct ms_sched *s, uint64_t now)
             s->slice_end = now + (t->slice_ns ? t->slice_ns : s->cfg.slice_ns);
         return;
     }
+    ms__sched_prepare_hint(s, t);
     if (!t->runnable && now < hold_until(s, t)) {
         if (!s->holding)
             s->idle_holds++;

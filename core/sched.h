@@ -103,6 +103,18 @@
  *   leaves the schedule the same way but keeps its memory charged as a ghost until its process
  *   is known to have exited: a hung process still holds what it mapped.
  *
+ *   Host memory ahead of a switch (cfg.prepare_host, on by default; not under PRIO). A
+ *   chunk's first eviction needs new host memory, which its shim pins at a few GB/s: on the
+ *   critical path of a switch that is hundreds of milliseconds per GiB. While a task runs and
+ *   others wait, the next switch will evict what the waiting task's demanded set lacks beyond
+ *   free memory, and under RR and ADAPTIVE the running task's chunks are the ones used last,
+ *   so they go first. The estimate: the largest such shortfall among the waiting tasks, at
+ *   most the running task's resident chunks that were never hosted (a hosted chunk keeps its
+ *   host copy) and its host room. PREPARE{its RUN's epoch, bytes} tells it, and again when the
+ *   estimate grows by a 2 MiB granule or more within the same RUN; never while the task's own
+ *   population is in progress (its credited chunks count before it has them). A hint, not an order:
+ *   nothing in the mirror changes, and a shim may ignore it.
+ *
  *   Stalls: a task that does not answer its STOP within stop_timeout (stopped with Ctrl-Z,
  *   hung, or draining a very long kernel) is not dropped: it leaves the schedule, its resident
  *   chunks are pinned (capacity set aside: the others run in the rest of the budget), its
@@ -153,6 +165,7 @@ struct ms_sched_config {
     bool early_run;             /* send RUN with the POPULATE instead of after it */
     uint64_t idle_hold_ns;      /* RR, ADAPTIVE: longest hold for an idle task (0: none) */
     bool share;                 /* run tasks at once while their memory fits (Sharing) */
+    bool prepare_host;          /* PREPARE: host memory ahead of a switch (below) */
     uint32_t max_tasks;
     uint32_t max_regions; /* per task */
     uint64_t max_chunks;  /* per task, over all its regions */
@@ -262,6 +275,8 @@ struct ms_sched {
     bool share_blocked;          /* pressure ended sharing: it returns once the footprints fit */
     uint64_t share_ons;          /* times sharing began */
     uint64_t share_offs;         /* ... and ended (memory pressure, exclusivity asked for) */
+    uint64_t prepares;           /* PREPARE hints sent */
+    uint64_t prepare_bytes;      /* ... the bytes of each, summed */
 
     /* queued actions: acts[head..n), then the zombies' DROPs */
     struct ms_action *acts;

@@ -84,7 +84,8 @@ struct ms_stask {
     uint64_t resident; /* bytes of its chunks in resident states */
     struct ms_sorder evict, pop;
     uint32_t run_epoch;
-    bool started; /* a STARTED for run_epoch came (one counts per RUN) */
+    bool started;       /* a STARTED for run_epoch came (one counts per RUN) */
+    uint64_t prep_sent; /* the bytes the last PREPARE of run_epoch named (0: none) */
     uint64_t slice_ns;
     uint64_t bytes_in, bytes_out, switches, run_ns, run_since;
     uint64_t misses;      /* the shim's count of commands run with named chunks off the device */
@@ -133,6 +134,9 @@ int ms__sched_order_add(struct ms_sorder *o, ms_chunk_id id, uint64_t bytes, boo
 bool ms__sched_grant(struct ms_sched *s, struct ms_stask *t);
 void ms__sched_switch_begin(struct ms_sched *s, uint64_t now);
 void ms__sched_start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t);
+/* RUNNING, others waiting: PREPARE to t when the next switch's expected eviction of its
+ * never-hosted chunks grew (sched.h, "Host memory ahead of a switch"). */
+void ms__sched_prepare_hint(struct ms_sched *s, struct ms_stask *t);
 int ms__sched_plan_switch(struct ms_sched *s, uint64_t now);
 bool ms__sched_needs_population(struct ms_sched *s, struct ms_stask *t);
 int ms__sched_plan_incremental(struct ms_sched *s, uint64_t now, struct ms_stask *t);

@@ -426,6 +426,7 @@ void ms__sched_start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
         m.run.slice_ns = adaptive_slice(s, m.run.slice_ns, now - s->switch_t0);
     t->run_epoch = s->epoch;
     t->started = false;
+    t->prep_sent = 0;
     t->slice_ns = m.run.slice_ns;
     ms__sched_push_send(s, t->id, &m); /* room reserved by the caller */
     t->switches++;
@@ -476,6 +477,50 @@ void ms__sched_start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
         if (c && ms_chunk_state_ready((enum ms_chunk_state)c->state))
             ms__sched_chunk_apply(s, t, t->next_ws.ids[i], MS_CE_TOUCH);
     }
+}
+
+void ms__sched_prepare_hint(struct ms_sched *s, struct ms_stask *t)
+{
+    /* Not while t is populated: its credited chunks are counted resident before it has them. */
+    if (!s->cfg.prepare_host || s->cfg.policy == MS_SCHED_PRIO || t->stalled || t->ghost ||
+        t->pop.active)
+        return;
+    uint64_t free = s->cfg.budget > s->rt.resident_bytes ? s->cfg.budget - s->rt.resident_bytes : 0;
+    uint64_t want = 0;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct ms_stask *o = s->tasks[i];
+        if (o == t || !o->runnable || o->stalled || o->ghost)
+            continue;
+        uint64_t need = 0;
+        for (size_t k = 0; k < o->next_ws.n; k++) {
+            const struct ms_chunk *c = ms_chunk_get(&s->rt, o->next_ws.ids[k]);
+            if (c && !ms_chunk_state_resident((enum ms_chunk_state)c->state))
+                need += c->bytes;
+        }
+        want = MS_MAX(want, need);
+    }
+    if (want <= free)
+        return;
+    want -= free;
+    uint64_t fresh = 0; /* t's resident chunks that were never hosted */
+    for (size_t i = 0; i < t->nrmap; i++) {
+        const struct ms_region *r = &s->rt.regions[t->rmap[i].slot];
+        for (uint32_t k = 0; k < r->nchunks; k++)
+            if (ms_chunk_state_ready((enum ms_chunk_state)r->chunks[k].state) &&
+                !r->chunks[k].hosted)
+                fresh += r->chunks[k].bytes;
+    }
+    want = MS_MIN(MS_MIN(want, fresh), host_room(s, t->id));
+    if (want < t->prep_sent + MS_GRAN || ms__sched_reserve_actions(s, 1))
+        return;
+    struct ms_msg m;
+    ms_msg_init(&m, MS_MSG_PREPARE);
+    m.prepare.epoch = t->run_epoch;
+    m.prepare.bytes = want;
+    ms__sched_push_send(s, t->id, &m);
+    t->prep_sent = want;
+    s->prepares++;
+    s->prepare_bytes += want;
 }
 
 /*

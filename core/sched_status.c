@@ -30,6 +30,7 @@ void ms_sched_config_default(struct ms_sched_config *c)
     c->early_run = false;
     c->idle_hold_ns = 1000000000ull; /* 1 s */
     c->share = true;
+    c->prepare_host = true;
     c->max_tasks = 256;
     c->max_regions = 65536;
     c->max_chunks = 1u << 20;

@@ -43,6 +43,8 @@ int ms_daemon_metrics(struct ms_daemon *d, struct ms_buf *out)
     d->st.switch_stop_ns = d->sched.stop_ns_total;
     d->st.idle_holds = d->sched.idle_holds;
     d->st.idle_resumes = d->sched.idle_resumes;
+    d->st.prepares = d->sched.prepares;
+    d->st.prepare_bytes = d->sched.prepare_bytes;
     long *uids = ms_calloc(st.status.ntasks ? st.status.ntasks : 1, sizeof(*uids));
     if (!uids) {
         ms_msg_free(&st);
@@ -143,6 +145,7 @@ void ms_daemon_apply_option(struct ms_daemon *d, const char *key)
     d->sched.cfg.horizon = sc.horizon;
     d->sched.cfg.early_run = sc.early_run;
     d->sched.cfg.idle_hold_ns = sc.idle_hold_ns;
+    d->sched.cfg.prepare_host = sc.prepare_host;
 }
 
 /* Who may do what an admin may, for error texts. */

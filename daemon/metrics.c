@@ -201,6 +201,14 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
            "Holds that ended with the task busy again (no switch needed).");
     put(&o, "msched_idle_hold_resumes_total{gpu=\"%u\"} %llu\n", g,
         (unsigned long long)ds->idle_resumes);
+    family(&o, "msched_prepare_hints_total", "counter",
+           "PREPARE hints sent: a running task told how much of its memory the next switch will "
+           "likely evict for the first time (its shim pins host memory for it ahead).");
+    put(&o, "msched_prepare_hints_total{gpu=\"%u\"} %llu\n", g, (unsigned long long)ds->prepares);
+    family(&o, "msched_prepare_hint_bytes_total", "counter",
+           "The bytes those hints named, summed.");
+    put(&o, "msched_prepare_hint_bytes_total{gpu=\"%u\"} %llu\n", g,
+        (unsigned long long)ds->prepare_bytes);
     family(&o, "msched_populated_bytes_total", "counter", "Bytes copied host to device.");
     put(&o, "msched_populated_bytes_total{gpu=\"%u\"} %llu\n", g, (unsigned long long)st->bytes_in);
     family(&o, "msched_evicted_bytes_total", "counter", "Bytes evicted from the device.");

@@ -60,6 +60,9 @@ static const struct ms_conf_opt opts[] = {
     {"share", MS_CT_BOOL, OFF(share), 0, 1, true,
      "while the tasks' memory fits in the budget together (and the policy is not prio, the "
      "weights equal), run them at once; slice when it does not"},
+    {"prepare_host", MS_CT_BOOL, OFF(prepare_host), 0, 1, true,
+     "tell the running task how much of its memory the next switch will likely evict for the "
+     "first time, so that its shim pins host memory for it before the switch"},
     {"max_tasks", MS_CT_UINT, OFF(max_tasks), 1, 65536, false, "most tasks at once"},
     {"session_out_max", MS_CT_SIZE, OFF(session_out_max), 64 * MS_KIB, MS_GIB, false,
      "bytes queued to one client before it is dropped as too slow"},
@@ -107,6 +110,7 @@ void ms_conf_default(struct ms_conf *c)
     c->early_run = sc.early_run;
     c->idle_hold_ns = sc.idle_hold_ns;
     c->share = sc.share;
+    c->prepare_host = sc.prepare_host;
     c->max_tasks = sc.max_tasks;
     c->session_out_max = 4 * MS_MIB;
     c->log_level = MS_LOG_WARN;
@@ -403,6 +407,7 @@ void ms_conf_to_sched(const struct ms_conf *c, struct ms_sched_config *out)
     out->early_run = c->early_run;
     out->idle_hold_ns = c->idle_hold_ns;
     out->share = c->share;
+    out->prepare_host = c->prepare_host;
     out->max_tasks = c->max_tasks;
 }
 

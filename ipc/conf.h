@@ -57,6 +57,7 @@ struct ms_conf {
     bool early_run;               /* RUN with the POPULATE */
     uint64_t idle_hold_ns;        /* longest hold for an idle task (sched.h) */
     bool share;                   /* run tasks at once while their memory fits (sched.h) */
+    bool prepare_host;            /* PREPARE: host memory ahead of a switch (sched.h) */
     uint32_t max_tasks;
     uint64_t session_out_max;   /* bytes queued to one client before it is dropped */
     uint32_t log_level;         /* enum ms_log_level */

@@ -8,9 +8,10 @@
  *   N slices; --work MS: MS milliseconds holding the GPU; then BYE): RUN
  *   (holds the GPU), STOP (replies STOPPED), EVICT (releases the chunks, one EVICTED per run),
  *   POPULATE and CREDIT (maps the runs its cumulative credit covers, POPULATED as runs
- *   complete). It keeps its own account of the chunks it holds and checks the daemon's orders
- *   against it: an order naming an unknown region or chunk, a credit that shrinks, or memory
- *   held beyond the budget is a daemon bug and ends the run with exit status 4.
+ *   complete), PREPARE (a hint: checked, logged, nothing to do). It keeps its own account of the
+ * chunks it holds and checks the daemon's orders against it: an order naming an unknown region or
+ * chunk, a credit that shrinks, or memory held beyond the budget is a daemon bug and ends the run
+ * with exit status 4.
  *
  *   Misbehaviour, for the robustness tests:
  *     --die-at EV[:N]   _exit(3) at once on the Nth message of type EV (run, stop, evict,
@@ -80,7 +81,8 @@ static struct ms_conn conn;
 static struct reg regs[MAXREG];
 static uint64_t resident, peak, budget;
 static uint32_t task;
-static int runs, stops, errors_seen;
+static int runs, stops, errors_seen, prepares;
+static uint32_t run_epoch;
 static bool running, hung;
 static uint64_t t0, run_since, gpu_ns;
 static int counts[MS_MSG_TYPE_END];
@@ -110,8 +112,9 @@ static void logf_(const char *fmt, ...)
 
 static void finish(int code, const char *why)
 {
-    printf("fake_shim %s: %s (task %u, slices %d, resident %llu, peak %llu)\n", opt.name, why, task,
-           runs, (unsigned long long)resident, (unsigned long long)peak);
+    printf("fake_shim %s: %s (task %u, slices %d, resident %llu, peak %llu, prepares %d)\n",
+           opt.name, why, task, runs, (unsigned long long)resident, (unsigned long long)peak,
+           prepares);
     fflush(stdout);
     logf_("exit %d: %s", code, why);
     exit(code);
@@ -264,8 +267,16 @@ static void handle(struct ms_msg *m)
         if (running)
             finish(4, "RUN while running");
         running = true;
+        run_epoch = m->run.epoch;
         run_since = ms_ipc_now_ns();
         runs++;
+        break;
+    case MS_MSG_PREPARE:
+        /* A hint about this RUN's end: only while running, and never more than we hold. */
+        if (!running || m->prepare.epoch != run_epoch || m->prepare.bytes > resident)
+            finish(4, "PREPARE outside its RUN or beyond what is resident");
+        prepares++;
+        logf_("prepare %llu", (unsigned long long)m->prepare.bytes);
         break;
     case MS_MSG_STOP: {
         if (!running)

@@ -84,6 +84,10 @@ static void sample(struct ms_msg *m, unsigned type)
         m->started.epoch = 98;
         m->started.wait_ns = 3456789;
         break;
+    case MS_MSG_PREPARE:
+        m->prepare.epoch = 97;
+        m->prepare.bytes = 3 * MS_GIB + 64 * MS_MIB;
+        break;
     case MS_MSG_RUN:
         m->run.epoch = 99;
         m->run.slice_ns = 20000000;
@@ -248,6 +252,10 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
     case MS_MSG_STARTED:
         assert_int_equal(a->started.epoch, b->started.epoch);
         assert_true(a->started.wait_ns == b->started.wait_ns);
+        break;
+    case MS_MSG_PREPARE:
+        assert_int_equal(a->prepare.epoch, b->prepare.epoch);
+        assert_true(a->prepare.bytes == b->prepare.bytes);
         break;
     case MS_MSG_RUN:
         assert_int_equal(a->run.epoch, b->run.epoch);
@@ -572,8 +580,9 @@ static void test_malformed_header(void **state)
             assert_int_equal(ms_msg_decode(bad, k, &m, &used), MS_E_PARSE);
     }
     /* Version: 0, 1 (before the misses counts), 2 (before the host bytes), 3 (before STARTED
-     * and the switch split), 5, 0xffff are another protocol, known from six bytes. */
-    uint16_t versions[] = {0, 1, 2, 3, 5, 0x0100, 0xffff};
+     * and the switch split), 4 (before PREPARE), 6, 0xffff are another protocol, known from
+     * six bytes. */
+    uint16_t versions[] = {0, 1, 2, 3, 4, 6, 0x0100, 0xffff};
     for (size_t i = 0; i < MS_ARRAY_LEN(versions); i++) {
         uint8_t bad[6] = {'M', 'S', 'C', 'H', (uint8_t)versions[i], (uint8_t)(versions[i] >> 8)};
         struct ms_msg m;
@@ -785,6 +794,15 @@ static void test_malformed_other_fields(void **state)
     fb_le(&f, 7, 4), fb_le(&f, 0, 4), fb_le(&f, 1000, 8);
     assert_int_equal(fb_decode(&f), 1);
     f.d[MS_PROTO_HDR_BYTES + 5] = 1;
+    assert_int_equal(fb_decode(&f), MS_E_PARSE);
+    /* PREPARE: its reserved word, and zero bytes is no hint. */
+    fb_start(&f, MS_MSG_PREPARE);
+    fb_le(&f, 7, 4), fb_le(&f, 0, 4), fb_le(&f, 64 << 20, 8);
+    assert_int_equal(fb_decode(&f), 1);
+    f.d[MS_PROTO_HDR_BYTES + 6] = 1;
+    assert_int_equal(fb_decode(&f), MS_E_PARSE);
+    fb_start(&f, MS_MSG_PREPARE);
+    fb_le(&f, 7, 4), fb_le(&f, 0, 4), fb_le(&f, 0, 8);
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
     /* STOPPED and CREDIT reserved words. */
     fb_start(&f, MS_MSG_STOPPED);

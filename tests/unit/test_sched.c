@@ -82,6 +82,8 @@ struct fshim {
     bool sloppy_credit; /* populate beyond credit (a broken shim) */
     int errors, drops;
     int32_t last_error;
+    int prepares;        /* PREPARE hints got */
+    uint64_t prep_bytes; /* ... the last one's bytes */
 };
 
 struct logent {
@@ -288,6 +290,21 @@ static void deliver(struct world *w, struct fshim *f, struct ms_msg *m)
         f->errors++;
         f->last_error = m->error.code;
         break;
+    case MS_MSG_PREPARE: {
+        /* Only while running, for this RUN, growing within it, and never more than the
+         * shim's resident chunks that were never hosted. */
+        assert_true(f->running);
+        assert_int_equal(m->prepare.epoch, f->run_epoch);
+        uint64_t fresh = 0;
+        for (int i = 0; i < f->nregs; i++)
+            for (uint32_t k = 0; f->regs[i].live && k < f->regs[i].nchunks; k++)
+                if (f->regs[i].res[k] && !f->regs[i].hosted[k])
+                    fresh += chunk_bytes(&f->regs[i], k);
+        assert_true(m->prepare.bytes <= fresh);
+        f->prepares++;
+        f->prep_bytes = m->prepare.bytes;
+        break;
+    }
     default: fail_msg("unexpected %s to a shim", ms_msg_type_name(m->type));
     }
 }
@@ -978,6 +995,55 @@ static void test_rr_hint(void **state)
     assert_int_equal(rr_hint_notes(MS_SCHED_RR, 6 * MS, 6), 0);  /* not before 8 switches */
     assert_int_equal(rr_hint_notes(MS_SCHED_RR, 1 * MS, 20), 0); /* cheap switches */
     assert_int_equal(rr_hint_notes(MS_SCHED_ADAPTIVE, 6 * MS, 20), 0);
+}
+
+/* PREPARE (sched.h, "Host memory ahead of a switch"): the running task is told what the next
+ * switch will evict of its never-hosted chunks. Budget 8 chunks, two tasks of 6. a runs with 6;
+ * b waits for 6 with 2 free: a hears 4. After a round each way a's 4 evicted chunks are hosted:
+ * a, running again, hears only its 2 never-hosted ones. Nothing with prepare_host off, nothing
+ * under PRIO, nothing while nobody waits. */
+static void prepare_round(enum ms_sched_policy pol, bool on, int *a_first, uint64_t *a_bytes,
+                          int *b_first, int *a_third, uint64_t *a_third_bytes)
+{
+    struct world w;
+    world_init(&w, pol, MS_EVICT_OPT, 8 * CH);
+    w.s.cfg.prepare_host = on;
+    uint32_t six[] = {6};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, six, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, six, 1);
+    demand_all(&w, a);
+    assert_ptr_equal(running(&w), a);
+    assert_int_equal(a->prepares, 0); /* nobody waits */
+    demand_all(&w, b);
+    *a_first = a->prepares;
+    *a_bytes = a->prep_bytes;
+    advance_to_deadline(&w, 1000 * MS); /* a's slice ends: b runs */
+    assert_ptr_equal(running(&w), b);
+    *b_first = b->prepares;
+    advance_to_deadline(&w, 1000 * MS); /* b's slice ends: a runs again */
+    assert_ptr_equal(running(&w), a);
+    *a_third = a->prepares;
+    *a_third_bytes = a->prep_bytes;
+    world_fini(&w);
+}
+
+static void test_prepare_hint(void **state)
+{
+    (void)state;
+    int a1, b1, a3;
+    uint64_t ab, a3b;
+    prepare_round(MS_SCHED_RR, true, &a1, &ab, &b1, &a3, &a3b);
+    assert_int_equal(a1, 1);
+    assert_true(ab == 4 * CH);
+    assert_int_equal(b1, 1); /* b's 6 are all new; a lacks 4 with nothing free */
+    assert_int_equal(a3, 2);
+    assert_true(a3b == 2 * CH);
+    prepare_round(MS_SCHED_ADAPTIVE, true, &a1, &ab, &b1, &a3, &a3b);
+    assert_true(a1 == 1 && ab == 4 * CH && a3 == 2 && a3b == 2 * CH);
+    prepare_round(MS_SCHED_RR, false, &a1, &ab, &b1, &a3, &a3b);
+    assert_true(a1 == 0 && b1 == 0 && a3 == 0);
+    prepare_round(MS_SCHED_PRIO, true, &a1, &ab, &b1, &a3, &a3b);
+    assert_true(a1 == 0 && b1 == 0 && a3 == 0);
 }
 
 /* A demand that cannot be met yet is kept, not lost. A ghost (its session closed, its process
@@ -2342,6 +2408,7 @@ int main(void)
         cmocka_unit_test(test_stop_time),
         cmocka_unit_test(test_stalled_task),
         cmocka_unit_test(test_switch_record),
+        cmocka_unit_test(test_prepare_hint),
         cmocka_unit_test(test_idle_hold),
         cmocka_unit_test(test_idle_hold_effect),
         cmocka_unit_test(test_priority_returner_kept),
