@@ -150,6 +150,9 @@ struct ms_client_stats {
     uint64_t quiet_idles;    /* of idles: sent while running because the task went quiet */
     uint64_t demand_repeats; /* of demands: repeated because nothing answered the last one */
     uint64_t capture_waits;  /* STOP or EVICT orders that waited for a stream capture to end */
+    uint64_t prepares;       /* PREPARE hints got (for the current RUN) */
+    uint64_t prep_steps;     /* ... host chunks made for them (one per step) */
+    uint64_t prep_failed;    /* ... hints given up: the host memory limit, a driver error */
     /* Where running time goes (client.c): all on the monotonic clock, in nanoseconds. */
     uint64_t run_ns;       /* holding RUN: each slice from RUN to STOPPED (or to now) */
     uint64_t dwait_ns;     /* of it: some thread waiting on a demand's population (a union) */
@@ -197,6 +200,10 @@ struct ms_client_engine {
     /* Map the never-populated chunks `need` names to host chunks (the engine's
      * ms__eng_map_empty_host: releases the lock while pinning; `need` must not be shared). */
     int (*map_empty)(const struct ms_chunk_set *need);
+    /* One step of making host memory ahead of an eviction the daemon expects (PREPARE: the
+     * engine's ms__eng_host_prepare_step; releases the lock while pinning): 1 made some (call
+     * again), 0 nothing left to make, an MS_E_* code. NULL: never prepares. */
+    int (*prepare)(uint64_t want);
 };
 
 /* Hand over the engine's operations (once, before ms_client_connect; kept by reference). */

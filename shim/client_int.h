@@ -80,7 +80,8 @@ struct ms_client_state {
     uint64_t quiet_t0; /* running: when the task was last seen busy */
     uint32_t run_epoch;
     uint64_t run_t0;
-    bool started_sent; /* this RUN's STARTED went out (its first command was admitted) */
+    bool started_sent;  /* this RUN's STARTED went out (its first command was admitted) */
+    uint64_t prep_want; /* PREPARE of this RUN: host memory to make ahead (0: none or done) */
     uint32_t waiters;
     uint32_t dwait; /* threads waiting on a demand's population (Where running time goes) */
     uint64_t dw_t0; /* running && dwait > 0 since then; 0: not */
@@ -148,6 +149,7 @@ MS_HIDDEN void ms__cl_report(bool now_anyway);
 MS_HIDDEN void ms__cl_drain(const char *why);
 MS_HIDDEN void ms__cl_on_run(const struct ms_msg *m);
 MS_HIDDEN void ms__cl_on_stop(const struct ms_msg *m);
+MS_HIDDEN bool ms__cl_prepare_step(void);
 MS_HIDDEN uint64_t ms__cl_resident_bytes_of(const struct ms_chunk_set *s);
 MS_HIDDEN void ms__cl_order_timed(const char *what, uint64_t work_ns, uint64_t step_ns,
                                   uint64_t bytes, const struct ms_exec_stats *step,

@@ -102,6 +102,7 @@ void ms__cl_on_run(const struct ms_msg *m)
         C.dw_t0 = now;     /* threads were already waiting on a demand: that counts from now */
     C.quiet_t0 = C.run_t0; /* idle_sent stays: an IDLE may have crossed this RUN */
     C.dem_pending = false;
+    C.prep_want = 0; /* a PREPARE names its RUN */
     ms_chunk_set_clear(&C.want);
     C.want_sent = 0;
     C.want_whole = false;
@@ -109,9 +110,36 @@ void ms__cl_on_run(const struct ms_msg *m)
     ms__cl_broadcast();
 }
 
+/* PREPARE: a hint for this RUN (a stale epoch is ignored); the service loop acts on it. */
+static void on_prepare(const struct ms_msg *m)
+{
+    if (!C.running || m->prepare.epoch != C.run_epoch)
+        return;
+    C.st.prepares++;
+    C.prep_want = m->prepare.bytes;
+}
+
+/* Between messages, while running with no population in progress: one step of a PREPARE (the
+ * lock is released while it pins). Returns true when another step is due. */
+bool ms__cl_prepare_step(void)
+{
+    if (!C.prep_want || !C.running || C.pop_active || !C.eng->prepare)
+        return false;
+    int r = C.eng->prepare(C.prep_want);
+    if (r == 1) {
+        C.st.prep_steps++;
+        return C.prep_want != 0; /* a STOP or RUN may have come meanwhile */
+    }
+    if (r < 0)
+        C.st.prep_failed++;
+    C.prep_want = 0;
+    return false;
+}
+
 void ms__cl_on_stop(const struct ms_msg *m)
 {
     C.st.stops++;
+    C.prep_want = 0; /* the eviction it prepared for is next */
     capture_wait("a STOP");
     bool was = C.running;
     ms__cl_dwait_close(ms__cl_now_ns());
@@ -360,6 +388,7 @@ void ms__cl_handle(struct ms_msg *m)
     case MS_MSG_STATUS: break; /* the answer to a liveness probe */
     case MS_MSG_RUN: ms__cl_on_run(m); break;
     case MS_MSG_STOP: ms__cl_on_stop(m); break;
+    case MS_MSG_PREPARE: on_prepare(m); break;
     case MS_MSG_EVICT: ms__cl_on_evict(m); break;
     case MS_MSG_POPULATE: ms__cl_on_populate(m); break;
     case MS_MSG_CREDIT: ms__cl_on_credit(m); break;
@@ -495,6 +524,10 @@ void *ms__cl_service(void *arg)
         if (!C.up)
             break;
         int tmo = ms__cl_check_quiet();
+        if (ms__cl_prepare_step())
+            tmo = 0; /* more to make: only look at the socket in between */
+        if (C.quit || !C.up || C.broken)
+            continue;
         struct pollfd p[2] = {
             {.fd = C.conn.fd, .events = POLLIN | (ms_conn_out_pending(&C.conn) ? POLLOUT : 0)},
             {.fd = C.wakefd, .events = POLLIN},

@@ -72,6 +72,7 @@ static const struct ms_client_engine client_ops = {
     .host_bytes = ms__eng_host_bytes,
     .host_limit = ms__eng_host_limit,
     .map_empty = ms__eng_map_empty_host,
+    .prepare = ms__eng_host_prepare_step,
 };
 
 /*
@@ -869,4 +870,16 @@ void ms_engine_exit(bool verbose)
                 (double)c.dwait_ns / 1e9, (double)c.order_run_ns / 1e9,
                 c.first_runs ? (double)c.first_ns / (double)c.first_runs / 1e6 : 0.0,
                 (double)c.first_ns_max / 1e6, (unsigned long long)c.first_runs);
+    if (c.prepares || s.prep_chunks) {
+        struct ms_gpu_cuda_host_stats hs = {0};
+        if (E.gpu && E.backing == BACK_VMM)
+            ms_gpu_cuda_host_stats(E.gpu, &hs);
+        fprintf(stderr,
+                "msched[%d]: host memory ahead of evictions: %llu PREPARE hints (%llu given up), "
+                "%llu host chunks made ahead (%llu MiB, %.3f s pinning); %llu host chunks taken "
+                "from the pool\n",
+                (int)getpid(), (unsigned long long)c.prepares, (unsigned long long)c.prep_failed,
+                (unsigned long long)s.prep_chunks, (unsigned long long)(s.prep_bytes / MS_MIB),
+                (double)s.prep_ns / 1e9, (unsigned long long)hs.reused);
+    }
 }

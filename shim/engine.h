@@ -169,6 +169,8 @@ struct ms_engine_stats {
     uint64_t host_chunks, host_bytes; /* host chunks created (always-mapped regions) */
     uint64_t host_ns;                 /* time making an allocation's host chunks */
     uint64_t host_placed;             /* allocations that started on host chunks (no room) */
+    uint64_t prep_chunks, prep_bytes; /* host chunks made ahead of an eviction (PREPARE) */
+    uint64_t prep_ns;                 /* time making them */
     uint64_t host_limited;  /* faults that moved nothing: host chunks over the host memory limit */
     uint64_t capture_skips; /* faults that moved nothing: a stream capture was open */
     uint64_t tmpl_kernels;  /* kernels in the template store loaded (MSCHED_TEMPLATES) */

@@ -165,6 +165,14 @@ MS_HIDDEN int ms__eng_region_adopt_host(uint32_t id, struct ms_host_set *h);
  * being EMPTY meanwhile keeps its state (its host chunk is freed). Errors: MS_E_NOMEM, the
  * seam's (some chunks may then be HOST already, each correctly mapped). */
 MS_HIDDEN int ms__eng_map_empty_host(const struct ms_chunk_set *need);
+/* Lock held (released while pinning): one step of making host chunks ahead of an eviction the
+ * daemon expects (its PREPARE, client.h): the resident chunks of always-mapped regions that have
+ * no host chunk, in table order up to `want` bytes, grouped by size; for the first size the
+ * seam's pool holds too few of, one host chunk is made into the pool (one pin call, inside the
+ * migration gate), for the eviction's host_new to take. Returns 1 when it made one (call again),
+ * 0 when the pool covers them (or the backing has no host chunks), or an MS_E_* code (the host
+ * memory limit: MS_E_NOSPACE). */
+MS_HIDDEN int ms__eng_host_prepare_step(uint64_t want);
 MS_HIDDEN void ms__eng_add_exec_stats(const struct ms_exec_stats *x);
 /* A launch of kernel `name` ran with `chunks` named chunks on the host (lock held). */
 MS_HIDDEN void ms__eng_kernel_missed(const char *name, uint64_t chunks);

@@ -348,6 +348,60 @@ int ms__eng_host_make(uint64_t va, uint64_t bytes, struct ms_host_set *out)
     return MS_OK;
 }
 
+#define PREP_SIZES 8 /* distinct chunk sizes one step looks at (regions' tails make a few) */
+int ms__eng_host_prepare_step(uint64_t want)
+{
+    if (!E.gpu || E.backing != BACK_VMM || !want)
+        return 0;
+    struct {
+        uint64_t bytes;
+        uint32_t n;
+    } g[PREP_SIZES];
+    size_t ng = 0;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < E.rt.nslots && sum < want; i++) {
+        const struct ms_region *r = &E.rt.regions[i];
+        if (!r->live || !r->amap)
+            continue;
+        for (uint32_t k = 0; k < r->nchunks && sum < want; k++) {
+            const struct ms_chunk *c = &r->chunks[k];
+            if (c->host || !ms_chunk_state_ready((enum ms_chunk_state)c->state))
+                continue;
+            size_t j = 0;
+            while (j < ng && g[j].bytes != c->bytes)
+                j++;
+            if (j == ng) {
+                if (ng == PREP_SIZES)
+                    continue;
+                g[ng].bytes = c->bytes;
+                g[ng++].n = 0;
+            }
+            g[j].n++;
+            sum += c->bytes;
+        }
+    }
+    if (ng == 0)
+        return 0;
+    ms_unlock(&E.lock); /* pinning takes milliseconds */
+    uint64_t t0 = now_ns(), waited = 0, bytes = 0;
+    bool made = false;
+    int e = MS_OK;
+    for (size_t j = 0; j < ng && !made && e == MS_OK; j++) {
+        waited += ms__host_pin_begin();
+        e = ms_gpu_cuda_host_reserve(E.gpu, g[j].bytes, g[j].n, &made);
+        ms__host_pin_end();
+        bytes = g[j].bytes;
+    }
+    uint64_t dt = now_ns() - t0;
+    ms_lock(&E.lock);
+    if (!made)
+        return e;
+    E.st.prep_chunks++;
+    E.st.prep_bytes += bytes;
+    E.st.prep_ns += dt - MS_MIN(dt, waited);
+    return 1;
+}
+
 void ms__eng_host_unmake(struct ms_host_set *h)
 {
     if (!h->c)

@@ -487,6 +487,47 @@ static int c_host_map(void *impl, const struct ms_gpu_chunk *c, size_t n)
     return MS_OK;
 }
 
+int ms_gpu_cuda_host_reserve(struct ms_gpu_cuda *g, uint64_t bytes, uint32_t want, bool *made)
+{
+    *made = false;
+    if (!bytes || bytes % MS_GRAN)
+        return MS_E_INVAL;
+    pthread_mutex_lock(&g->hmu);
+    uint32_t have = 0;
+    for (size_t i = 0; i < g->nhpool && have < want; i++)
+        have += g->hpool[i]->bytes == bytes;
+    bool over =
+        g->host_limit && g->hst.live_bytes + g->hpooled_bytes + g->hpending + bytes > g->host_limit;
+    bool go = have < want && !over;
+    if (go)
+        g->hpending += bytes;
+    pthread_mutex_unlock(&g->hmu);
+    if (have >= want)
+        return MS_OK;
+    if (over)
+        return MS_E_NOSPACE;
+    struct hchunk *hc = NULL;
+    int e = hchunk_create_new(g, bytes, &hc);
+    pthread_mutex_lock(&g->hmu);
+    g->hpending -= bytes;
+    if (e == MS_OK &&
+        (g->nhpool < g->caphpool ||
+         ms_grow((void **)&g->hpool, &g->caphpool, g->nhpool + 1, sizeof(*g->hpool)) == MS_OK)) {
+        g->hpool[g->nhpool++] = hc;
+        g->hpooled_bytes += bytes;
+        g->hst.reserved++;
+        g->hst.reserved_bytes += bytes;
+        *made = true;
+        hc = NULL;
+    } else if (e == MS_OK) {
+        e = MS_E_NOMEM;
+    }
+    pthread_mutex_unlock(&g->hmu);
+    if (hc)
+        hchunk_destroy(g, hc);
+    return e;
+}
+
 void ms_gpu_cuda_set_host_limit(struct ms_gpu_cuda *g, uint64_t bytes)
 {
     pthread_mutex_lock(&g->hmu);

@@ -119,6 +119,7 @@ struct ms_gpu_cuda_host_stats {
     uint64_t live, live_bytes;                  /* host chunks handed out and not freed */
     uint64_t created, created_bytes, create_ns; /* made by cuMemCreate, and the time it took */
     uint64_t reused;                            /* taken from the pool */
+    uint64_t reserved, reserved_bytes;          /* made into the pool ahead of need */
     uint64_t pooled_bytes;
     uint64_t limit;      /* the host memory limit (0: none) */
     uint64_t limit_hits; /* host chunks refused at the limit */
@@ -128,6 +129,12 @@ void ms_gpu_cuda_host_stats(struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats
  * `bytes` (0: no bound). At the bound host_new drains the pool, then fails with MS_E_NOSPACE
  * and ms_gpu_cuda_host_error says "the host memory limit: ...". Thread-safe. */
 void ms_gpu_cuda_set_host_limit(struct ms_gpu_cuda *g, uint64_t bytes);
+/* Host chunks ahead of need: when the pool holds fewer than `want` host chunks of exactly
+ * `bytes`, make one into it (*made = true; pinning: milliseconds). A later host_new of that size
+ * takes it without pinning. Within the host memory limit (MS_E_NOSPACE beyond it, the pool left
+ * as it is); the pool's own bound (host_pool_limit) is for released chunks and does not apply.
+ * Thread-safe like the host chunk calls; the caller makes the context current. */
+int ms_gpu_cuda_host_reserve(struct ms_gpu_cuda *g, uint64_t bytes, uint32_t want, bool *made);
 /* The host chunk calls' last error as "cuXxx: CUDA_ERROR_YYY" (a copy owned by g: valid until
  * the next call of this function), or "". Thread-safe like those calls. */
 const char *ms_gpu_cuda_host_error(struct ms_gpu_cuda *g);
