@@ -59,8 +59,20 @@ static struct ms_gpu_chunk describe(struct ms_rtable *rt, ms_chunk_id id)
         .host = r->host ? (char *)r->host + off : NULL,
         .phys = c->phys,
         .hchunk = r->amap ? c->host : 0,
+        .bare = c->bare != 0,
     };
     return g;
+}
+
+static void set_bare(struct ms_rtable *rt, struct ms_chunk *c, bool on)
+{
+    if (c->bare == on)
+        return;
+    c->bare = on;
+    if (on)
+        rt->bare++;
+    else
+        rt->bare--;
 }
 
 /* Give every always-mapped victim of the plan that has no host chunk one, in one seam call. */
@@ -151,6 +163,23 @@ static int unmap_one(struct ctx *x, ms_chunk_id id)
     return e;
 }
 
+/* The unmap that ends an eviction or a drop: with defer_host_map an always-mapped chunk is
+ * left bare (its host chunk mapped later by ms_exec_map_bare). */
+static int unmap_out(struct ctx *x, ms_chunk_id id)
+{
+    struct ms_gpu_chunk g = describe(x->rt, id);
+    g.bare = x->opts->defer_host_map && g.hchunk;
+    int e = g_unmap(x, &g);
+    if (e == MS_OK) {
+        x->st->unmaps++;
+        if (g.bare) {
+            set_bare(x->rt, ms_chunk_get(x->rt, id), true);
+            x->st->bare++;
+        }
+    }
+    return e;
+}
+
 /* Settle the oldest eviction in flight. */
 static int settle_out(struct ctx *x)
 {
@@ -159,7 +188,7 @@ static int settle_out(struct ctx *x)
     int e = g_wait(x, pd.event);
     x->gpu->release_event(x->gpu->impl, pd.event);
     if (e == MS_OK)
-        e = unmap_one(x, pd.id);
+        e = unmap_out(x, pd.id);
     if (e != MS_OK) {
         /* Still mapped and holding the data: back to DIRTY, resident. */
         ms_chunk_apply(x->rt, pd.id, MS_CE_EVICT_FAIL);
@@ -250,7 +279,7 @@ static void hash_filled(struct ctx *x)
 static int drop(struct ctx *x, ms_chunk_id id)
 {
     struct ms_chunk *c = ms_chunk_get(x->rt, id);
-    int e = unmap_one(x, id);
+    int e = unmap_out(x, id);
     if (e)
         return e;
     x->st->bytes_dropped += c->bytes;
@@ -366,6 +395,8 @@ static int populate(struct ctx *x, ms_chunk_id id, uint64_t budget)
     if (e)
         return e;
     x->st->maps++;
+    set_bare(x->rt, c, false); /* device memory is mapped there now */
+    g.bare = false;            /* so an unmap below maps the host chunk back */
     c->phys = g.phys;
     if (c->state == MS_CS_EMPTY) {
         x->st->bytes_fresh += c->bytes;
@@ -466,6 +497,35 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
     return err;
 }
 
+int ms_exec_map_bare(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, size_t max,
+                     struct ms_exec_stats *st)
+{
+    if (!rt->bare)
+        return 0;
+    if (!gpu->host_map)
+        return MS_E_INVAL;
+    uint64_t t = gpu->now_ns(gpu->impl);
+    int e = MS_OK;
+    size_t done = 0;
+    for (size_t i = 0; i < rt->nslots && rt->bare && e == MS_OK && (!max || done < max); i++) {
+        struct ms_region *r = &rt->regions[i];
+        for (uint32_t k = 0; r->live && k < r->nchunks && e == MS_OK && (!max || done < max); k++) {
+            struct ms_chunk *c = &r->chunks[k];
+            if (!c->bare)
+                continue;
+            struct ms_gpu_chunk g = describe(rt, MS_CHUNK_ID((uint32_t)i, k));
+            e = gpu->host_map(gpu->impl, &g, 1);
+            if (e == MS_OK) {
+                set_bare(rt, c, false);
+                done++;
+            }
+        }
+    }
+    if (st)
+        st->map_ns += gpu->now_ns(gpu->impl) - t;
+    return e ? e : (int)MS_MIN(rt->bare, (uint64_t)INT32_MAX);
+}
+
 int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region)
 {
     struct ms_region *r = ms_region_get(rt, region);
@@ -488,11 +548,12 @@ int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint
         if (ms_chunk_state_resident(c->state)) {
             g.hchunk = 0; /* the range goes: nothing is mapped back */
             e = g_unmap(&x, &g);
-        } else if (g.hchunk && gpu->host_unmap) {
+        } else if (g.hchunk && !g.bare && gpu->host_unmap) {
             e = gpu->host_unmap(gpu->impl, &g, 1);
         }
         if (e)
             return e;
+        set_bare(rt, c, false); /* the range goes */
         if (c->host && gpu->host_free) {
             g.hchunk = c->host;
             gpu->host_free(gpu->impl, &g, 1);
@@ -555,13 +616,13 @@ int ms_exec_detach_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint
             return MS_E_BUSY;
     }
     for (uint32_t k = 0; k < r->nchunks; k++) {
-        if (r->chunks[k].state != MS_CS_HOST)
-            continue;
+        if (r->chunks[k].state != MS_CS_HOST || r->chunks[k].bare)
+            continue; /* a bare chunk's host chunk is mapped nowhere already */
         struct ms_gpu_chunk g = describe(rt, MS_CHUNK_ID(region, k));
         int e = gpu->host_unmap(gpu->impl, &g, 1);
         if (e) { /* put back the ones done */
             for (uint32_t j = 0; j < k; j++)
-                if (r->chunks[j].state == MS_CS_HOST) {
+                if (r->chunks[j].state == MS_CS_HOST && !r->chunks[j].bare) {
                     struct ms_gpu_chunk b = describe(rt, MS_CHUNK_ID(region, j));
                     gpu->host_map(gpu->impl, &b, 1);
                 }
@@ -572,6 +633,7 @@ int ms_exec_detach_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint
         struct ms_chunk *c = &r->chunks[k];
         tokens[k] = c->state == MS_CS_HOST ? c->host : 0;
         if (c->state == MS_CS_HOST) {
+            set_bare(rt, c, false);
             c->host = 0;
             ms_chunk_apply(rt, MS_CHUNK_ID(region, k), MS_CE_DISCARD); /* HOST -> EMPTY */
         }

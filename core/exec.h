@@ -51,6 +51,13 @@ struct ms_exec_opts {
      * prediction on always-mapped memory): drop it only when its GPU hash still equals the one
      * taken at population (needs hash_clean and a hash backend); otherwise copy it. */
     bool verify_clean;
+    /* An eviction (or drop) of an always-mapped chunk leaves its address mapped to nothing: the
+     * chunk is bare (region.h I10) until ms_exec_map_bare maps its host chunk there, which the
+     * caller must do before any command may touch it. For a caller whose process runs no GPU
+     * work meanwhile (a task stopped by its daemon): the host mappings then come after the
+     * eviction has freed the device memory, off the switch's critical path, and a chunk that
+     * is populated again before that is never host-mapped at all. */
+    bool defer_host_map;
 };
 
 struct ms_exec_stats {
@@ -58,6 +65,7 @@ struct ms_exec_stats {
     uint64_t bytes_out;     /* device->host copied */
     uint64_t bytes_dropped; /* evicted without a copy */
     uint64_t bytes_fresh;   /* mapped without a copy (never written) */
+    uint64_t bare;          /* evicted chunks left bare (defer_host_map) */
     uint64_t maps, unmaps, copies, hashes;
     uint64_t host_chunks, host_chunk_bytes; /* host chunks created (always-mapped regions) */
     uint64_t elapsed_ns;                    /* gpu->now_ns() at return minus at entry */
@@ -79,6 +87,15 @@ int ms_exec_plan(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint64_t bu
  * unmaps, DISCARDs each chunk, then removes the region. Pinned or moving chunks: MS_E_BUSY.
  */
 int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint32_t region);
+
+/*
+ * Map the host chunks of up to `max` bare chunks (0: all) at their addresses (defer_host_map
+ * above), in table order; each one mapped stops being bare. Returns how many are still bare
+ * (rt->bare), or the seam's first error (the chunks done stay done; the failed one stays bare).
+ * Time goes to st->map_ns when st is not NULL.
+ */
+int ms_exec_map_bare(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, size_t max,
+                     struct ms_exec_stats *st);
 
 /*
  * Map every chunk of a new always-mapped region (all EMPTY) to a new host chunk: the region

@@ -14,10 +14,14 @@
  * Contracts (all functions return MS_OK or MS_E_* and never abort)
  *   map      back each chunk with physical memory at its virtual address and make it accessible;
  *            writes c[i].phys. A chunk with a host chunk (c[i].hchunk != 0) has that host chunk
- *            mapped at its address: map replaces it (the host chunk keeps its bytes).
- *            All-or-nothing: on failure every chunk is as it was (host chunks mapped back).
+ *            mapped at its address, unless c[i].bare (nothing is mapped there): map replaces
+ *            it (the host chunk keeps its bytes).
+ *            All-or-nothing: on failure every chunk is as it was (host chunks mapped back, bare
+ *            ones left bare).
  *   unmap    unmap and release each chunk's physical memory (c[i].phys from map); a chunk with
- *            a host chunk then has the host chunk mapped at its address (always mapped). On
+ *            a host chunk then has the host chunk mapped at its address (always mapped), or,
+ *            with c[i].bare, its address is left mapped to nothing (the caller maps the host
+ *            chunk there later with host_map, before anything can touch it). On
  *            failure the chunks whose unmap failed stay mapped to device memory; the call
  *            reports the first failure.
  *   copy     queue copies of each chunk between its device range and its host side on stream
@@ -64,6 +68,7 @@ struct ms_gpu_chunk {
     void *host;      /* host backing bytes for this chunk (may be NULL for map/unmap) */
     uint64_t phys;   /* physical handle token: out from map, in to unmap */
     uint64_t hchunk; /* host chunk token (0: none): see host_new */
+    bool bare;       /* map: the host chunk is not mapped at va; unmap: do not map it there */
 };
 
 struct ms_gpu_info {

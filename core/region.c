@@ -251,8 +251,10 @@ int ms_region_remove(struct ms_rtable *rt, uint32_t region)
         return MS_E_STATE; /* I3 broken: refuse rather than corrupt further */
     memmove(&rt->index[pos], &rt->index[pos + 1], (rt->nindex - pos - 1) * sizeof(*rt->index));
     rt->nindex--;
-    for (uint32_t i = 0; i < r->nchunks; i++)
+    for (uint32_t i = 0; i < r->nchunks; i++) {
         rt->count[r->chunks[i].state]--;
+        rt->bare -= r->chunks[i].bare != 0; /* their addresses go with the region */
+    }
     ms_free(r->chunks);
     memset(r, 0, sizeof(*r));
     rt->live_regions--;
@@ -363,7 +365,7 @@ uint64_t ms_rtable_footprint(const struct ms_rtable *rt, uint32_t task)
 
 int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen)
 {
-    uint64_t resident = 0, counts[MS_CS_COUNT] = {0}, live = 0;
+    uint64_t resident = 0, counts[MS_CS_COUNT] = {0}, live = 0, bare = 0;
     for (size_t i = 0; i < rt->nslots; i++) {
         const struct ms_region *r = &rt->regions[i];
         if (!r->live)
@@ -392,6 +394,10 @@ int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen)
                 (c->state == MS_CS_HOST || c->state == MS_CS_IN || c->state == MS_CS_OUT))
                 FAIL(9, "I9: always-mapped region %zu chunk %u is %s without a host chunk", i, k,
                      ms_chunk_state_name(c->state));
+            if (c->bare && (!r->amap || !c->host || c->state != MS_CS_HOST))
+                FAIL(10, "I10: region %zu chunk %u is bare but %s%s", i, k,
+                     ms_chunk_state_name(c->state), r->amap ? "" : " (not always mapped)");
+            bare += c->bare != 0;
         }
         if (sum != region_span(r))
             FAIL(1, "I1: region %zu chunks cover %llu of %llu bytes", i, (unsigned long long)sum,
@@ -427,6 +433,9 @@ int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen)
     if (live != rt->live_regions)
         FAIL(8, "I8: live_regions %llu, slots say %llu", (unsigned long long)rt->live_regions,
              (unsigned long long)live);
+    if (bare != rt->bare)
+        FAIL(10, "I10: bare count %llu, chunks say %llu", (unsigned long long)rt->bare,
+             (unsigned long long)bare);
     return 0;
 }
 

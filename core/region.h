@@ -58,6 +58,9 @@
  *       (host != 0): its bytes live there, and while it is not resident its address is mapped
  *       to it. EMPTY chunks of such a region are mapped nowhere; the edge maps every chunk
  *       (device or host) before a command can touch the region (docs/engine.md).
+ *   I10 a bare chunk is HOST, in an always-mapped region, with a host chunk; rt->bare == the
+ *       number of bare chunks. Bare chunks are the one exception to I9's "mapped to it": the
+ *       edge lets no command run while rt->bare > 0 (exec.h, defer_host_map).
  *
  * Ownership and locking
  *   The table owns its regions' chunk arrays. region->host (the pinned backing store),
@@ -119,6 +122,9 @@ struct ms_chunk {
     uint8_t hosted;    /* it was evicted since the region began (EVICT_DONE; DISCARD clears):
                         * the shim keeps a chunk's host copy for the region's life, so only a
                         * chunk that was never hosted costs new host memory when evicted */
+    uint8_t bare;      /* HOST in an always-mapped region with its address mapped to nothing:
+                        * evicted with ms_exec_opts.defer_host_map and not yet through
+                        * ms_exec_map_bare (exec.h; I10). Set and cleared by the executor only */
 };
 
 struct ms_region {
@@ -148,6 +154,7 @@ struct ms_rtable {
     uint64_t count[MS_CS_COUNT];
     uint64_t live_regions;
     uint64_t clock; /* logical clock for last_use; advanced by ms_rtable_tick */
+    uint64_t bare;  /* chunks with bare set (I10) */
 };
 
 /* Chunk size for a region of `size` bytes (see the Design note). */
@@ -225,7 +232,7 @@ uint64_t ms_rtable_tick(struct ms_rtable *rt);
 uint64_t ms_rtable_footprint(const struct ms_rtable *rt, uint32_t task);
 
 /*
- * Check invariants I1-I9. Returns 0 when all hold, else the number of the first violated one;
+ * Check invariants I1-I10. Returns 0 when all hold, else the number of the first violated one;
  * a description is written to why (may be NULL).
  */
 int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen);

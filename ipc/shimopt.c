@@ -91,6 +91,11 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         "it (smaller ones move whole), rounded up to a multiple of 2MiB:\n"
         "smaller chunks move less of a big allocation that kernel templates\n"
         "predict a part of, at more mapping work per byte"},
+    [MS_OPT_DEFER_HOST_MAP] = {"MSCHED_DEFER_HOST_MAP", NULL, "0|1|2", NULL, MS_OT_UINT, 0, 2,
+        false, NULL, "1", "under the daemon, a stopped task's evicted memory is mapped to its\n"
+        "host copy after the eviction (or never, when it is populated back\n"
+        "first) instead of within it; 0: within it; 2 (tests): only just\n"
+        "before the next command"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

@@ -55,6 +55,7 @@ enum ms_shimopt {
     MS_OPT_TEMPLATES,
     MS_OPT_REVERSE_DEMAND,
     MS_OPT_CHUNK,
+    MS_OPT_DEFER_HOST_MAP,
     MS_OPT_COUNT
 };
 

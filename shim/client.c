@@ -68,6 +68,7 @@ void ms_client_configure(void)
     C.prio = (int32_t)ms__shim_opt(MS_OPT_PRIORITY);
     C.weight = (uint32_t)ms__shim_opt(MS_OPT_WEIGHT);
     C.reverse_demand = ms__shim_opt(MS_OPT_REVERSE_DEMAND) != 0;
+    C.bare_late = ms__shim_opt(MS_OPT_DEFER_HOST_MAP) == 2;
     ms__cl_cond_init();
 }
 

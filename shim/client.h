@@ -204,6 +204,13 @@ struct ms_client_engine {
      * engine's ms__eng_host_prepare_step; releases the lock while pinning): 1 made some (call
      * again), 0 nothing left to make, an MS_E_* code. NULL: never prepares. */
     int (*prepare)(uint64_t want);
+    /* Evict leaving each chunk's address unmapped ("bare": the engine's ms__eng_evict_bare),
+     * for an EVICT that comes while no command of this process can run; map_bare maps up to
+     * `max` of them (0: all) and must have mapped them all before a command is admitted
+     * (before_command: that is why it runs now). map_bare returns how many are still bare or
+     * an MS_E_* code. NULL: evictions map within themselves. */
+    int (*evict_bare)(const struct ms_chunk_set *evict, struct ms_exec_stats *st);
+    int (*map_bare)(size_t max, bool before_command);
 };
 
 /* Hand over the engine's operations (once, before ms_client_connect; kept by reference). */

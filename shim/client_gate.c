@@ -189,6 +189,15 @@ int ms_client_gate(struct ms_chunk_set **needp, struct ms_chunk_set *own, bool u
             break;
         }
         if (C.running && !C.hold && C.eng->all_ready(need)) {
+            /* Nothing may run while an eviction left an address mapped to nothing. */
+            int left = C.eng->map_bare ? C.eng->map_bare(0, true) : 0;
+            if (left != 0) {
+                ms__shim_say("cannot map evicted memory to its host copy (%s): the command is "
+                             "refused",
+                             left < 0 ? ms_strerror(left) : "some stayed unmapped");
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
             if (C.idle_sent) {
                 /* Busy again after an IDLE while still holding RUN: runnable once more. The
                  * DEMAND names only this command's chunks, all resident, so no POPULATE

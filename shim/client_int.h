@@ -54,6 +54,7 @@ struct ms_client_state {
     /* configuration */
     bool allowed;
     bool reverse_demand; /* MSCHED_REVERSE_DEMAND (tests): DEMAND's chunks in reverse order */
+    bool bare_late;      /* MSCHED_DEFER_HOST_MAP=2 (tests): bare chunks mapped at the gate only */
     int32_t prio;
     uint32_t weight;
     bool cond_ready;

@@ -119,11 +119,24 @@ static void on_prepare(const struct ms_msg *m)
     C.prep_want = m->prepare.bytes;
 }
 
-/* Between messages, while running with no population in progress: one step of a PREPARE (the
- * lock is released while it pins). Returns true when another step is due. */
+/* Between messages, with no population in progress: map a few chunks an eviction left bare
+ * (BARE_STEP at a time, so messages are looked at in between), then one step of a PREPARE
+ * while running (the lock is released while it pins). Returns true when another step is due. */
+#define BARE_STEP 4
 bool ms__cl_prepare_step(void)
 {
-    if (!C.prep_want || !C.running || C.pop_active || !C.eng->prepare)
+    if (C.pop_active)
+        return false;
+    if (C.eng->map_bare && !C.bare_late) {
+        int left = C.eng->map_bare(BARE_STEP, false);
+        if (left > 0)
+            return true;
+        if (left < 0) {
+            ms__cl_conn_break("cannot map evicted memory to its host copy");
+            return false;
+        }
+    }
+    if (!C.prep_want || !C.running || !C.eng->prepare)
         return false;
     int r = C.eng->prepare(C.prep_want);
     if (r == 1) {
@@ -202,8 +215,13 @@ void ms__cl_on_evict(const struct ms_msg *m)
     C.st.evict_orders++;
     capture_wait("an EVICT");
     /* The daemon evicts from tasks that do not run; if this one runs, hold its admissions. */
+    bool stopped = !C.running;
     C.hold = true;
     ms__cl_drain("evict");
+    /* Stopped and drained: nothing of this process can touch the chunks until a command is
+     * admitted, and the gate maps bare chunks first; so their host chunks are mapped after the
+     * order (ms__cl_prepare_step) instead of within it, off the switch's critical path. */
+    bool bare = stopped && C.eng->evict_bare && C.eng->map_bare;
     struct timespec started;
     clock_gettime(CLOCK_REALTIME, &started);
     uint64_t freed = 0, batch = 0, work = 0, step = 0;
@@ -226,7 +244,8 @@ void ms__cl_on_evict(const struct ms_msg *m)
         struct ms_exec_stats xs;
         memset(&xs, 0, sizeof(xs));
         uint64_t t0 = ms__cl_now_ns();
-        if (C.eng->exec(&C.batch, NULL, &xs) != MS_OK) {
+        int ee = bare ? C.eng->evict_bare(&C.batch, &xs) : C.eng->exec(&C.batch, NULL, &xs);
+        if (ee != MS_OK) {
             ms__cl_conn_break("an eviction failed");
             break;
         }

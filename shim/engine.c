@@ -73,6 +73,8 @@ static const struct ms_client_engine client_ops = {
     .host_limit = ms__eng_host_limit,
     .map_empty = ms__eng_map_empty_host,
     .prepare = ms__eng_host_prepare_step,
+    .evict_bare = ms__eng_evict_bare,
+    .map_bare = ms__eng_map_bare,
 };
 
 /*
@@ -666,6 +668,13 @@ static void daemon_gone(const char *why)
 {
     if (E.mode != MODE_DAEMON)
         return;
+    /* Alone from now on, commands are admitted without the client's gate: nothing may stay
+     * bare. A chunk that cannot be mapped is said; its commands fail as on an unmapped address. */
+    int be = ms__eng_map_bare(0, true);
+    if (be < 0)
+        say("cannot map evicted memory back to its host copy (%s): commands that touch it will "
+            "fail",
+            ms_strerror(be));
     uint64_t fp = E.st.footprint;
     if (ALONE_BUDGET) {
         E.mode = MODE_ALONE;
@@ -882,4 +891,11 @@ void ms_engine_exit(bool verbose)
                 (unsigned long long)s.prep_chunks, (unsigned long long)(s.prep_bytes / MS_MIB),
                 (double)s.prep_ns / 1e9, (unsigned long long)hs.reused);
     }
+    if (s.bare_left)
+        fprintf(stderr,
+                "msched[%d]: deferred host maps: %llu evicted chunks left unmapped, %llu mapped "
+                "after their eviction, %llu just before a command (%.3f s mapping), the rest "
+                "populated first or freed\n",
+                (int)getpid(), (unsigned long long)s.bare_left, (unsigned long long)s.bare_mapped,
+                (unsigned long long)s.bare_gate, (double)s.bare_ns / 1e9);
 }

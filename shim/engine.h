@@ -171,6 +171,10 @@ struct ms_engine_stats {
     uint64_t host_placed;             /* allocations that started on host chunks (no room) */
     uint64_t prep_chunks, prep_bytes; /* host chunks made ahead of an eviction (PREPARE) */
     uint64_t prep_ns;                 /* time making them */
+    uint64_t bare_left;               /* evicted chunks left bare (MSCHED_DEFER_HOST_MAP) */
+    uint64_t bare_mapped;             /* ... mapped afterwards, between the daemon's messages */
+    uint64_t bare_gate;               /* ... mapped just before a command was admitted */
+    uint64_t bare_ns;                 /* time mapping them afterwards (both kinds) */
     uint64_t host_limited;  /* faults that moved nothing: host chunks over the host memory limit */
     uint64_t capture_skips; /* faults that moved nothing: a stream capture was open */
     uint64_t tmpl_kernels;  /* kernels in the template store loaded (MSCHED_TEMPLATES) */

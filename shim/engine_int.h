@@ -84,6 +84,7 @@ struct ms_engine_state {
     uint64_t budget, prefetch; /* in force: MSCHED_BUDGET alone, the daemon's, or the free memory */
     bool strict_want;          /* MSCHED_STRICT=1 */
     bool strict;               /* ... and on: alone, VMM (decided at start) */
+    bool defer_bare;           /* the plan being executed leaves evicted chunks bare */
     CUcontext ctx;
     CUdevice dev;
     unsigned long long next_buffer; /* buffer ids handed out */
@@ -167,12 +168,20 @@ MS_HIDDEN int ms__eng_region_adopt_host(uint32_t id, struct ms_host_set *h);
 MS_HIDDEN int ms__eng_map_empty_host(const struct ms_chunk_set *need);
 /* Lock held (released while pinning): one step of making host chunks ahead of an eviction the
  * daemon expects (its PREPARE, client.h): the resident chunks of always-mapped regions that have
- * no host chunk, in table order up to `want` bytes, grouped by size; for the first size the
- * seam's pool holds too few of, one host chunk is made into the pool (one pin call, inside the
+ * no host chunk, most recently used first up to `want` bytes, grouped by size; for the first size
+ * the seam's pool holds too few of, one host chunk is made into the pool (one pin call, inside the
  * migration gate), for the eviction's host_new to take. Returns 1 when it made one (call again),
  * 0 when the pool covers them (or the backing has no host chunks), or an MS_E_* code (the host
  * memory limit: MS_E_NOSPACE). */
 MS_HIDDEN int ms__eng_host_prepare_step(uint64_t want);
+/* Lock held: evict `evict` leaving each always-mapped chunk bare (core/exec.h,
+ * defer_host_map; MSCHED_DEFER_HOST_MAP=0 maps them within the eviction): for a process that
+ * runs no GPU work until ms__eng_map_bare has mapped them. Like ms__eng_exec_sets otherwise. */
+MS_HIDDEN int ms__eng_evict_bare(const struct ms_chunk_set *evict, struct ms_exec_stats *st);
+/* Lock held: map the host chunks of up to `max` bare chunks (0: all) at their addresses.
+ * `before_command`: a command is about to be admitted (counted apart: those maps are on its
+ * path). Returns how many are still bare, or an MS_E_* code. */
+MS_HIDDEN int ms__eng_map_bare(size_t max, bool before_command);
 MS_HIDDEN void ms__eng_add_exec_stats(const struct ms_exec_stats *x);
 /* A launch of kernel `name` ran with `chunks` named chunks on the host (lock held). */
 MS_HIDDEN void ms__eng_kernel_missed(const char *name, uint64_t chunks);

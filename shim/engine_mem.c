@@ -106,7 +106,10 @@ int ms__eng_exec_plan(uint64_t budget, struct ms_exec_stats *x)
 {
     /* verify_clean: always-mapped memory is reachable by commands that did not name it, so a
      * chunk that stayed CLEAN may still have been written (docs/engine.md). */
-    struct ms_exec_opts o = {.pipelined = true, .hash_clean = true, .verify_clean = true};
+    struct ms_exec_opts o = {.pipelined = true,
+                             .hash_clean = true,
+                             .verify_clean = true,
+                             .defer_host_map = E.defer_bare};
     ms__host_gate_enter();
     int e = ms_exec_plan(&E.rt, E.ops, budget, &E.plan, &o, x);
     ms__host_gate_leave();
@@ -278,8 +281,32 @@ void ms__eng_kernel_missed(const char *name, uint64_t chunks)
     slot->chunks += chunks;
 }
 
+int ms__eng_evict_bare(const struct ms_chunk_set *evict, struct ms_exec_stats *st)
+{
+    E.defer_bare = ms__shim_opt(MS_OPT_DEFER_HOST_MAP) != 0;
+    int e = ms__eng_exec_sets(evict, NULL, st);
+    E.defer_bare = false;
+    return e;
+}
+
+int ms__eng_map_bare(size_t max, bool before_command)
+{
+    if (!E.rt.bare)
+        return 0;
+    uint64_t before = E.rt.bare, t0 = now_ns();
+    int e = ms_exec_map_bare(&E.rt, E.ops, max, NULL);
+    uint64_t done = before - E.rt.bare;
+    if (before_command)
+        E.st.bare_gate += done;
+    else
+        E.st.bare_mapped += done;
+    E.st.bare_ns += now_ns() - t0;
+    return e;
+}
+
 void ms__eng_add_exec_stats(const struct ms_exec_stats *x)
 {
+    E.st.bare_left += x->bare;
     E.st.bytes_in += x->bytes_in;
     E.st.bytes_out += x->bytes_out;
     E.st.bytes_dropped += x->bytes_dropped;
@@ -349,37 +376,60 @@ int ms__eng_host_make(uint64_t va, uint64_t bytes, struct ms_host_set *out)
 }
 
 #define PREP_SIZES 8 /* distinct chunk sizes one step looks at (regions' tails make a few) */
+
+struct prep_cand {
+    uint64_t bytes, last_use;
+};
+
+/* Most recently used first: in a loop the chunks used last come back last, and they are the
+ * ones the daemon's OPT (and LRU among a task's own chunks, by its next use) evicts first. */
+static int prep_cmp(const void *a, const void *b)
+{
+    const struct prep_cand *x = a, *y = b;
+    return x->last_use < y->last_use ? 1 : x->last_use > y->last_use ? -1 : 0;
+}
+
 int ms__eng_host_prepare_step(uint64_t want)
 {
     if (!E.gpu || E.backing != BACK_VMM || !want)
         return 0;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < E.rt.nslots; i++)
+        if (E.rt.regions[i].live && E.rt.regions[i].amap)
+            cap += E.rt.regions[i].nchunks;
+    struct prep_cand *cand = cap ? ms_malloc(cap * sizeof(*cand)) : NULL;
+    if (cap && !cand)
+        return MS_E_NOMEM;
+    for (size_t i = 0; i < E.rt.nslots; i++) {
+        const struct ms_region *r = &E.rt.regions[i];
+        for (uint32_t k = 0; r->live && r->amap && k < r->nchunks; k++) {
+            const struct ms_chunk *c = &r->chunks[k];
+            if (!c->host && ms_chunk_state_ready((enum ms_chunk_state)c->state))
+                cand[n++] = (struct prep_cand){c->bytes, c->last_use};
+        }
+    }
+    if (n > 1)
+        qsort(cand, n, sizeof(*cand), prep_cmp);
     struct {
         uint64_t bytes;
         uint32_t n;
     } g[PREP_SIZES];
     size_t ng = 0;
     uint64_t sum = 0;
-    for (size_t i = 0; i < E.rt.nslots && sum < want; i++) {
-        const struct ms_region *r = &E.rt.regions[i];
-        if (!r->live || !r->amap)
-            continue;
-        for (uint32_t k = 0; k < r->nchunks && sum < want; k++) {
-            const struct ms_chunk *c = &r->chunks[k];
-            if (c->host || !ms_chunk_state_ready((enum ms_chunk_state)c->state))
+    for (size_t i = 0; i < n && sum < want; i++) {
+        size_t j = 0;
+        while (j < ng && g[j].bytes != cand[i].bytes)
+            j++;
+        if (j == ng) {
+            if (ng == PREP_SIZES)
                 continue;
-            size_t j = 0;
-            while (j < ng && g[j].bytes != c->bytes)
-                j++;
-            if (j == ng) {
-                if (ng == PREP_SIZES)
-                    continue;
-                g[ng].bytes = c->bytes;
-                g[ng++].n = 0;
-            }
-            g[j].n++;
-            sum += c->bytes;
+            g[ng].bytes = cand[i].bytes;
+            g[ng++].n = 0;
         }
+        g[j].n++;
+        sum += cand[i].bytes;
     }
+    ms_free(cand);
     if (ng == 0)
         return 0;
     ms_unlock(&E.lock); /* pinning takes milliseconds */

@@ -220,13 +220,14 @@ static int c_map(void *impl, struct ms_gpu_chunk *c, size_t n)
         int e = handle_get(g, c[i].bytes, &h);
         const char *call = NULL;
         CUresult r = CUDA_SUCCESS;
-        if (e == MS_OK && c[i].hchunk) {
+        bool hosted = c[i].hchunk && !c[i].bare; /* the host chunk is mapped at va */
+        if (e == MS_OK && hosted) {
             call = "cuMemUnmap";
             r = g->api->cuMemUnmap(va, c[i].bytes); /* the host chunk keeps its shadow */
         }
         if (e == MS_OK && r == CUDA_SUCCESS) {
             r = map_at(g, va, c[i].bytes, h, &call);
-            if (r != CUDA_SUCCESS && c[i].hchunk) {
+            if (r != CUDA_SUCCESS && hosted) {
                 const char *ignored;
                 map_at(g, va, c[i].bytes, hc_of(&c[i])->h, &ignored); /* as it was */
             }
@@ -254,7 +255,7 @@ static int c_unmap(void *impl, struct ms_gpu_chunk *c, size_t n)
         CUmemGenericAllocationHandle h = (CUmemGenericAllocationHandle)c[i].phys;
         CUresult r = g->api->cuMemUnmap(va, c[i].bytes);
         const char *call = "cuMemUnmap";
-        if (r == CUDA_SUCCESS && c[i].hchunk) {
+        if (r == CUDA_SUCCESS && c[i].hchunk && !c[i].bare) {
             r = map_at(g, va, c[i].bytes, hc_of(&c[i])->h, &call);
             if (r != CUDA_SUCCESS) {
                 /* Never leave the chunk unmapped: back to its device memory, still resident. */

@@ -103,7 +103,8 @@ static int f_map(void *impl, struct ms_gpu_chunk *c, size_t n)
         int err = MS_OK;
         if (c[i].bytes == 0 || c[i].bytes % MS_GRAN || c[i].va % MS_GRAN)
             err = MS_E_INVAL;
-        else if (c[i].hchunk && (fh(&c[i])->at != c[i].va || fh(&c[i])->bytes != c[i].bytes))
+        else if (c[i].hchunk &&
+                 (fh(&c[i])->at != (c[i].bare ? 0 : c[i].va) || fh(&c[i])->bytes != c[i].bytes))
             err = MS_E_STATE; /* its host chunk is not where the contract says */
         else if (!c[i].hchunk && host_at(f, c[i].va))
             err = MS_E_STATE; /* a host chunk is mapped there */
@@ -156,7 +157,7 @@ static int unmap_raw(struct ms_gpu_fake *f, struct ms_gpu_chunk *c, size_t n)
         free(m->mem);
         *m = f->maps[--f->nmaps];
         if (c[i].hchunk)
-            fh(&c[i])->at = c[i].va; /* always mapped */
+            fh(&c[i])->at = c[i].bare ? 0 : c[i].va; /* always mapped, or left bare */
     }
     return first;
 }

@@ -73,6 +73,10 @@ static void check(struct world *w)
             resident += ms_chunk_state_resident((enum ms_chunk_state)c->state);
             if (c->state == MS_CS_EMPTY)
                 continue; /* never mapped: the edge maps regions before use */
+            if (c->bare) {
+                assert_null(at(w, r, k)); /* defer_host_map: mapped nowhere until map_bare */
+                continue;
+            }
             uint8_t *p = at(w, r, k);
             assert_non_null(p);
             if (w->version[r][k]) {
@@ -128,10 +132,12 @@ static void whole(struct ms_plan *p, int op, struct world *w, uint32_t r)
         step(p, op, w, r, k);
 }
 
+static bool defer; /* exec() with defer_host_map */
+
 static int exec(struct world *w, const struct ms_plan *p, uint64_t budget, bool pipelined,
                 bool hash, struct ms_exec_stats *st)
 {
-    struct ms_exec_opts o = {.pipelined = pipelined, .hash_clean = hash};
+    struct ms_exec_opts o = {.pipelined = pipelined, .hash_clean = hash, .defer_host_map = defer};
     memset(st, 0, sizeof(*st));
     return ms_exec_plan(&w->rt, ms_gpu_fake_ops(w->fake), budget, p, &o, st);
 }
@@ -209,6 +215,9 @@ static void sweep_one(bool pipelined, bool hash, bool fail_wait)
         ms_gpu_fake_fail_after(w->fake, 0);
         ms_gpu_fake_fail_wait_after(w->fake, 0);
         check(w);
+        /* Deferred host maps: whatever the failure left bare maps now, with its bytes. */
+        assert_int_equal(ms_exec_map_bare(&w->rt, ms_gpu_fake_ops(w->fake), 0, NULL), 0);
+        check(w);
         ms_plan_fini(&p);
         world_free(w);
         if (e == MS_OK)
@@ -223,8 +232,72 @@ static void sweep_one(bool pipelined, bool hash, bool fail_wait)
 static void failure_sweep(void **unused)
 {
     (void)unused;
-    for (int mask = 0; mask < 8; mask++)
+    for (int mask = 0; mask < 16; mask++) {
+        defer = mask & 8;
         sweep_one(mask & 1, mask & 2, mask & 4);
+    }
+    defer = false;
+}
+
+/* defer_host_map: evicted chunks are left bare (mapped nowhere, their bytes in their host
+ * chunks); a bare chunk populates without a host unmap; map_bare maps the rest, a given number
+ * at a time; a region freed or detached with bare chunks leaks nothing. */
+static void deferred_host_maps(void **unused)
+{
+    (void)unused;
+    for (int pipe = 0; pipe < 2; pipe++) {
+        struct world *w = world_new(4 * CH);
+        const struct ms_gpu_ops *ops = ms_gpu_fake_ops(w->fake);
+        struct ms_plan p;
+        ms_plan_init(&p);
+        struct ms_exec_stats st;
+        whole(&p, MS_STEP_POPULATE, w, 0);
+        assert_int_equal(exec(w, &p, 4 * CH, pipe, true, &st), MS_OK);
+        for (uint32_t k = 0; k < NCH; k++)
+            write_chunk(w, 0, k);
+        defer = true;
+        p.n = 0;
+        whole(&p, MS_STEP_EVICT, w, 0);
+        whole(&p, MS_STEP_POPULATE, w, 2);
+        assert_int_equal(exec(w, &p, 4 * CH, pipe, true, &st), MS_OK);
+        assert_int_equal(st.bare, NCH);
+        assert_int_equal(w->rt.bare, NCH);
+        check(w); /* region 0 mapped nowhere, its bytes in its host chunks */
+        /* Chunk 1 back while bare (region 2's chunk 0 makes room, bare too). */
+        p.n = 0;
+        step(&p, MS_STEP_EVICT, w, 2, 0);
+        step(&p, MS_STEP_POPULATE, w, 0, 1);
+        assert_int_equal(exec(w, &p, 4 * CH, pipe, false, &st), MS_OK);
+        assert_int_equal(st.bytes_in, CH);
+        assert_int_equal(w->rt.bare, NCH); /* 3 of region 0, 1 of region 2 */
+        check(w);
+        defer = false;
+        assert_int_equal(ms_exec_map_bare(&w->rt, ops, 1, &st), NCH - 1);
+        check(w);
+        assert_int_equal(ms_exec_map_bare(&w->rt, ops, 0, &st), 0);
+        assert_int_equal(w->rt.bare, 0);
+        check(w);             /* everything reachable again with its latest bytes */
+        write_chunk(w, 0, 2); /* a miss on the host chunk now mapped */
+        check(w);
+        /* Bare again, then freed (region 0) and detached (region 2): nothing leaks. */
+        defer = true;
+        p.n = 0;
+        step(&p, MS_STEP_EVICT, w, 0, 1);
+        whole(&p, MS_STEP_EVICT, w, 2);
+        assert_int_equal(exec(w, &p, 4 * CH, pipe, false, &st), MS_OK);
+        defer = false;
+        check(w);
+        assert_int_equal(ms_exec_free_region(&w->rt, ops, w->reg[0]), MS_OK);
+        assert_int_equal(w->rt.bare, NCH - 1);
+        assert_int_equal(ms_gpu_fake_host_chunks(w->fake), 2 * NCH);
+        uint64_t tok[NCH];
+        assert_int_equal(ms_exec_detach_host(&w->rt, ops, w->reg[2], tok), MS_OK);
+        assert_int_equal(w->rt.bare, 0);
+        char why[160];
+        assert_int_equal(ms_rtable_check(&w->rt, why, sizeof(why)), 0);
+        ms_plan_fini(&p);
+        world_free(w);
+    }
 }
 
 /* Freeing releases device memory and host chunks alike. */
@@ -330,11 +403,9 @@ static void detach_attach_carries_data(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(misses_are_kept),
-        cmocka_unit_test(failure_sweep),
-        cmocka_unit_test(free_releases_host_chunks),
-        cmocka_unit_test(map_host_refusals),
-        cmocka_unit_test(detach_attach_carries_data),
+        cmocka_unit_test(misses_are_kept),    cmocka_unit_test(failure_sweep),
+        cmocka_unit_test(deferred_host_maps), cmocka_unit_test(free_releases_host_chunks),
+        cmocka_unit_test(map_host_refusals),  cmocka_unit_test(detach_attach_carries_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
