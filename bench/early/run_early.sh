@@ -12,6 +12,13 @@
 # msched_switch_complete_*, and the RUN-to-first-command median); OUT/early.txt the normalized
 # throughputs (bench/early/summary.py); OUT/raw.tgz every output. LOOP_S sets the timed loop
 # (default 25 s for micro, 40 s for D).
+#
+# The second run is any other variant of opt: B_OPTS replaces its daemon options (default
+# "--set early_run=on"), B_ENV adds VAR=VALUE words to its environment (the shims'), B_LABEL
+# names it in the table (default early_run). For example, the switch without host memory made
+# ahead and without deferred host maps, against today's defaults:
+#   B_OPTS="--set prepare_host=off" B_ENV="MSCHED_DEFER_HOST_MAP=0" B_LABEL="no prepare, no defer" \
+#       bench/early/run_early.sh OUT "150 200" D
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
@@ -27,11 +34,13 @@ make -s -j"$(nproc)" build/bin/msched build/bin/mschedd shim >"$OUT/build.log" 2
 tmp=$(mktemp -d)
 rc=0
 bench/micro/run_sweep.sh "$tmp/base" "$PRESSURES" "${BASE_SYSTEMS:-ref slice opt}" "$SECS" adaptive >"$tmp/base.log" 2>&1 || rc=1
-ADAPTIVE_OPTS="--set early_run=on" bench/micro/run_sweep.sh "$tmp/early" "$PRESSURES" "opt" "$SECS" \
-    adaptive >"$tmp/early.log" 2>&1 || rc=1
+read -r -a benv <<<"${B_ENV:-}"
+env "${benv[@]}" ADAPTIVE_OPTS="${B_OPTS:---set early_run=on}" \
+    bench/micro/run_sweep.sh "$tmp/early" "$PRESSURES" "opt" "$SECS" adaptive >"$tmp/early.log" 2>&1 || rc=1
 cp "$tmp/base/sweep.jsonl" "$OUT/base.jsonl" 2>/dev/null
 cp "$tmp/early/sweep.jsonl" "$OUT/early.jsonl" 2>/dev/null
-python3 bench/early/summary.py "$OUT/base.jsonl" "$OUT/early.jsonl" | tee "$OUT/early.txt" || rc=1
+python3 bench/early/summary.py "$OUT/base.jsonl" "$OUT/early.jsonl" default "${B_LABEL:-early_run}" |
+    tee "$OUT/early.txt" || rc=1
 tar -C "$tmp" -czf "$OUT/raw.tgz" . 2>/dev/null
 rm -rf "$tmp"
 exit $rc

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""summary.py BASE.jsonl EARLY.jsonl - early start against the default (bench/early/run_early.sh).
+"""summary.py BASE.jsonl EARLY.jsonl [LABEL_BASE LABEL_OTHER] - early start against the default
+(bench/early/run_early.sh), or any other variant of opt (the labels name the two columns:
+default "default" and "early_run").
 
 For each pressure: the normalized throughput of `opt` (mean over the processes of tasks per
 second over the same process's in the `ref` run, bench/micro/summarize_sweep.py) with the
@@ -36,10 +38,11 @@ def fmt(v, unit=""):
 
 
 def main(argv):
-    if len(argv) != 2:
+    if len(argv) not in (2, 4):
         print(__doc__, file=sys.stderr)
         return 2
-    located = sw.read_located(argv)
+    la, lb = argv[2:4] if len(argv) == 4 else ("default", "early_run")
+    located = sw.read_located(argv[:2])
     sw.slice_sets(located)
     records = [r for _, _, r in located]
     workload = next((r.get("workload") for r in records if r.get("workload")), "micro")
@@ -53,9 +56,9 @@ def main(argv):
     if not by_p:
         print("summary.py: no opt records", file=sys.stderr)
         return 1
-    print(f"{workload}: opt normalized throughput (% of ref), default against early_run\n")
-    print("| pressure | default | early_run | ratio | % of slice (default / early) "
-          "| switch ms (default / early) "
+    print(f"{workload}: opt normalized throughput (% of ref), {la} against {lb}\n")
+    print(f"| pressure | {la} | {lb} | ratio | % of slice ({la} / {lb}) "
+          f"| switch ms ({la} / {lb}) "
           "| to first command ms | to set complete ms | RUN to first command, median ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in sorted(by_p):
