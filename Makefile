@@ -70,7 +70,7 @@ MSCHED   := $(BUILD)/bin/msched
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/replay_%,$(FUZZ_SRC))
 
-.PHONY: all test unit fuzz clean demo format check-format gpu install uninstall package
+.PHONY: all test test-build unit fuzz clean demo format check-format gpu install uninstall package
 .SECONDARY:
 ifneq ($(DAEMON_SRC),)
 DAEMON_BIN := $(MSCHEDD)
@@ -184,7 +184,11 @@ endif
 
 unit: $(UNIT_BIN)
 
-test: $(MSCHED) $(DAEMON_BIN) $(UNIT_BIN) $(FUZZ_REPLAY) $(TEST_EXTRA)
+# test-build: everything the tests run, built without running them (then, for example,
+# BUILD=build-thread bash tests/cli/daemon_prepare.sh runs one check).
+test-build: $(MSCHED) $(DAEMON_BIN) $(UNIT_BIN) $(FUZZ_REPLAY) $(TEST_EXTRA)
+
+test: test-build
 	$(Q)BUILD=$(BUILD) tests/run.sh
 
 demo: $(MSCHED)

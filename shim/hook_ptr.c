@@ -4,10 +4,12 @@
  * Design
  *   A library asks about a device pointer before it uses it (cuFFT at plan creation, Triton
  *   before a launch, cuBLAS for its workspace). An engine region is a reservation whose chunks
- *   are mapped only while resident, so the driver would answer "not memory"
- *   (CUDA_ERROR_INVALID_VALUE) for a chunk not mapped yet; on the H200 that made cuFFT fail with
- *   CUFFT_INTERNAL_ERROR. So for an address inside an engine region the answer is the one for a
- *   cuMemAlloc pointer of the same size, whatever its chunks' state (shim/engine.h,
+ *   are mapped to device memory while resident and to host memory otherwise, and a chunk may be
+ *   bare (mapped to nothing) between its deferred eviction and the map that follows: the driver
+ *   would answer "host" for the first and "not memory" (CUDA_ERROR_INVALID_VALUE) for the second;
+ *   on the H200 the latter made cuFFT fail with CUFFT_INTERNAL_ERROR. So for an address inside an
+ *   engine region the answer is the one for a cuMemAlloc pointer of the same size, whatever its
+ *   chunks' state (shim/engine.h,
  *   ms_engine_ptr_info; the values: cuabi/ptrattr.h). Any other address, and any attribute not
  *   answered there, goes to the real driver unchanged.
  */

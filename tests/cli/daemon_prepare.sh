@@ -16,7 +16,7 @@
 need_fake_cuda
 [ -x "$MSCHEDD" ] || fail "no mschedd at $MSCHEDD"
 ROUNDS=300 LIMIT=120
-case "$BUILD" in *thread* | *address*) ROUNDS=100 LIMIT=300 ;; esac
+case "$BUILD" in *thread* | *address*) ROUNDS=8 LIMIT=300 ;; esac
 
 start_daemon --budget 400MiB --slice 300ms --share off
 "$MSCHED" config get prepare_host 2>&1 | grep -Eq "(on|true|1)" ||
