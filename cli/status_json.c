@@ -136,9 +136,10 @@ int ms_status_json(const struct ms_msg_status *st, const struct ms_json_frame *f
                 ",\"priority\":%" PRId32 ",\"weight\":%" PRIu32 ",\"resident_bytes\":%" PRIu64
                 ",\"footprint_bytes\":%" PRIu64 ",\"limit_bytes\":%" PRIu64 ",\"bytes_in\":%" PRIu64
                 ",\"bytes_out\":%" PRIu64 ",\"slices\":%" PRIu64 ",\"gpu_time_ns\":%" PRIu64
-                ",\"misses\":%" PRIu64 ",\"host_bytes\":%" PRIu64 ",\"host_limit_bytes\":%" PRIu64,
+                ",\"misses\":%" PRIu64 ",\"host_bytes\":%" PRIu64 ",\"host_pool_bytes\":%" PRIu64
+                ",\"host_limit_bytes\":%" PRIu64,
                 t->prio, t->weight, t->resident, t->footprint, t->limit, t->bytes_in, t->bytes_out,
-                t->switches, t->run_ns, t->misses, t->host_bytes, t->host_limit);
+                t->switches, t->run_ns, t->misses, t->host_bytes, t->host_pool, t->host_limit);
         const struct ms_task_status *p = rates ? find(fr->prev, t->task) : NULL;
         if (p)
             fprintf(f, ",\"rates\":{\"bytes_in_per_s\":%.1f,\"bytes_out_per_s\":%.1f}",

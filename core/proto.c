@@ -209,6 +209,8 @@ static int validate_status(const struct ms_msg_status *s, char *why, size_t whyl
             VFAIL("STATUS: task %u has priority %d weight %u", i, t->prio, t->weight);
         if (!STR_OK(t->name, MS_PROTO_NAME_MAX))
             VFAIL("STATUS: task %u has a bad name", i);
+        if (t->host_pool > t->host_bytes)
+            VFAIL("STATUS: task %u has more pooled host bytes than pinned", i);
     }
     return MS_OK;
 }
@@ -268,6 +270,8 @@ int ms_msg_validate(const struct ms_msg *m, char *why, size_t whylen)
         if (!runs_ok(m->demand.next, m->demand.nnext) ||
             !runs_ok(m->demand.recent, m->demand.nrecent))
             VFAIL("DEMAND: bad run");
+        if (m->demand.host_pool > m->demand.host_bytes)
+            VFAIL("DEMAND: more pooled host bytes than pinned");
         return MS_OK;
     case MS_MSG_RUN:
         if (m->run.slice_ns == 0)
@@ -312,15 +316,21 @@ int ms_msg_validate(const struct ms_msg *m, char *why, size_t whylen)
                 VFAIL("CONFIG: bad pair %u", i);
         }
         return MS_OK;
-    case MS_MSG_STOP:
     case MS_MSG_STOPPED:
+        if (m->stopped.host_pool > m->stopped.host_bytes)
+            VFAIL("STOPPED: more pooled host bytes than pinned");
+        return MS_OK;
+    case MS_MSG_REPORT:
+        if (m->report.host_pool > m->report.host_bytes)
+            VFAIL("REPORT: more pooled host bytes than pinned");
+        return MS_OK;
+    case MS_MSG_STOP:
     case MS_MSG_EVICTED:
     case MS_MSG_POPULATED:
     case MS_MSG_CREDIT:
     case MS_MSG_IDLE:
     case MS_MSG_STATUS_REQ:
     case MS_MSG_METRICS_REQ:
-    case MS_MSG_REPORT:
     case MS_MSG_STARTED:
     case MS_MSG_BYE: return MS_OK;
     default: VFAIL("unknown type %u", m->type);
@@ -422,6 +432,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u32(w, m->demand.nrecent);
         put_u64(w, m->demand.misses);
         put_u64(w, m->demand.host_bytes);
+        put_u64(w, m->demand.host_pool);
         put_runs(w, m->demand.next, m->demand.nnext);
         put_runs(w, m->demand.recent, m->demand.nrecent);
         break;
@@ -434,6 +445,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
     case MS_MSG_REPORT:
         put_u64(w, m->report.misses);
         put_u64(w, m->report.host_bytes);
+        put_u64(w, m->report.host_pool);
         break;
     case MS_MSG_STARTED:
         put_u32(w, m->started.epoch);
@@ -452,6 +464,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u64(w, m->stopped.bytes_moved);
         put_u64(w, m->stopped.misses);
         put_u64(w, m->stopped.host_bytes);
+        put_u64(w, m->stopped.host_pool);
         break;
     case MS_MSG_EVICT:
         put_u32(w, m->order.epoch);
@@ -518,6 +531,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
             put_u64(w, t->run_ns);
             put_u64(w, t->misses);
             put_u64(w, t->host_bytes);
+            put_u64(w, t->host_pool);
             put_u64(w, t->host_limit);
             put_str(w, t->name);
         }
@@ -721,6 +735,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->demand.nrecent = get_u32(r);
         m->demand.misses = get_u64(r);
         m->demand.host_bytes = get_u64(r);
+        m->demand.host_pool = get_u64(r);
         if (r->bad)
             break;
         if ((uint64_t)m->demand.nnext + m->demand.nrecent > left(r) / MS_PROTO_RUN_BYTES) {
@@ -740,6 +755,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
     case MS_MSG_REPORT:
         m->report.misses = get_u64(r);
         m->report.host_bytes = get_u64(r);
+        m->report.host_pool = get_u64(r);
         break;
     case MS_MSG_STARTED:
         m->started.epoch = get_u32(r);
@@ -758,6 +774,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         m->stopped.bytes_moved = get_u64(r);
         m->stopped.misses = get_u64(r);
         m->stopped.host_bytes = get_u64(r);
+        m->stopped.host_pool = get_u64(r);
         break;
     case MS_MSG_EVICT:
         m->order.epoch = get_u32(r);
@@ -838,6 +855,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
             t->run_ns = get_u64(r);
             t->misses = get_u64(r);
             t->host_bytes = get_u64(r);
+            t->host_pool = get_u64(r);
             t->host_limit = get_u64(r);
             GET_STR(r, t->name, MS_PROTO_NAME_MAX);
         }

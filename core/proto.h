@@ -53,7 +53,7 @@
 #include <stdbool.h>
 
 #define MS_PROTO_MAGIC "MSCH"
-#define MS_PROTO_VERSION 5
+#define MS_PROTO_VERSION 6
 #define MS_PROTO_HDR_BYTES 16u
 #define MS_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB */
 #define MS_PROTO_MAX_FRAME (MS_PROTO_HDR_BYTES + MS_PROTO_MAX_PAYLOAD)
@@ -156,6 +156,8 @@ struct ms_msg_demand {
     uint32_t flags;      /* MS_DEMAND_* */
     uint64_t misses;     /* commands so far that ran with named chunks off the device */
     uint64_t host_bytes; /* host bytes the shim holds pinned now (host chunks, pool, stores) */
+    uint64_t host_pool;  /* of those, the pool's: free host chunks, reused or released at the
+                          * host limit before any new pinning (version 6) */
     struct ms_run *next; /* predicted working set of the next slice, in access order */
     uint32_t nnext;
     struct ms_run *recent; /* what the most recent slice touched */
@@ -165,6 +167,7 @@ struct ms_msg_demand {
 struct ms_msg_report {
     uint64_t misses;     /* commands so far that ran with named chunks off the device */
     uint64_t host_bytes; /* host bytes the shim holds pinned now */
+    uint64_t host_pool;  /* of those, the pool's (as in DEMAND) */
 };
 
 /* STARTED: sent once per RUN, when the first command after it is admitted (submitted). */
@@ -196,6 +199,7 @@ struct ms_msg_stopped {
     uint64_t bytes_moved; /* bytes the shim moved on its own in the slice (launch faults) */
     uint64_t misses;      /* commands so far that ran with named chunks off the device */
     uint64_t host_bytes;  /* host bytes the shim holds pinned now */
+    uint64_t host_pool;   /* of those, the pool's (as in DEMAND) */
 };
 
 /* EVICT and POPULATE orders. */
@@ -234,6 +238,7 @@ struct ms_task_status {
     uint64_t misses;     /* its commands that ran with named chunks off the device (its shim's
                           * count, as of its last DEMAND or STOPPED) */
     uint64_t host_bytes; /* host bytes its shim holds pinned (as of its last report) */
+    uint64_t host_pool;  /* of those, its pool's free host chunks */
     uint64_t host_limit; /* the most its shim may pin (HELLO), 0 = none */
     char name[MS_PROTO_NAME_MAX + 1];
 };

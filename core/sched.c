@@ -410,11 +410,12 @@ static void decide_running(struct ms_sched *s, uint64_t now)
             s->slice_end = now + (t->slice_ns ? t->slice_ns : s->cfg.slice_ns);
         return;
     }
-    ms__sched_prepare_hint(s, t);
+    /* PREPARE goes only where t keeps the GPU for now (never just before its STOP). */
     if (!t->runnable && now < hold_until(s, t)) {
         if (!s->holding)
             s->idle_holds++;
         s->holding = true;
+        ms__sched_prepare_hint(s, t);
         return;
     }
     if (!t->runnable || (s->cfg.policy == MS_SCHED_PRIO && top > t->prio)) {
@@ -425,17 +426,21 @@ static void decide_running(struct ms_sched *s, uint64_t now)
         s->holding = false;
         s->idle_resumes++;
     }
-    if (now < s->slice_end)
+    if (now < s->slice_end) {
+        ms__sched_prepare_hint(s, t);
         return;
+    }
     if (ms__sched_make_timeline(s, t->id, 1)) {
         s->retry = true;
         s->retry_at = now + RETRY_NS;
         return;
     }
-    if (s->tl.n > 0 && s->tl.e[0].task != t->id)
+    if (s->tl.n > 0 && s->tl.e[0].task != t->id) {
         send_stop(s, now, t);
-    else
+    } else {
         s->slice_end = now + (t->slice_ns ? t->slice_ns : s->cfg.slice_ns);
+        ms__sched_prepare_hint(s, t);
+    }
 }
 
 void ms__sched_settle(struct ms_sched *s, uint64_t now)
@@ -560,11 +565,13 @@ int ms_sched_message(struct ms_sched *s, uint64_t now, uint32_t task, const stru
         case MS_MSG_REPORT:
             t->misses = MS_MAX(t->misses, m->report.misses);
             t->host_bytes = m->report.host_bytes;
+            t->host_pool = m->report.host_pool;
             break;
         case MS_MSG_STARTED: ms__sched_on_started(s, now, t, &m->started); return MS_OK;
         case MS_MSG_STOPPED:
             t->misses = MS_MAX(t->misses, m->stopped.misses);
             t->host_bytes = m->stopped.host_bytes;
+            t->host_pool = m->stopped.host_pool;
             if (t->stalled && m->stopped.epoch == t->run_epoch) {
                 unstall(s, now, t);
             } else if (t->share == SH_STOPPING && m->stopped.epoch == t->run_epoch) {

@@ -90,6 +90,7 @@ struct ms_stask {
     uint64_t bytes_in, bytes_out, switches, run_ns, run_since;
     uint64_t misses;      /* the shim's count of commands run with named chunks off the device */
     uint64_t host_bytes;  /* host bytes its shim holds pinned, as last reported */
+    uint64_t host_pool;   /* of those, its pool's free host chunks (room at the host limit) */
     uint64_t host_limit;  /* the most its shim may pin (HELLO), 0 = none */
     bool host_capped;     /* the last plan kept some of its memory on the device: host limit */
     uint8_t share;        /* SH_*: its part in sharing */

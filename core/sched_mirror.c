@@ -329,6 +329,7 @@ int ms__sched_on_demand(struct ms_sched *s, struct ms_stask *t, const struct ms_
     t->dflags = d->flags;
     t->misses = MS_MAX(t->misses, d->misses);
     t->host_bytes = d->host_bytes;
+    t->host_pool = d->host_pool;
     if (!t->runnable && t->idle_at) {
         uint64_t g = s->now > t->idle_at ? s->now - t->idle_at : 0;
         t->gap_avg = t->gap_known ? (3 * t->gap_avg + g) / 4 : g;

@@ -129,13 +129,22 @@ static uint64_t task_hosted(const struct ms_sched *s, const struct ms_stask *t)
     return sum;
 }
 
+/* Host bytes the task's shim holds and cannot give back: its pool's free host chunks (those a
+ * PREPARE made ahead among them) are taken or released before any new pinning at its limit,
+ * so they are room, not held. */
+static uint64_t task_held(const struct ms_sched *s, const struct ms_stask *t)
+{
+    uint64_t pool = MS_MIN(t->host_pool, t->host_bytes);
+    return MS_MAX(t->host_bytes - pool, task_hosted(s, t));
+}
+
 static uint64_t host_room(void *ctx, uint32_t task)
 {
     const struct ms_sched *s = ctx;
     const struct ms_stask *t = ms__sched_find_task(s, task);
     if (!t || !t->host_limit)
         return UINT64_MAX;
-    uint64_t held = MS_MAX(t->host_bytes, task_hosted(s, t));
+    uint64_t held = task_held(s, t);
     return t->host_limit > held ? t->host_limit - held : 0;
 }
 
@@ -148,7 +157,7 @@ static void host_account(struct ms_sched *s)
         struct ms_stask *t = s->tasks[i];
         /* Capped: victims were passed over and this task has less room than a big chunk
          * (128 MiB, the largest ms_chunk_bytes_for makes). */
-        uint64_t held = t->host_limit ? MS_MAX(t->host_bytes, task_hosted(s, t)) : 0;
+        uint64_t held = t->host_limit ? task_held(s, t) : 0;
         bool capped =
             s->plan.host_skipped_bytes > 0 && t->host_limit && held + 128 * MS_MIB > t->host_limit;
         if (capped && !t->host_capped)

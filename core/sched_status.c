@@ -213,6 +213,7 @@ int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out)
         ts->run_ns = t->run_ns + (holds ? now - t->run_since : 0);
         ts->misses = t->misses;
         ts->host_bytes = t->host_bytes;
+        ts->host_pool = t->host_pool;
         ts->host_limit = t->host_limit;
         snprintf(ts->name, sizeof(ts->name), "%s", t->name);
     }

@@ -260,6 +260,8 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
          "Commands of the task that ran with named chunks off the device."},
         {"msched_task_host_bytes", "gauge",
          "Host memory the task's shim holds pinned for memory off the device."},
+        {"msched_task_host_pool_bytes", "gauge",
+         "Of that, the free host chunks in its shim's pool (reused, or released at its limit)."},
         {"msched_task_state", "gauge", "1 for the task's current state."},
     };
     for (size_t f = 0; f < MS_ARRAY_LEN(per); f++) {
@@ -294,6 +296,9 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
                 break;
             case 7:
                 put(&o, "%s{%s} %llu\n", per[f].name, labels, (unsigned long long)t->host_bytes);
+                break;
+            case 8:
+                put(&o, "%s{%s} %llu\n", per[f].name, labels, (unsigned long long)t->host_pool);
                 break;
             default:
                 put(&o, "%s{%s,state=\"%s\"} 1\n", per[f].name, labels,

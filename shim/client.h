@@ -194,8 +194,9 @@ struct ms_client_engine {
     /* Commands so far that ran with named chunks off the device (reported in DEMAND and
      * STOPPED, shown by `msched status`). */
     uint64_t (*misses)(void);
-    /* Host bytes pinned now, and the most that may be (HELLO, DEMAND, STOPPED, REPORT). */
-    uint64_t (*host_bytes)(void);
+    /* Host bytes pinned now (of those, *pool: the pool's free host chunks), and the most that
+     * may be (HELLO, DEMAND, STOPPED, REPORT). */
+    uint64_t (*host_bytes)(uint64_t *pool);
     uint64_t (*host_limit)(void);
     /* Map the never-populated chunks `need` names to host chunks (the engine's
      * ms__eng_map_empty_host: releases the lock while pinning; `need` must not be shared). */

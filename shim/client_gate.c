@@ -83,10 +83,11 @@ void ms__cl_send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exa
     m.demand.recent = C.runs + nnext;
     m.demand.nrecent = (uint32_t)(n - nnext);
     m.demand.misses = C.eng->misses ? C.eng->misses() : 0;
-    m.demand.host_bytes = C.eng->host_bytes ? C.eng->host_bytes() : 0;
+    m.demand.host_bytes = C.eng->host_bytes ? C.eng->host_bytes(&m.demand.host_pool) : 0;
     if (ms__cl_csend(&m, 0) == MS_OK) {
         C.misses_sent = m.demand.misses;
         C.host_sent = m.demand.host_bytes;
+        C.pool_sent = m.demand.host_pool;
         C.dem_pending = true;
         C.dem_at = ms__cl_now_ns();
         C.idle_sent = false;
@@ -106,8 +107,8 @@ void ms__cl_send_demand(const struct ms_chunk_set *need, bool whole)
 void ms__cl_report(bool now_anyway)
 {
     uint64_t n = C.eng->misses ? C.eng->misses() : 0;
-    uint64_t hb = C.eng->host_bytes ? C.eng->host_bytes() : 0;
-    if (n == C.misses_sent && hb == C.host_sent)
+    uint64_t pool = 0, hb = C.eng->host_bytes ? C.eng->host_bytes(&pool) : 0;
+    if (n == C.misses_sent && hb == C.host_sent && pool == C.pool_sent)
         return;
     uint64_t now = ms__cl_now_ns();
     if (!now_anyway && C.report_at && now - C.report_at < REPORT_NS)
@@ -116,9 +117,11 @@ void ms__cl_report(bool now_anyway)
     ms_msg_init(&m, MS_MSG_REPORT);
     m.report.misses = n;
     m.report.host_bytes = hb;
+    m.report.host_pool = pool;
     if (ms__cl_csend(&m, 0) == MS_OK) {
         C.misses_sent = n;
         C.host_sent = hb;
+        C.pool_sent = pool;
         C.report_at = now;
     }
 }

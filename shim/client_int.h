@@ -90,6 +90,7 @@ struct ms_client_state {
     uint64_t dem_at;          /* when the last DEMAND went out */
     uint64_t misses_sent;     /* the misses count the daemon has (DEMAND, STOPPED, REPORT) */
     uint64_t host_sent;       /* the pinned host bytes the daemon has (same messages) */
+    uint64_t pool_sent;       /* of those, the pool's */
     uint64_t report_at;       /* when the last REPORT went out */
     struct ms_chunk_set want; /* union of the needs of threads waiting for RUN */
     size_t want_sent;

@@ -165,9 +165,10 @@ void ms__cl_on_stop(const struct ms_msg *m)
     C.st.run_ns += r.stopped.gpu_ns; /* the slice ends with its STOPPED */
     r.stopped.bytes_moved = 0;
     r.stopped.misses = C.eng->misses ? C.eng->misses() : 0;
-    r.stopped.host_bytes = C.eng->host_bytes ? C.eng->host_bytes() : 0;
+    r.stopped.host_bytes = C.eng->host_bytes ? C.eng->host_bytes(&r.stopped.host_pool) : 0;
     C.misses_sent = r.stopped.misses;
     C.host_sent = r.stopped.host_bytes;
+    C.pool_sent = r.stopped.host_pool;
     ms__cl_csend(&r, m->seq);
     C.dem_pending = false;
     if (C.waiters == 0) {

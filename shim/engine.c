@@ -669,11 +669,12 @@ static void daemon_gone(const char *why)
     if (E.mode != MODE_DAEMON)
         return;
     /* Alone from now on, commands are admitted without the client's gate: nothing may stay
-     * bare. A chunk that cannot be mapped is said; its commands fail as on an unmapped address. */
+     * bare. What cannot be mapped now, the engine's own gate tries again before each command
+     * and refuses the command while it fails (engine_gate.c). */
     int be = ms__eng_map_bare(0, true);
     if (be < 0)
-        say("cannot map evicted memory back to its host copy (%s): commands that touch it will "
-            "fail",
+        say("cannot map evicted memory back to its host copy (%s): commands are refused until "
+            "it is",
             ms_strerror(be));
     uint64_t fp = E.st.footprint;
     if (ALONE_BUDGET) {

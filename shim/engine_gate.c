@@ -307,6 +307,19 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
     *alone = true;
     if (E.mode == MODE_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Alone (the daemon gone, or left at exit while the process's last commands still come):
+     * no command runs while an eviction left an address mapped to nothing; one that cannot be
+     * mapped refuses the command (an unmapped address would fault the whole context). */
+    if (E.rt.bare) {
+        int left = ms__eng_map_bare(0, true);
+        if (left != 0) {
+            if (!E.said_bare)
+                say("cannot map evicted memory to its host copy (%s): its commands are refused",
+                    left < 0 ? ms_strerror(left) : "some stayed unmapped");
+            E.said_bare = true;
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
     if (E.mispredict)
         mispredict(need);
     if (!need->n && !E.strict)

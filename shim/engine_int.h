@@ -120,6 +120,7 @@ struct ms_engine_state {
      * virtualized): alone, the engine's own budget shrinks by it (alone_budget()). */
     uint64_t driver_bytes;
     bool said_over; /* the process held more than its budget because of it: said once */
+    bool said_bare; /* alone, bare chunks could not be mapped before a command: said once */
     struct kmiss kmiss[KMISS_MAX];
     /* Kernel templates (MSCHED_TEMPLATES, core/template.h): loaded at configuration, read-only
      * afterwards; NULL when none. */
@@ -188,8 +189,9 @@ MS_HIDDEN void ms__eng_kernel_missed(const char *name, uint64_t chunks);
 /* Commands so far that ran with named chunks off the device (lock held). */
 MS_HIDDEN uint64_t ms__eng_misses(void);
 /* Host bytes this process holds pinned for msched now: host chunks handed out or pooled, and
- * backing stores (lock held or not: the counters have their own locks). */
-MS_HIDDEN uint64_t ms__eng_host_bytes(void);
+ * backing stores; *pool gets the pooled host chunks' part (lock held or not: the counters have
+ * their own locks). */
+MS_HIDDEN uint64_t ms__eng_host_bytes(uint64_t *pool);
 /* The host memory limit (MSCHED_HOST_LIMIT, default half the RAM; 0: none). */
 MS_HIDDEN uint64_t ms__eng_host_limit(void);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);

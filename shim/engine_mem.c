@@ -246,15 +246,17 @@ uint64_t ms__eng_misses(void)
     return E.st.miss_cmds;
 }
 
-uint64_t ms__eng_host_bytes(void)
+uint64_t ms__eng_host_bytes(uint64_t *pool)
 {
     struct ms_host_stats h;
     ms__host_stats(&h);
     uint64_t b = h.live_bytes;
+    *pool = 0;
     if (E.gpu && E.backing == BACK_VMM) {
         struct ms_gpu_cuda_host_stats hs;
         ms_gpu_cuda_host_stats(E.gpu, &hs);
         b += hs.live_bytes + hs.pooled_bytes;
+        *pool = hs.pooled_bytes;
     }
     return b;
 }

@@ -188,6 +188,38 @@ LAUNCH_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
 LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
 
+/* The legacy launch API (deprecated, still exported): the block shape and the parameter bytes
+ * were set on the function beforehand (cuFuncSetBlockShape, cuParamSet*), which the shim does
+ * not follow. So the launch is gated as one whose parameters are unknown (an unbounded launch:
+ * everything reachable, nothing left mapped to nothing), in its place in the process's slice. */
+static int report_legacy(CUfunction f, int w, int h, CUstream s)
+{
+    /* The block shape is not known here either: recorded as one thread. */
+    struct dims d = {{w > 0 ? (unsigned int)w : 0, h > 0 ? (unsigned int)h : 0, 1}, {1, 1, 1}, 0};
+    return report(MS_SHIM_LAUNCH_KERNEL, f, &d, (struct ms_shim_stream){s, false}, NULL, NULL);
+}
+
+CUresult CUDAAPI cuLaunch(CUfunction f)
+{
+    __typeof__(&cuLaunch) real = MS_REAL(cuLaunch);
+    MS_GATED(report_legacy(f, 1, 1, NULL));
+    return real(f);
+}
+
+CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
+{
+    __typeof__(&cuLaunchGrid) real = MS_REAL(cuLaunchGrid);
+    MS_GATED(report_legacy(f, grid_width, grid_height, NULL));
+    return real(f, grid_width, grid_height);
+}
+
+CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
+{
+    __typeof__(&cuLaunchGridAsync) real = MS_REAL(cuLaunchGridAsync);
+    MS_GATED(report_legacy(f, grid_width, grid_height, hStream));
+    return real(f, grid_width, grid_height, hStream);
+}
+
 #define GRAPH_HOOK(name, pt)                                                                       \
     CUresult CUDAAPI name(CUgraphExec hGraphExec, CUstream hStream)                                \
     {                                                                                              \

@@ -316,7 +316,8 @@ static size_t hpool_drain(struct ms_gpu_cuda *g)
     return n;
 }
 
-static int hchunk_create_new(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out);
+static int hchunk_create_new(struct ms_gpu_cuda *g, uint64_t bytes, bool may_drain,
+                             struct hchunk **out);
 
 /* A host chunk of `bytes`: from the pool, else a new one within the host memory limit. */
 static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out)
@@ -354,15 +355,18 @@ static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **
     pthread_mutex_unlock(&g->hmu);
     if (over)
         return MS_E_NOSPACE;
-    int e = hchunk_create_new(g, bytes, out);
+    int e = hchunk_create_new(g, bytes, true, out);
     pthread_mutex_lock(&g->hmu);
     g->hpending -= bytes;
     pthread_mutex_unlock(&g->hmu);
     return e;
 }
 
-/* Create a host chunk (pin, reserve its shadow, map it there). */
-static int hchunk_create_new(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out)
+/* Create a host chunk (pin, reserve its shadow, map it there). may_drain: when the driver is
+ * out of memory, empty the pool and try once more (a chunk made ahead of need must not: it
+ * would destroy the pool's chunks only to make one more, and the next step would do it again). */
+static int hchunk_create_new(struct ms_gpu_cuda *g, uint64_t bytes, bool may_drain,
+                             struct hchunk **out)
 {
     uint64_t t0 = c_now(g);
     struct hchunk *hc = calloc(1, sizeof(*hc));
@@ -375,7 +379,7 @@ static int hchunk_create_new(struct ms_gpu_cuda *g, uint64_t bytes, struct hchun
     prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
     prop.location.id = 0;
     CUresult r = g->api->cuMemCreate(&hc->h, bytes, &prop, 0);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && hpool_drain(g))
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && may_drain && hpool_drain(g))
         r = g->api->cuMemCreate(&hc->h, bytes, &prop, 0);
     if (r != CUDA_SUCCESS) {
         free(hc);
@@ -508,7 +512,7 @@ int ms_gpu_cuda_host_reserve(struct ms_gpu_cuda *g, uint64_t bytes, uint32_t wan
     if (over)
         return MS_E_NOSPACE;
     struct hchunk *hc = NULL;
-    int e = hchunk_create_new(g, bytes, &hc);
+    int e = hchunk_create_new(g, bytes, false, &hc);
     pthread_mutex_lock(&g->hmu);
     g->hpending -= bytes;
     if (e == MS_OK &&

@@ -1,6 +1,6 @@
 /*
  * fakecuda_launch.c - the fake driver's kernels: registration, cuFuncGetParamInfo /
- * cuFuncGetName, and the launch entry points.
+ * cuFuncGetName, and the launch entry points (the legacy cuParamSet* / cuLaunchGrid API too).
  *
  * Design
  *   A kernel is a host function registered with ms_fake_register_kernel; its CUfunction is a
@@ -47,6 +47,12 @@ struct fk_kernel {
     size_t *offsets, *sizes;
     size_t param_bytes;
     char as_kernel; /* its address is the kernel's CUkernel handle */
+    /* The legacy launch API's state (cuFuncSetBlockShape, cuFuncSetSharedSize, cuParamSet*),
+     * under ms__fk_lock: the block shape (0 until set: such a launch is refused, as the driver
+     * refuses it), the dynamic shared memory and the parameter buffer cuLaunch* passes. */
+    unsigned int legacy_block[3], legacy_smem;
+    uint8_t *legacy_params;
+    size_t legacy_bytes;
 };
 
 static struct fk_kernel *kernels[MAX_KERNELS]; /* reachable for leak checkers; under ms__fk_lock */
@@ -403,6 +409,128 @@ LAUNCH_COOP_FN(cuLaunchCooperativeKernel)
 LAUNCH_COOP_FN(cuLaunchCooperativeKernel_ptsz)
 LAUNCH_EX_FN(cuLaunchKernelEx)
 LAUNCH_EX_FN(cuLaunchKernelEx_ptsz)
+
+/*
+ * The legacy launch API (deprecated, still exported): the block shape, the shared memory and
+ * the parameter bytes are set on the function beforehand, and cuLaunch / cuLaunchGrid /
+ * cuLaunchGridAsync launch it with them (packed, as `extra` passes them). A launch takes a
+ * copy of the bytes, so the next cuParamSet* does not change a launch already made.
+ */
+static CUresult legacy_set(CUfunction f, size_t off, const void *src, size_t n)
+{
+    struct fk_kernel *k = kernel_of(f);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&ms__fk_lock);
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    if (off <= k->legacy_bytes && n <= k->legacy_bytes - off && (src || n == 0)) {
+        if (n)
+            memcpy(k->legacy_params + off, src, n);
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
+{
+    struct fk_kernel *k = kernel_of(hfunc);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (numbytes > 32768)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint8_t *p = numbytes ? calloc(1, numbytes) : NULL;
+    if (numbytes && !p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&ms__fk_lock);
+    uint8_t *old = k->legacy_params;
+    k->legacy_params = p;
+    k->legacy_bytes = numbytes;
+    pthread_mutex_unlock(&ms__fk_lock);
+    free(old);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes)
+{
+    return offset < 0 ? CUDA_ERROR_INVALID_VALUE : legacy_set(hfunc, (size_t)offset, ptr, numbytes);
+}
+
+CUresult CUDAAPI cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
+{
+    return offset < 0 ? CUDA_ERROR_INVALID_VALUE
+                      : legacy_set(hfunc, (size_t)offset, &value, sizeof value);
+}
+
+CUresult CUDAAPI cuParamSetf(CUfunction hfunc, int offset, float value)
+{
+    return offset < 0 ? CUDA_ERROR_INVALID_VALUE
+                      : legacy_set(hfunc, (size_t)offset, &value, sizeof value);
+}
+
+CUresult CUDAAPI cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
+{
+    struct fk_kernel *k = kernel_of(hfunc);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (x <= 0 || y <= 0 || z <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    k->legacy_block[0] = (unsigned int)x;
+    k->legacy_block[1] = (unsigned int)y;
+    k->legacy_block[2] = (unsigned int)z;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
+{
+    struct fk_kernel *k = kernel_of(hfunc);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&ms__fk_lock);
+    k->legacy_smem = bytes;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult legacy_launch(CUfunction f, int w, int h, CUstream stream)
+{
+    struct fk_kernel *k = kernel_of(f);
+    if (!k)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (w <= 0 || h <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    size_t bytes = k->legacy_bytes;
+    unsigned int block[3] = {k->legacy_block[0], k->legacy_block[1], k->legacy_block[2]};
+    unsigned int smem = k->legacy_smem;
+    uint8_t *copy = bytes ? malloc(bytes) : NULL;
+    if (copy)
+        memcpy(copy, k->legacy_params, bytes);
+    pthread_mutex_unlock(&ms__fk_lock);
+    if (bytes && !copy)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    const unsigned int grid[3] = {(unsigned int)w, (unsigned int)h, 1};
+    CUresult rc = ms__fk_launch_packed(f, grid, block, smem, stream, copy, bytes);
+    free(copy);
+    return rc;
+}
+
+CUresult CUDAAPI cuLaunch(CUfunction f)
+{
+    return legacy_launch(f, 1, 1, NULL);
+}
+
+CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
+{
+    return legacy_launch(f, grid_width, grid_height, NULL);
+}
+
+CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
+{
+    return legacy_launch(f, grid_width, grid_height, hStream);
+}
 
 /*
  * Two functions only tests call, chosen for their argument passing: floats in vector registers,

@@ -8,9 +8,11 @@
 #
 #   1. MSCHED_DEFER_HOST_MAP=2 (the gate alone maps them): two onebuf programs, each limited to
 #      150 MiB under a 200 MiB budget, so their commands reach chunks that stay on the host
-#      (misses) after every switch. Both finish with every result right, and chunks were mapped
-#      just before a command. (Without the gate's mapping the first miss after a switch
-#      faults: exit 139.)
+#      (misses) after every switch; the second launches through the legacy API (cuParamSetv,
+#      cuLaunchGridAsync: STRESS_LEGACY_LAUNCH=1), whose parameters the shim never sees. Both
+#      finish with every result right, and chunks were mapped just before a command. (Without
+#      the gate's mapping the first miss after a switch faults: exit 139; so does the legacy
+#      program when its launches are not gated.)
 #   2. The default: two cycles under 120 MiB and 20 ms slices; chunks are mapped after their
 #      eviction, every buffer right, no fill on a host chunk.
 #   3. MSCHED_DEFER_HOST_MAP=0: nothing is left bare.
@@ -29,9 +31,8 @@ deferred() {
 }
 
 start_daemon --budget 200MiB --slice 20ms --share off
-for c in g1 g2; do
-    client "$c" MSCHED_BUDGET=150MiB MSCHED_DEFER_HOST_MAP=2 -- "$ROUNDS" 3 onebuf
-done
+client g1 MSCHED_BUDGET=150MiB MSCHED_DEFER_HOST_MAP=2 -- "$ROUNDS" 3 onebuf
+client g2 MSCHED_BUDGET=150MiB MSCHED_DEFER_HOST_MAP=2 STRESS_LEGACY_LAUNCH=1 -- "$ROUNDS" 3 onebuf
 gate=0
 for c in g1 g2; do
     wait_shim "$c" 0 "$LIMIT"

@@ -66,6 +66,7 @@
  *          STRESS_VMM_FALLBACK=0 skips it), unmapped and mapped whole again. Prints the fake's host
  *          handle counts after (FAKE host_handles=...).
  *          Prints "ENGINE_VMM rounds=N ipc=I export=X mismatches=M".
+ * STRESS_LEGACY_LAUNCH=1: kernels are launched through the legacy API (legacy_launch()).
  * STRESS_OOM_OK=1: an allocation refused with CUDA_ERROR_OUT_OF_MEMORY is skipped (counted in
  * ooms) instead of failing the run.
  * Prints "ENGINE_STRESS ops=N buffers=B launches=L ooms=O mismatches=M" and exits 0 only with
@@ -103,6 +104,40 @@ static CUresult (*p_memset)(CUdeviceptr, unsigned char, size_t);
 static CUresult (*p_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             unsigned, CUstream, void **, void **);
 static CUresult (*p_sync)(void);
+
+/*
+ * STRESS_LEGACY_LAUNCH=1: every kernel goes through the legacy launch API instead of
+ * cuLaunchKernel (cuFuncSetBlockShape, cuParamSetSize / cuParamSetv, cuLaunchGridAsync), whose
+ * parameters an interposer never sees: the launch must still wait for its slice and find its
+ * memory mapped. Single-threaded modes only (the parameters live on the function).
+ */
+static CUresult (*p_param_info)(CUfunction, size_t, size_t *, size_t *);
+static CUresult (*p_param_size)(CUfunction, unsigned int);
+static CUresult (*p_param_v)(CUfunction, int, void *, unsigned int);
+static CUresult (*p_block_shape)(CUfunction, int, int, int);
+static CUresult (*p_grid_async)(CUfunction, int, int, CUstream);
+
+static CUresult legacy_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned smem, CUstream s, void **params,
+                              void **extra)
+{
+    if (extra || gz != 1 || smem)
+        return CUDA_ERROR_INVALID_VALUE; /* this program passes neither */
+    size_t off, size, end = 0, n = 0;
+    while (p_param_info(f, n, &off, &size) == CUDA_SUCCESS) {
+        end = off + size > end ? off + size : end;
+        n++;
+    }
+    CUresult rc = p_block_shape(f, (int)bx, (int)by, (int)bz);
+    if (rc == CUDA_SUCCESS)
+        rc = p_param_size(f, (unsigned int)end);
+    for (size_t i = 0; i < n && rc == CUDA_SUCCESS; i++) {
+        rc = p_param_info(f, i, &off, &size);
+        if (rc == CUDA_SUCCESS)
+            rc = p_param_v(f, (int)off, params[i], (unsigned int)size);
+    }
+    return rc == CUDA_SUCCESS ? p_grid_async(f, (int)gx, (int)gy, s) : rc;
+}
 
 static uint64_t rng;
 static uint64_t rnd(void)
@@ -784,6 +819,15 @@ int main(int argc, char **argv)
     LOAD(p_d2d, "cuMemcpyDtoD_v2");
     LOAD(p_memset, "cuMemsetD8_v2");
     LOAD(p_launch, "cuLaunchKernel");
+    const char *legacy = getenv("STRESS_LEGACY_LAUNCH");
+    if (legacy && strcmp(legacy, "1") == 0) {
+        LOAD(p_param_info, "cuFuncGetParamInfo");
+        LOAD(p_param_size, "cuParamSetSize");
+        LOAD(p_param_v, "cuParamSetv");
+        LOAD(p_block_shape, "cuFuncSetBlockShape");
+        LOAD(p_grid_async, "cuLaunchGridAsync");
+        p_launch = legacy_launch;
+    }
     LOAD(p_sync, "cuCtxSynchronize");
     reg_fn reg;
     *(void **)&reg = dlsym(fh, "ms_fake_register_kernel");

@@ -75,10 +75,12 @@ static void sample(struct ms_msg *m, unsigned type)
         m->demand.recent = runs_of(2, 200);
         m->demand.misses = 77;
         m->demand.host_bytes = 3 * MS_GIB + 1;
+        m->demand.host_pool = MS_GIB + 5;
         break;
     case MS_MSG_REPORT:
         m->report.misses = 78;
         m->report.host_bytes = 5 * MS_GIB + 2;
+        m->report.host_pool = 2 * MS_GIB + 6;
         break;
     case MS_MSG_STARTED:
         m->started.epoch = 98;
@@ -99,6 +101,7 @@ static void sample(struct ms_msg *m, unsigned type)
         m->stopped.bytes_moved = 1ull << 33;
         m->stopped.misses = 79;
         m->stopped.host_bytes = 7 * MS_GIB + 3;
+        m->stopped.host_pool = 64 * MS_MIB + 7;
         break;
     case MS_MSG_EVICT:
         m->order.epoch = 5;
@@ -162,6 +165,7 @@ static void sample(struct ms_msg *m, unsigned type)
             t->run_ns = 5555 + i;
             t->misses = 40 + i;
             t->host_bytes = MS_GIB * (3 + i);
+            t->host_pool = MS_MIB * (2 + i);
             t->host_limit = i ? 0 : 60 * MS_GIB;
             snprintf(t->name, sizeof(t->name), "task%u", i);
         }
@@ -244,10 +248,12 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_runs_equal(a->demand.recent, b->demand.recent, a->demand.nrecent);
         assert_true(a->demand.misses == b->demand.misses);
         assert_true(a->demand.host_bytes == b->demand.host_bytes);
+        assert_true(a->demand.host_pool == b->demand.host_pool);
         break;
     case MS_MSG_REPORT:
         assert_true(a->report.misses == b->report.misses);
         assert_true(a->report.host_bytes == b->report.host_bytes);
+        assert_true(a->report.host_pool == b->report.host_pool);
         break;
     case MS_MSG_STARTED:
         assert_int_equal(a->started.epoch, b->started.epoch);
@@ -268,6 +274,7 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_true(a->stopped.bytes_moved == b->stopped.bytes_moved);
         assert_true(a->stopped.misses == b->stopped.misses);
         assert_true(a->stopped.host_bytes == b->stopped.host_bytes);
+        assert_true(a->stopped.host_pool == b->stopped.host_pool);
         break;
     case MS_MSG_EVICT:
     case MS_MSG_POPULATE:
@@ -316,6 +323,7 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
             assert_true(s->bytes_out == t->bytes_out && s->switches == t->switches);
             assert_true(s->run_ns == t->run_ns && s->misses == t->misses);
             assert_true(s->host_bytes == t->host_bytes && s->host_limit == t->host_limit);
+            assert_true(s->host_pool == t->host_pool);
             assert_string_equal(s->name, t->name);
         }
         break;
@@ -582,7 +590,7 @@ static void test_malformed_header(void **state)
     /* Version: 0, 1 (before the misses counts), 2 (before the host bytes), 3 (before STARTED
      * and the switch split), 4 (before PREPARE), 6, 0xffff are another protocol, known from
      * six bytes. */
-    uint16_t versions[] = {0, 1, 2, 3, 4, 6, 0x0100, 0xffff};
+    uint16_t versions[] = {0, 1, 2, 3, 4, 5, 7, 0x0100, 0xffff};
     for (size_t i = 0; i < MS_ARRAY_LEN(versions); i++) {
         uint8_t bad[6] = {'M', 'S', 'C', 'H', (uint8_t)versions[i], (uint8_t)(versions[i] >> 8)};
         struct ms_msg m;
@@ -754,6 +762,7 @@ static void test_malformed_runs(void **state)
     fb_le(&f, 1, 4);
     fb_le(&f, 7, 8); /* misses */
     fb_le(&f, 9, 8); /* host bytes */
+    fb_le(&f, 4, 8); /* of those, pooled */
     fb_le(&f, 1, 4), fb_le(&f, 0, 4), fb_le(&f, 1, 4);
     fb_le(&f, 2, 4), fb_le(&f, 0, 4), fb_le(&f, 1, 4);
     assert_int_equal(fb_decode(&f), 1);
@@ -766,13 +775,16 @@ static void test_malformed_runs(void **state)
     f.d[MS_PROTO_HDR_BYTES + 4] = 0xff, f.d[MS_PROTO_HDR_BYTES + 7] = 0xff; /* sum overflows */
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
     fb_start(&f, MS_MSG_DEMAND); /* empty demand: the task has work but no prediction */
-    fb_le(&f, 0, 28);
+    fb_le(&f, 0, 36);
     assert_int_equal(fb_decode(&f), 1);
     fb_start(&f, MS_MSG_DEMAND); /* the misses count cut short */
     fb_le(&f, 0, 16);
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
     fb_start(&f, MS_MSG_DEMAND); /* the host bytes cut short */
     fb_le(&f, 0, 24);
+    assert_int_equal(fb_decode(&f), MS_E_PARSE);
+    fb_start(&f, MS_MSG_DEMAND); /* the pooled bytes cut short */
+    fb_le(&f, 0, 32);
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
 }
 
@@ -803,6 +815,13 @@ static void test_malformed_other_fields(void **state)
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
     fb_start(&f, MS_MSG_PREPARE);
     fb_le(&f, 7, 4), fb_le(&f, 0, 4), fb_le(&f, 0, 8);
+    assert_int_equal(fb_decode(&f), MS_E_PARSE);
+    /* STOPPED: the pool's bytes are part of the pinned bytes. */
+    fb_start(&f, MS_MSG_STOPPED);
+    fb_le(&f, 1, 4), fb_le(&f, 0, 4), fb_le(&f, 2, 8), fb_le(&f, 0, 8), fb_le(&f, 0, 8);
+    fb_le(&f, 6, 8), fb_le(&f, 6, 8);
+    assert_int_equal(fb_decode(&f), 1);
+    f.d[f.n - 8] = 7;
     assert_int_equal(fb_decode(&f), MS_E_PARSE);
     /* STOPPED and CREDIT reserved words. */
     fb_start(&f, MS_MSG_STOPPED);
@@ -932,6 +951,14 @@ static void test_encode_refuses(void **state)
     ms_msg_init(&m, MS_MSG_ERROR);
     m.error.code = 3;
     assert_int_equal(ms_msg_encode(&m, &b), MS_E_INVAL);
+    /* More of the pinned host bytes pooled than pinned. */
+    sample(&m, MS_MSG_REPORT);
+    m.report.host_pool = m.report.host_bytes + 1;
+    assert_int_equal(ms_msg_encode(&m, &b), MS_E_INVAL);
+    sample(&m, MS_MSG_DEMAND);
+    m.demand.host_pool = m.demand.host_bytes + 1;
+    assert_int_equal(ms_msg_encode(&m, &b), MS_E_INVAL);
+    ms_msg_free(&m);
     ms_msg_init(&m, MS_MSG_EVICT);
     assert_int_equal(ms_msg_encode(&m, &b), MS_E_INVAL); /* no runs */
     m.order.nruns = 1;

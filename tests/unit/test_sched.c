@@ -74,6 +74,8 @@ struct fshim {
     bool hold_evict, hold_pop, hold_stop; /* leave these orders unanswered */
     int notes;                            /* MS_ACT_NOTE lines about it */
     uint64_t host_limit, host_bytes;      /* HELLO's host limit; host copies it holds */
+    uint64_t pool; /* free host chunks it also holds (STOPPED reports them, as a shim's pool):
+                    * an eviction past the limit takes them first */
     /* the last EVICT left unanswered (answer_evict replies to it) */
     struct ms_run held_runs[256];
     uint32_t held_n, held_epoch;
@@ -216,6 +218,7 @@ static void do_evict(struct world *w, struct fshim *f, const struct ms_msg_order
                 if (!g->hosted[c]) {
                     g->hosted[c] = 1;
                     f->host_bytes += chunk_bytes(g, c);
+                    f->pool -= MS_MIN(f->pool, chunk_bytes(g, c));
                     /* The daemon never asks for more host memory than the shim may pin. */
                     assert_true(!f->host_limit || f->host_bytes <= f->host_limit);
                 }
@@ -254,7 +257,8 @@ static void deliver(struct world *w, struct fshim *f, struct ms_msg *m)
         struct ms_msg r;
         ms_msg_init(&r, MS_MSG_STOPPED);
         r.stopped.epoch = m->stop.epoch;
-        r.stopped.host_bytes = f->host_bytes;
+        r.stopped.host_bytes = f->host_bytes + f->pool;
+        r.stopped.host_pool = f->pool;
         to_sched(w, f, &r);
         break;
     case MS_MSG_EVICT:
@@ -1801,6 +1805,32 @@ static void test_host_limit(void **state)
     world_fini(&w);
 }
 
+/* Free host chunks in a shim's pool (made ahead by PREPARE, or released) are room at its host
+ * limit, not held memory: a task whose pinned bytes are all pool still gives back what its limit
+ * allows. */
+static void test_host_limit_pool(void **state)
+{
+    (void)state;
+    struct world w;
+    world_init(&w, MS_SCHED_RR, MS_EVICT_OPT, 8 * CH);
+    w.host_limit = 2 * CH;
+    uint32_t regs[] = {8};
+    struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, regs, 1);
+    struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, regs, 1);
+    a->pool = 2 * CH; /* pinned to its limit, all of it free pool */
+    demand_all(&w, a);
+    advance_to_deadline(&w, 1000 * MS);
+    assert_int_equal(ms_sched_task_resident(&w.s, a->task), 8 * CH);
+    demand_all(&w, b);
+    for (int i = 0; i < 6; i++)
+        advance_to_deadline(&w, 1000 * MS);
+    /* a's evictions took the pool's chunks: b ran on the two chunks a gave back. */
+    assert_int_equal(a->host_bytes, 2 * CH);
+    assert_int_equal(a->pool, 0);
+    assert_true(b->peak > 0 && b->runs_got > 0);
+    world_fini(&w);
+}
+
 static void test_whole_swapping(void **state)
 {
     (void)state;
@@ -2414,6 +2444,7 @@ int main(void)
         cmocka_unit_test(test_priority_returner_kept),
         cmocka_unit_test(test_limit),
         cmocka_unit_test(test_host_limit),
+        cmocka_unit_test(test_host_limit_pool),
         cmocka_unit_test(test_whole_swapping),
         cmocka_unit_test(test_incremental_and_early_run),
         cmocka_unit_test(test_switch_split),
