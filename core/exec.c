@@ -506,10 +506,17 @@ int ms_exec_map_bare(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, size_t 
         return MS_E_INVAL;
     uint64_t t = gpu->now_ns(gpu->impl);
     int e = MS_OK;
-    size_t done = 0;
-    for (size_t i = 0; i < rt->nslots && rt->bare && e == MS_OK && (!max || done < max); i++) {
+    size_t done = 0, ns = rt->nslots;
+    /* From where the last call stopped, once around the table: slot `from` from its chunk
+     * `k0` on, the other slots whole, then slot `from` again up to `k0`. */
+    size_t from = rt->bare_slot < ns ? rt->bare_slot : 0;
+    uint32_t k0 = rt->bare_slot < ns ? rt->bare_chunk : 0;
+    for (size_t n = 0; ns && n <= ns && rt->bare && e == MS_OK && (!max || done < max); n++) {
+        size_t i = (from + n) % ns;
         struct ms_region *r = &rt->regions[i];
-        for (uint32_t k = 0; r->live && k < r->nchunks && e == MS_OK && (!max || done < max); k++) {
+        uint32_t kb = n == 0 ? k0 : 0, ke = n == ns ? MS_MIN(k0, r->nchunks) : r->nchunks;
+        uint32_t k = kb;
+        for (; r->live && k < ke && e == MS_OK && (!max || done < max); k++) {
             struct ms_chunk *c = &r->chunks[k];
             if (!c->bare)
                 continue;
@@ -520,6 +527,8 @@ int ms_exec_map_bare(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, size_t 
                 done++;
             }
         }
+        rt->bare_slot = i;
+        rt->bare_chunk = e == MS_OK ? k : k - 1; /* a failed chunk is tried first next time */
     }
     if (st)
         st->map_ns += gpu->now_ns(gpu->impl) - t;

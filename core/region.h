@@ -155,6 +155,10 @@ struct ms_rtable {
     uint64_t live_regions;
     uint64_t clock; /* logical clock for last_use; advanced by ms_rtable_tick */
     uint64_t bare;  /* chunks with bare set (I10) */
+    /* Where ms_exec_map_bare stopped (slot, chunk): the next call goes on from there, so that
+     * mapping them a few at a time costs the table once, not once per call. A hint only. */
+    size_t bare_slot;
+    uint32_t bare_chunk;
 };
 
 /* Chunk size for a region of `size` bytes (see the Design note). */

@@ -887,10 +887,11 @@ void ms_engine_exit(bool verbose)
         fprintf(stderr,
                 "msched[%d]: host memory ahead of evictions: %llu PREPARE hints (%llu given up), "
                 "%llu host chunks made ahead (%llu MiB, %.3f s pinning); %llu host chunks taken "
-                "from the pool\n",
+                "from the pool (made ahead or released before), %llu MiB left in it\n",
                 (int)getpid(), (unsigned long long)c.prepares, (unsigned long long)c.prep_failed,
                 (unsigned long long)s.prep_chunks, (unsigned long long)(s.prep_bytes / MS_MIB),
-                (double)s.prep_ns / 1e9, (unsigned long long)hs.reused);
+                (double)s.prep_ns / 1e9, (unsigned long long)hs.reused,
+                (unsigned long long)(hs.pooled_bytes / MS_MIB));
     }
     if (s.bare_left)
         fprintf(stderr,

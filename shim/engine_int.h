@@ -64,6 +64,21 @@ struct graph_reach {
 /* Kernels whose launches ran with named chunks on the host (the exit summary's "most" list):
  * a small table by name, the least-missed entry replaced when it is full. */
 #define KMISS_MAX 32
+
+/* PREPARE's plan (ms__eng_host_prepare_step): how many host chunks of each size the hint's
+ * bytes come to, the most recently used chunks first. Made once per hint (the table's scan and
+ * sort would otherwise run under the lock before every chunk), again every PREP_REPLAN steps
+ * and after any eviction (which gives chunks host chunks, the pool's among them). */
+#define PREP_SIZES 8 /* distinct chunk sizes one plan holds (regions' tails make a few) */
+struct prep_plan {
+    uint64_t want; /* the hint it was made for (0: none) */
+    uint32_t steps;
+    size_t ng;
+    struct {
+        uint64_t bytes;
+        uint32_t n;
+    } g[PREP_SIZES];
+};
 #define KMISS_NAME 64
 struct kmiss {
     char name[KMISS_NAME]; /* "" = free; truncated */
@@ -121,6 +136,7 @@ struct ms_engine_state {
     uint64_t driver_bytes;
     bool said_over; /* the process held more than its budget because of it: said once */
     bool said_bare; /* alone, bare chunks could not be mapped before a command: said once */
+    struct prep_plan prep;
     struct kmiss kmiss[KMISS_MAX];
     /* Kernel templates (MSCHED_TEMPLATES, core/template.h): loaded at configuration, read-only
      * afterwards; NULL when none. */

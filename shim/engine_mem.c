@@ -308,6 +308,8 @@ int ms__eng_map_bare(size_t max, bool before_command)
 
 void ms__eng_add_exec_stats(const struct ms_exec_stats *x)
 {
+    if (x->bytes_out || x->bytes_dropped)
+        E.prep.want = 0; /* chunks got host chunks (or lost them): PREPARE plans anew */
     E.st.bare_left += x->bare;
     E.st.bytes_in += x->bytes_in;
     E.st.bytes_out += x->bytes_out;
@@ -377,7 +379,7 @@ int ms__eng_host_make(uint64_t va, uint64_t bytes, struct ms_host_set *out)
     return MS_OK;
 }
 
-#define PREP_SIZES 8 /* distinct chunk sizes one step looks at (regions' tails make a few) */
+#define PREP_REPLAN 64 /* steps a PREPARE plan serves before it is made again */
 
 struct prep_cand {
     uint64_t bytes, last_use;
@@ -391,17 +393,23 @@ static int prep_cmp(const void *a, const void *b)
     return x->last_use < y->last_use ? 1 : x->last_use > y->last_use ? -1 : 0;
 }
 
-int ms__eng_host_prepare_step(uint64_t want)
+/* E.prep for `want` bytes: the ready chunks of always-mapped regions without a host chunk,
+ * most recently used first, grouped by size until they reach `want` (lock held). */
+static int prep_plan(uint64_t want)
 {
-    if (!E.gpu || E.backing != BACK_VMM || !want)
-        return 0;
+    struct prep_plan *pl = &E.prep;
+    pl->want = want;
+    pl->steps = 0;
+    pl->ng = 0;
     size_t n = 0, cap = 0;
     for (size_t i = 0; i < E.rt.nslots; i++)
         if (E.rt.regions[i].live && E.rt.regions[i].amap)
             cap += E.rt.regions[i].nchunks;
     struct prep_cand *cand = cap ? ms_malloc(cap * sizeof(*cand)) : NULL;
-    if (cap && !cand)
+    if (cap && !cand) {
+        pl->want = 0;
         return MS_E_NOMEM;
+    }
     for (size_t i = 0; i < E.rt.nslots; i++) {
         const struct ms_region *r = &E.rt.regions[i];
         for (uint32_t k = 0; r->live && r->amap && k < r->nchunks; k++) {
@@ -412,28 +420,42 @@ int ms__eng_host_prepare_step(uint64_t want)
     }
     if (n > 1)
         qsort(cand, n, sizeof(*cand), prep_cmp);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n && sum < want; i++) {
+        size_t j = 0;
+        while (j < pl->ng && pl->g[j].bytes != cand[i].bytes)
+            j++;
+        if (j == pl->ng) {
+            if (pl->ng == PREP_SIZES)
+                continue;
+            pl->g[pl->ng].bytes = cand[i].bytes;
+            pl->g[pl->ng++].n = 0;
+        }
+        pl->g[j].n++;
+        sum += cand[i].bytes;
+    }
+    ms_free(cand);
+    return MS_OK;
+}
+
+int ms__eng_host_prepare_step(uint64_t want)
+{
+    if (!E.gpu || E.backing != BACK_VMM || !want)
+        return 0;
+    if (E.prep.want != want || E.prep.steps >= PREP_REPLAN) {
+        int pe = prep_plan(want);
+        if (pe != MS_OK)
+            return pe;
+    }
+    E.prep.steps++;
+    size_t ng = E.prep.ng;
+    if (ng == 0)
+        return 0;
     struct {
         uint64_t bytes;
         uint32_t n;
     } g[PREP_SIZES];
-    size_t ng = 0;
-    uint64_t sum = 0;
-    for (size_t i = 0; i < n && sum < want; i++) {
-        size_t j = 0;
-        while (j < ng && g[j].bytes != cand[i].bytes)
-            j++;
-        if (j == ng) {
-            if (ng == PREP_SIZES)
-                continue;
-            g[ng].bytes = cand[i].bytes;
-            g[ng++].n = 0;
-        }
-        g[j].n++;
-        sum += cand[i].bytes;
-    }
-    ms_free(cand);
-    if (ng == 0)
-        return 0;
+    memcpy(g, E.prep.g, sizeof(g));
     ms_unlock(&E.lock); /* pinning takes milliseconds */
     uint64_t t0 = now_ns(), waited = 0, bytes = 0;
     bool made = false;

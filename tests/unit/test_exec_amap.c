@@ -272,7 +272,11 @@ static void deferred_host_maps(void **unused)
         assert_int_equal(w->rt.bare, NCH); /* 3 of region 0, 1 of region 2 */
         check(w);
         defer = false;
+        /* One at a time (each call goes on where the last stopped, across regions), then the
+         * rest at once. */
         assert_int_equal(ms_exec_map_bare(&w->rt, ops, 1, &st), NCH - 1);
+        check(w);
+        assert_int_equal(ms_exec_map_bare(&w->rt, ops, 1, &st), NCH - 2);
         check(w);
         assert_int_equal(ms_exec_map_bare(&w->rt, ops, 0, &st), 0);
         assert_int_equal(w->rt.bare, 0);
