@@ -123,12 +123,21 @@ int ms_status_render(const struct ms_msg_status *st, const struct ms_msg_status 
     line(&s, "memory: %s resident of %s budget (%.0f%%), %u task%s", res, bud,
          st->budget ? 100.0 * (double)st->resident / (double)st->budget : 0.0, st->ntasks,
          st->ntasks == 1 ? "" : "s");
-    uint64_t host = 0;
-    for (uint32_t i = 0; i < st->ntasks; i++)
+    uint64_t host = 0, pool = 0;
+    for (uint32_t i = 0; i < st->ntasks; i++) {
         host += st->tasks[i].host_bytes;
-    char hb[32];
+        pool += st->tasks[i].host_pool;
+    }
+    char hb[32], poolb[32];
     ms_format_size_h(host, hb, sizeof(hb));
-    line(&s, "host: %s pinned by the tasks' shims (for memory off the device)", hb);
+    ms_format_size_h(pool, poolb, sizeof(poolb));
+    if (pool)
+        line(&s,
+             "host: %s pinned by the tasks' shims (for memory off the device; %s of it free "
+             "in their pools)",
+             hb, poolb);
+    else
+        line(&s, "host: %s pinned by the tasks' shims (for memory off the device)", hb);
     line(&s, "mode: %s",
          st->sharing ? "shared (memory fits: tasks run at once)" : "sliced (one task at a time)");
     line(&s, "switches: %llu, mean %s, max %s; moved in %s, out %s",
