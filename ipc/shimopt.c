@@ -96,6 +96,13 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         "host copy after the eviction (or never, when it is populated back\n"
         "first) instead of within it; 0: within it; 2 (tests): only just\n"
         "before the next command"},
+    [MS_OPT_HOST_POOL] = {"MSCHED_HOST_POOL", NULL, "SIZE", NULL, MS_OT_SIZE, MS_GRAN, UINT64_MAX,
+        true, NULL, "1GiB", "pinned host memory of freed allocations kept for the next ones\n"
+        "(pinning takes time; within MSCHED_HOST_LIMIT, given back at it; 0:\n"
+        "unpin at once)"},
+    [MS_OPT_HOST_POOL_IDLE_MS] = {"MSCHED_HOST_POOL_IDLE_MS", NULL, "MS", NULL, MS_OT_UINT, 1,
+        86400000, true, NULL, "30000", "under the daemon, pinned host memory that sat unused in\n"
+        "the pool this long is unpinned, a piece at a time (0: never)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

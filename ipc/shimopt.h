@@ -56,6 +56,8 @@ enum ms_shimopt {
     MS_OPT_REVERSE_DEMAND,
     MS_OPT_CHUNK,
     MS_OPT_DEFER_HOST_MAP,
+    MS_OPT_HOST_POOL,
+    MS_OPT_HOST_POOL_IDLE_MS,
     MS_OPT_COUNT
 };
 

@@ -205,6 +205,10 @@ struct ms_client_engine {
      * engine's ms__eng_host_prepare_step; releases the lock while pinning): 1 made some (call
      * again), 0 nothing left to make, an MS_E_* code. NULL: never prepares. */
     int (*prepare)(uint64_t want);
+    /* One step of giving back host memory that sat unused in the pool (the engine's
+     * ms__eng_host_trim; releases the lock while unpinning): 1 gave some back (call again), 0
+     * nothing to give back. NULL: never. */
+    int (*host_trim)(void);
     /* Evict leaving each chunk's address unmapped ("bare": the engine's ms__eng_evict_bare),
      * for an EVICT that comes while no command of this process can run; map_bare maps up to
      * `max` of them (0: all) and must have mapped them all before a command is admitted

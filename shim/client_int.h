@@ -91,6 +91,8 @@ struct ms_client_state {
     uint64_t misses_sent;     /* the misses count the daemon has (DEMAND, STOPPED, REPORT) */
     uint64_t host_sent;       /* the pinned host bytes the daemon has (same messages) */
     uint64_t pool_sent;       /* of those, the pool's */
+    uint64_t trim_at;         /* the last look for pooled host memory to give back */
+    bool trim_more;           /* that look gave some back: look again at once */
     uint64_t report_at;       /* when the last REPORT went out */
     struct ms_chunk_set want; /* union of the needs of threads waiting for RUN */
     size_t want_sent;
@@ -151,6 +153,9 @@ MS_HIDDEN void ms__cl_report(bool now_anyway);
 MS_HIDDEN void ms__cl_drain(const char *why);
 MS_HIDDEN void ms__cl_on_run(const struct ms_msg *m);
 MS_HIDDEN void ms__cl_on_stop(const struct ms_msg *m);
+/* The service thread's background work between messages, one step (lock held; released while
+ * pinning or unpinning): bare chunks mapped, a PREPARE's host memory made, pooled host memory
+ * that sat unused given back. True: more to do at once. */
 MS_HIDDEN bool ms__cl_prepare_step(void);
 MS_HIDDEN uint64_t ms__cl_resident_bytes_of(const struct ms_chunk_set *s);
 MS_HIDDEN void ms__cl_order_timed(const char *what, uint64_t work_ns, uint64_t step_ns,

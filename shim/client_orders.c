@@ -123,6 +123,22 @@ static void on_prepare(const struct ms_msg *m)
  * (BARE_STEP at a time, so messages are looked at in between), then one step of a PREPARE
  * while running (the lock is released while it pins). Returns true when another step is due. */
 #define BARE_STEP 4
+/* Pooled host memory is looked at for giving back once a second, and chunk after chunk while
+ * there is some to give back (ms__eng_host_trim: only what sat unused long enough). */
+#define TRIM_EVERY_NS 1000000000ull
+
+static bool trim_step(void)
+{
+    if (!C.eng->host_trim)
+        return false;
+    uint64_t now = ms__cl_now_ns();
+    if (!C.trim_more && now - C.trim_at < TRIM_EVERY_NS)
+        return false;
+    C.trim_at = now;
+    C.trim_more = C.eng->host_trim() == 1;
+    return C.trim_more;
+}
+
 bool ms__cl_prepare_step(void)
 {
     if (C.pop_active)
@@ -137,7 +153,7 @@ bool ms__cl_prepare_step(void)
         }
     }
     if (!C.prep_want || !C.running || !C.eng->prepare)
-        return false;
+        return trim_step();
     int r = C.eng->prepare(C.prep_want);
     if (r == 1) {
         C.st.prep_steps++;

@@ -73,6 +73,7 @@ static const struct ms_client_engine client_ops = {
     .host_limit = ms__eng_host_limit,
     .map_empty = ms__eng_map_empty_host,
     .prepare = ms__eng_host_prepare_step,
+    .host_trim = ms__eng_host_trim,
     .evict_bare = ms__eng_evict_bare,
     .map_bare = ms__eng_map_bare,
 };
@@ -274,8 +275,10 @@ static bool start(void)
             missing = "cuMemPrefetchAsync_v2 or cuMemAllocManaged in the driver";
     } else if (e == MS_OK) {
         e = ms_gpu_cuda_new(&E.api, ms_hash_ptx, 0, &E.gpu);
-        if (e == MS_OK)
+        if (e == MS_OK) {
             ms_gpu_cuda_set_host_limit(E.gpu, ms__eng_host_limit());
+            ms_gpu_cuda_set_host_pool(E.gpu, ms__shim_opt(MS_OPT_HOST_POOL));
+        }
     }
     if (e != MS_OK) {
         say("memory engine disabled: %s", missing ? missing : ms_strerror(e));
@@ -880,19 +883,24 @@ void ms_engine_exit(bool verbose)
                 (double)c.dwait_ns / 1e9, (double)c.order_run_ns / 1e9,
                 c.first_runs ? (double)c.first_ns / (double)c.first_runs / 1e6 : 0.0,
                 (double)c.first_ns_max / 1e6, (unsigned long long)c.first_runs);
-    if (c.prepares || s.prep_chunks) {
-        struct ms_gpu_cuda_host_stats hs = {0};
-        if (E.gpu && E.backing == BACK_VMM)
-            ms_gpu_cuda_host_stats(E.gpu, &hs);
+    if (c.prepares || s.prep_chunks)
         fprintf(stderr,
                 "msched[%d]: host memory ahead of evictions: %llu PREPARE hints (%llu given up), "
-                "%llu host chunks made ahead (%llu MiB, %.3f s pinning); %llu host chunks taken "
-                "from the pool (made ahead or released before), %llu MiB left in it\n",
+                "%llu host chunks made ahead (%llu MiB, %.3f s pinning)\n",
                 (int)getpid(), (unsigned long long)c.prepares, (unsigned long long)c.prep_failed,
                 (unsigned long long)s.prep_chunks, (unsigned long long)(s.prep_bytes / MS_MIB),
-                (double)s.prep_ns / 1e9, (unsigned long long)hs.reused,
+                (double)s.prep_ns / 1e9);
+    struct ms_gpu_cuda_host_stats hs = {0};
+    if (E.gpu && E.backing == BACK_VMM)
+        ms_gpu_cuda_host_stats(E.gpu, &hs);
+    if (hs.reused || hs.pooled_bytes || s.trim_chunks)
+        fprintf(stderr,
+                "msched[%d]: host memory pool: %llu host chunks taken from it (made ahead or "
+                "released before), %llu given back after sitting unused (%llu MiB), %llu MiB left "
+                "in it\n",
+                (int)getpid(), (unsigned long long)hs.reused, (unsigned long long)s.trim_chunks,
+                (unsigned long long)(s.trim_bytes / MS_MIB),
                 (unsigned long long)(hs.pooled_bytes / MS_MIB));
-    }
     if (s.bare_left)
         fprintf(stderr,
                 "msched[%d]: deferred host maps: %llu evicted chunks left unmapped, %llu mapped "

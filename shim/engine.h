@@ -171,6 +171,7 @@ struct ms_engine_stats {
     uint64_t host_placed;             /* allocations that started on host chunks (no room) */
     uint64_t prep_chunks, prep_bytes; /* host chunks made ahead of an eviction (PREPARE) */
     uint64_t prep_ns;                 /* time making them */
+    uint64_t trim_chunks, trim_bytes; /* pooled host chunks given back after idling */
     uint64_t bare_left;               /* evicted chunks left bare (MSCHED_DEFER_HOST_MAP) */
     uint64_t bare_mapped;             /* ... mapped afterwards, between the daemon's messages */
     uint64_t bare_gate;               /* ... mapped just before a command was admitted */

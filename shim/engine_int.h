@@ -208,6 +208,9 @@ MS_HIDDEN uint64_t ms__eng_misses(void);
  * backing stores; *pool gets the pooled host chunks' part (lock held or not: the counters have
  * their own locks). */
 MS_HIDDEN uint64_t ms__eng_host_bytes(uint64_t *pool);
+/* Give back the pooled host chunk that sat unused longest, if that is MSCHED_HOST_POOL_IDLE_MS
+ * or more (lock held; released while unpinning): 1 gave one back, 0 none to give back. */
+MS_HIDDEN int ms__eng_host_trim(void);
 /* The host memory limit (MSCHED_HOST_LIMIT, default half the RAM; 0: none). */
 MS_HIDDEN uint64_t ms__eng_host_limit(void);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);

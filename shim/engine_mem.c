@@ -476,6 +476,24 @@ int ms__eng_host_prepare_step(uint64_t want)
     return 1;
 }
 
+int ms__eng_host_trim(void)
+{
+    uint64_t idle_ms = ms__shim_opt(MS_OPT_HOST_POOL_IDLE_MS);
+    if (!E.gpu || E.backing != BACK_VMM || !idle_ms)
+        return 0;
+    ms_unlock(&E.lock); /* unpinning takes milliseconds */
+    uint64_t freed = 0;
+    ms__host_pin_begin();
+    int e = ms_gpu_cuda_host_trim(E.gpu, idle_ms * 1000000ull, &freed);
+    ms__host_pin_end();
+    ms_lock(&E.lock);
+    if (e != MS_OK || !freed)
+        return 0;
+    E.st.trim_chunks++;
+    E.st.trim_bytes += freed;
+    return 1;
+}
+
 void ms__eng_host_unmake(struct ms_host_set *h)
 {
     if (!h->c)

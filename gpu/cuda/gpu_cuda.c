@@ -28,6 +28,7 @@ struct hchunk {
     CUmemGenericAllocationHandle h;
     CUdeviceptr shadow;
     uint64_t bytes;
+    uint64_t pooled_ns; /* when it went into the pool (c_now) */
 };
 
 struct ms_gpu_cuda {
@@ -319,6 +320,18 @@ static size_t hpool_drain(struct ms_gpu_cuda *g)
 static int hchunk_create_new(struct ms_gpu_cuda *g, uint64_t bytes, bool may_drain,
                              struct hchunk **out);
 
+/* Put hc into the pool, if the pool's array can hold it (hmu held; false: it did not). */
+static bool hpool_push(struct ms_gpu_cuda *g, struct hchunk *hc)
+{
+    if (g->nhpool == g->caphpool &&
+        ms_grow((void **)&g->hpool, &g->caphpool, g->nhpool + 1, sizeof(*g->hpool)) != MS_OK)
+        return false;
+    hc->pooled_ns = c_now(g);
+    g->hpool[g->nhpool++] = hc;
+    g->hpooled_bytes += hc->bytes;
+    return true;
+}
+
 /* A host chunk of `bytes`: from the pool, else a new one within the host memory limit. */
 static int hchunk_create(struct ms_gpu_cuda *g, uint64_t bytes, struct hchunk **out)
 {
@@ -418,14 +431,7 @@ static void c_host_free(void *impl, const struct ms_gpu_chunk *c, size_t n)
         pthread_mutex_lock(&g->hmu);
         g->hst.live--;
         g->hst.live_bytes -= hc->bytes;
-        bool pooled = false;
-        if (g->hpooled_bytes + hc->bytes <= g->hpool_limit &&
-            (g->nhpool < g->caphpool || ms_grow((void **)&g->hpool, &g->caphpool, g->nhpool + 1,
-                                                sizeof(*g->hpool)) == MS_OK)) {
-            g->hpool[g->nhpool++] = hc;
-            g->hpooled_bytes += hc->bytes;
-            pooled = true;
-        }
+        bool pooled = g->hpooled_bytes + hc->bytes <= g->hpool_limit && hpool_push(g, hc);
         pthread_mutex_unlock(&g->hmu);
         if (!pooled)
             hchunk_destroy(g, hc);
@@ -515,11 +521,7 @@ int ms_gpu_cuda_host_reserve(struct ms_gpu_cuda *g, uint64_t bytes, uint32_t wan
     int e = hchunk_create_new(g, bytes, false, &hc);
     pthread_mutex_lock(&g->hmu);
     g->hpending -= bytes;
-    if (e == MS_OK &&
-        (g->nhpool < g->caphpool ||
-         ms_grow((void **)&g->hpool, &g->caphpool, g->nhpool + 1, sizeof(*g->hpool)) == MS_OK)) {
-        g->hpool[g->nhpool++] = hc;
-        g->hpooled_bytes += bytes;
+    if (e == MS_OK && hpool_push(g, hc)) {
         g->hst.reserved++;
         g->hst.reserved_bytes += bytes;
         *made = true;
@@ -538,6 +540,39 @@ void ms_gpu_cuda_set_host_limit(struct ms_gpu_cuda *g, uint64_t bytes)
     pthread_mutex_lock(&g->hmu);
     g->host_limit = bytes;
     pthread_mutex_unlock(&g->hmu);
+}
+
+void ms_gpu_cuda_set_host_pool(struct ms_gpu_cuda *g, uint64_t bytes)
+{
+    pthread_mutex_lock(&g->hmu);
+    g->hpool_limit = bytes;
+    pthread_mutex_unlock(&g->hmu);
+}
+
+int ms_gpu_cuda_host_trim(struct ms_gpu_cuda *g, uint64_t idle_ns, uint64_t *freed)
+{
+    *freed = 0;
+    uint64_t now = c_now(g);
+    pthread_mutex_lock(&g->hmu);
+    size_t old = g->nhpool;
+    for (size_t i = 0; i < g->nhpool; i++)
+        if (now - g->hpool[i]->pooled_ns >= idle_ns &&
+            (old == g->nhpool || g->hpool[i]->pooled_ns < g->hpool[old]->pooled_ns))
+            old = i;
+    struct hchunk *hc = NULL;
+    if (old < g->nhpool) {
+        hc = g->hpool[old];
+        g->hpool[old] = g->hpool[--g->nhpool];
+        g->hpooled_bytes -= hc->bytes;
+        g->hst.trimmed++;
+        g->hst.trimmed_bytes += hc->bytes;
+    }
+    pthread_mutex_unlock(&g->hmu);
+    if (!hc)
+        return MS_OK;
+    *freed = hc->bytes;
+    hchunk_destroy(g, hc);
+    return MS_OK;
 }
 
 const char *ms_gpu_cuda_host_error(struct ms_gpu_cuda *g)

@@ -21,9 +21,10 @@
  *   host->device on the H200). map unmaps the host chunk from the chunk's address and maps a
  *   device handle there; unmap does the reverse, and maps the device handle back if the host
  *   chunk cannot be mapped (the chunk is never left unmapped). Released host chunks go to a
- *   second pool (up to host_pool_limit bytes) with their shadow mappings, for the next
- *   host_new of the same size: creating one pins memory at about 3.4 GB/s. All the pinned
- *   memory host chunks hold (live, pooled, being created) stays within a host memory limit
+ *   second pool (up to ms_gpu_cuda_set_host_pool's bytes) with their shadow mappings, for the
+ *   next host_new of the same size: creating one pins memory at about 3.4 GB/s; a pooled chunk
+ *   that no host_new takes is released by ms_gpu_cuda_host_trim once idle long enough. All the
+ * pinned memory host chunks hold (live, pooled, being created) stays within a host memory limit
  *   (ms_gpu_cuda_set_host_limit): beyond it host_new fails (MS_E_NOSPACE), never the host.
  *
  *   hash: a GPU kernel (gpu/cuda/hash.ptx, loaded when ms_gpu_cuda_new gets its text) reduces
@@ -120,6 +121,7 @@ struct ms_gpu_cuda_host_stats {
     uint64_t created, created_bytes, create_ns; /* made by cuMemCreate, and the time it took */
     uint64_t reused;                            /* taken from the pool */
     uint64_t reserved, reserved_bytes;          /* made into the pool ahead of need */
+    uint64_t trimmed, trimmed_bytes;            /* released from the pool after idling */
     uint64_t pooled_bytes;
     uint64_t limit;      /* the host memory limit (0: none) */
     uint64_t limit_hits; /* host chunks refused at the limit */
@@ -129,11 +131,18 @@ void ms_gpu_cuda_host_stats(struct ms_gpu_cuda *g, struct ms_gpu_cuda_host_stats
  * `bytes` (0: no bound). At the bound host_new drains the pool, then fails with MS_E_NOSPACE
  * and ms_gpu_cuda_host_error says "the host memory limit: ...". Thread-safe. */
 void ms_gpu_cuda_set_host_limit(struct ms_gpu_cuda *g, uint64_t bytes);
+/* Bound the pool of released host chunks to `bytes` (0, the default: a released host chunk is
+ * unpinned at once). Thread-safe. */
+void ms_gpu_cuda_set_host_pool(struct ms_gpu_cuda *g, uint64_t bytes);
+/* Release the host chunk that has been in the pool longest, if that is `idle_ns` or more
+ * (*freed: its bytes, 0 when none was). Unpinning takes milliseconds; thread-safe like the host
+ * chunk calls; the caller makes the context current. */
+int ms_gpu_cuda_host_trim(struct ms_gpu_cuda *g, uint64_t idle_ns, uint64_t *freed);
 /* Host chunks ahead of need: when the pool holds fewer than `want` host chunks of exactly
  * `bytes`, make one into it (*made = true; pinning: milliseconds). A later host_new of that size
  * takes it without pinning. Within the host memory limit (MS_E_NOSPACE beyond it, the pool left
- * as it is); the pool's own bound (host_pool_limit) is for released chunks and does not apply.
- * Thread-safe like the host chunk calls; the caller makes the context current. */
+ * as it is); the pool's own bound (ms_gpu_cuda_set_host_pool) is for released chunks and does not
+ * apply. Thread-safe like the host chunk calls; the caller makes the context current. */
 int ms_gpu_cuda_host_reserve(struct ms_gpu_cuda *g, uint64_t bytes, uint32_t want, bool *made);
 /* The host chunk calls' last error as "cuXxx: CUDA_ERROR_YYY" (a copy owned by g: valid until
  * the next call of this function), or "". Thread-safe like those calls. */

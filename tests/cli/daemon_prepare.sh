@@ -39,9 +39,10 @@ pair() {
 
 # ahead NAME: "hints made taken" from NAME's summary (0 0 0 without the line).
 ahead() {
-    local l
-    l=$(sed -n 's/.*host memory ahead of evictions: \([0-9]*\) PREPARE hints ([0-9]* given up), \([0-9]*\) host chunks made ahead .* \([0-9]*\) host chunks taken from the pool .*/\1 \2 \3/p' "$T/$1.out")
-    echo "${l:-0 0 0}"
+    local a t
+    a=$(sed -n 's/.*host memory ahead of evictions: \([0-9]*\) PREPARE hints ([0-9]* given up), \([0-9]*\) host chunks made ahead .*/\1 \2/p' "$T/$1.out")
+    t=$(sed -n 's/.*host memory pool: \([0-9]*\) host chunks taken from it .*/\1/p' "$T/$1.out")
+    echo "${a:-0 0} ${t:-0}"
 }
 
 pair on
