@@ -41,6 +41,8 @@ int ms_ptrattr_get(CUpointer_attribute a, uint64_t p, const struct ms_ptrattr_me
         *(unsigned long long *)data = 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(unsigned int *)data = m->sync_memops;
+        return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
         *(unsigned int *)data = 0;
         return CUDA_SUCCESS;

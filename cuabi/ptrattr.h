@@ -27,6 +27,7 @@ struct ms_ptrattr_mem {
     int device;                /* device ordinal */
     bool managed;              /* managed memory (also has a host pointer) */
     bool ipc_capable;          /* legacy CUDA IPC may export it */
+    bool sync_memops;          /* cuPointerSetAttribute(SYNC_MEMOPS) set it */
 };
 
 #define MS_PTRATTR_UNKNOWN (-1)

@@ -155,6 +155,15 @@ void ms_engine_driver_mem(int64_t delta);
  */
 struct ms_ptrattr_mem;
 bool ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out);
+/*
+ * cuPointerSetAttribute(SYNC_MEMOPS, on) for p, as the driver answers it for a cuMemAlloc
+ * pointer: the driver refuses it for VMM memory (CUDA_ERROR_NOT_SUPPORTED), which an engine
+ * region is underneath, so the engine sets the context-wide CU_CTX_SYNC_MEMOPS instead (what
+ * the attribute falls back to for VMM memory) and remembers the value for pointer queries.
+ * Returns a CUresult, or -1 (MS_PTRATTR_UNKNOWN) when p is not an engine region of a
+ * cuMemAlloc-family allocation (the driver answers). Takes the engine lock.
+ */
+int ms_engine_ptr_set_sync(uint64_t p, bool on);
 
 /* va lies in any region the engine virtualizes (its memory moves: not shareable by IPC). */
 bool ms_engine_owns(uint64_t va);

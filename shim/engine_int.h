@@ -41,8 +41,9 @@ struct refs {
     uint32_t n;
     uint32_t region[MAX_REFS];
     unsigned long long buffer;
-    uint64_t misses; /* admitted commands that named this region while part of it was off
-                      * the device (always mapped: they ran on its host chunks) */
+    bool sync_memops; /* cuPointerSetAttribute(SYNC_MEMOPS) (ms_engine_ptr_set_sync) */
+    uint64_t misses;  /* admitted commands that named this region while part of it was off
+                       * the device (always mapped: they ran on its host chunks) */
 };
 
 /* What an instantiated graph reaches: regions (id and base, so a freed and reused slot is

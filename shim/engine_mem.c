@@ -69,6 +69,7 @@ int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, vo
     ms_region_get(&E.rt, id)->host = host;
     E.refs[id].n = 0;
     E.refs[id].buffer = ++E.next_buffer;
+    E.refs[id].sync_memops = false;
     E.st.regions++;
     E.st.footprint += MS_ROUND_UP(bytes, MS_GRAN);
     if (E.mode == MODE_DAEMON)
@@ -448,23 +449,18 @@ int ms__eng_host_prepare_step(uint64_t want)
             return pe;
     }
     E.prep.steps++;
-    size_t ng = E.prep.ng;
-    if (ng == 0)
+    if (E.prep.ng == 0)
         return 0;
-    struct {
-        uint64_t bytes;
-        uint32_t n;
-    } g[PREP_SIZES];
-    memcpy(g, E.prep.g, sizeof(g));
-    ms_unlock(&E.lock); /* pinning takes milliseconds */
+    const struct prep_plan pl = E.prep; /* E.prep may be planned anew while unlocked */
+    ms_unlock(&E.lock);                 /* pinning takes milliseconds */
     uint64_t t0 = now_ns(), waited = 0, bytes = 0;
     bool made = false;
     int e = MS_OK;
-    for (size_t j = 0; j < ng && !made && e == MS_OK; j++) {
+    for (size_t j = 0; j < pl.ng && !made && e == MS_OK; j++) {
         waited += ms__host_pin_begin();
-        e = ms_gpu_cuda_host_reserve(E.gpu, g[j].bytes, g[j].n, &made);
+        e = ms_gpu_cuda_host_reserve(E.gpu, pl.g[j].bytes, pl.g[j].n, &made);
         ms__host_pin_end();
-        bytes = g[j].bytes;
+        bytes = pl.g[j].bytes;
     }
     uint64_t dt = now_ns() - t0;
     ms_lock(&E.lock);
@@ -481,6 +477,10 @@ int ms__eng_host_trim(void)
     uint64_t idle_ms = ms__shim_opt(MS_OPT_HOST_POOL_IDLE_MS);
     if (!E.gpu || E.backing != BACK_VMM || !idle_ms)
         return 0;
+    struct ms_gpu_cuda_host_stats hs;
+    ms_gpu_cuda_host_stats(E.gpu, &hs);
+    if (!hs.pooled_bytes)
+        return 0;       /* nothing pooled: neither the lock nor the host-memory gate is touched */
     ms_unlock(&E.lock); /* unpinning takes milliseconds */
     uint64_t freed = 0;
     ms__host_pin_begin();
@@ -739,8 +739,40 @@ bool ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out)
                                        .ctx = r->kind == MS_RK_VMM ? NULL : E.ctx,
                                        .device = (int)E.dev,
                                        .managed = false,
-                                       .ipc_capable = false};
+                                       .ipc_capable = false,
+                                       .sync_memops = E.refs[id].sync_memops};
     }
     ms_unlock(&E.lock);
     return yes;
+}
+
+/* The engine region of a cuMemAlloc-family allocation holding p, or false (lock held). */
+static bool alloc_region_at(uint64_t p, uint32_t *id)
+{
+    return ms_rtable_lookup(&E.rt, 0, p, id, NULL) == MS_OK && *id < E.nrefs &&
+           ms_region_get(&E.rt, *id)->kind != MS_RK_VMM;
+}
+
+int ms_engine_ptr_set_sync(uint64_t p, bool on)
+{
+    if (!ms__eng_is_active() || E.backing != BACK_VMM)
+        return MS_PTRATTR_UNKNOWN;
+    uint32_t id;
+    ms_lock(&E.lock);
+    bool yes = alloc_region_at(p, &id);
+    ms_unlock(&E.lock);
+    if (!yes)
+        return MS_PTRATTR_UNKNOWN;
+    if (on) {
+        unsigned int flags = 0;
+        if (MS_REAL(cuCtxGetFlags)(&flags) != CUDA_SUCCESS ||
+            ((flags & CU_CTX_SYNC_MEMOPS) == 0 &&
+             MS_REAL(cuCtxSetFlags)(flags | CU_CTX_SYNC_MEMOPS) != CUDA_SUCCESS))
+            return CUDA_ERROR_NOT_SUPPORTED; /* what the driver says for VMM memory */
+    }
+    ms_lock(&E.lock);
+    if (alloc_region_at(p, &id)) /* still there: not freed meanwhile */
+        E.refs[id].sync_memops = on;
+    ms_unlock(&E.lock);
+    return CUDA_SUCCESS;
 }

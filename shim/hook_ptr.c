@@ -1,5 +1,7 @@
 /*
- * hook_ptr.c - hooks for pointer queries: cuPointerGetAttribute(s), cuMemGetAddressRange_v2.
+ * hook_ptr.c - hooks for pointer queries: cuPointerGetAttribute(s), cuMemGetAddressRange_v2, and
+ *   cuPointerSetAttribute (SYNC_MEMOPS: the driver refuses it on VMM memory, so the engine
+ *   answers it for its regions: shim/engine.h, ms_engine_ptr_set_sync).
  *
  * Design
  *   A library asks about a device pointer before it uses it (cuFFT at plan creation, Triton
@@ -48,6 +50,19 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
             memset(data[i], 0, ms_ptrattr_size(attributes[i]));
     }
     return CUDA_SUCCESS;
+}
+
+/* SYNC_MEMOPS (the one settable attribute) on an engine region: the engine's answer for a
+ * cuMemAlloc pointer (shim/engine.h, ms_engine_ptr_set_sync); anything else: the driver. */
+CUresult CUDAAPI cuPointerSetAttribute(const void *value, CUpointer_attribute attribute,
+                                       CUdeviceptr ptr)
+{
+    if (value && attribute == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) {
+        int rc = ms_engine_ptr_set_sync((uint64_t)ptr, *(const unsigned int *)value != 0);
+        if (rc != MS_PTRATTR_UNKNOWN)
+            return (CUresult)rc;
+    }
+    return MS_REAL(cuPointerSetAttribute)(value, attribute, ptr);
 }
 
 CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)

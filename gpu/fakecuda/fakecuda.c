@@ -54,6 +54,7 @@ struct fk_ctx {
     uint32_t magic;
     CUdevice dev;
     bool primary;
+    unsigned int flags; /* cuCtxSetFlags (under ms__fk_lock) */
 };
 
 struct fk_event {
@@ -274,7 +275,7 @@ static void fk_devices(void)
             nphys = (int)v;
     }
     for (int i = 0; i < FK_MAX_GPUS; i++)
-        primary[i] = (struct fk_ctx){CTX_MAGIC, i, true};
+        primary[i] = (struct fk_ctx){CTX_MAGIC, i, true, 0};
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     int n = 0;
     if (!cvd) {
@@ -454,7 +455,7 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePar
     struct fk_ctx *c = malloc(sizeof *c);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *c = (struct fk_ctx){CTX_MAGIC, dev, false};
+    *c = (struct fk_ctx){CTX_MAGIC, dev, false, 0};
     pthread_mutex_lock(&ms__fk_lock);
     bool ok = handle_add(&contexts, c);
     pthread_mutex_unlock(&ms__fk_lock);
@@ -599,6 +600,34 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
     *device = ((struct fk_ctx *)current())->dev;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    *flags = ((struct fk_ctx *)current())->flags;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Only the flags the driver lets one change after creation: the scheduling ones and
+ * CU_CTX_SYNC_MEMOPS (what a VMM allocation's sync_memops falls back to). */
+CUresult CUDAAPI cuCtxSetFlags(unsigned int flags)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (flags & ~(unsigned int)(CU_CTX_SCHED_MASK | CU_CTX_SYNC_MEMOPS))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    ((struct fk_ctx *)current())->flags = flags;
+    pthread_mutex_unlock(&ms__fk_lock);
     return CUDA_SUCCESS;
 }
 
@@ -908,6 +937,9 @@ static const struct {
     FK_ENTRY(cuMemGetAddressRange_v2),
     FK_ENTRY(cuPointerGetAttribute),
     FK_ENTRY(cuPointerGetAttributes),
+    FK_ENTRY(cuPointerSetAttribute),
+    FK_ENTRY(cuCtxGetFlags),
+    FK_ENTRY(cuCtxSetFlags),
     FK_ENTRY(cuInit),
     FK_ENTRY(cuKernelGetName),
     FK_ENTRY(cuKernelGetParamInfo),

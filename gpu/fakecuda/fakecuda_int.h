@@ -88,9 +88,14 @@ enum { MS__FK_PTR_DEVICE, MS__FK_PTR_MANAGED, MS__FK_PTR_ASYNC, MS__FK_PTR_VMM }
 struct ms__fk_ptr {
     uint64_t base, size;
     int kind;
-    bool host; /* a mapping of a host handle (kind MS__FK_PTR_VMM): system memory */
+    bool host;        /* a mapping of a host handle (kind MS__FK_PTR_VMM): system memory */
+    bool sync_memops; /* set by cuPointerSetAttribute (never for a VMM mapping) */
 };
 CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out);
+/* cuPointerSetAttribute(SYNC_MEMOPS) on p: recorded for a cuMemAlloc-family block;
+ * CUDA_ERROR_NOT_SUPPORTED for a VMM mapping (the real driver's answer); INVALID_VALUE for no
+ * memory (ms__fk_lock held). */
+CUresult ms__fk_ptr_set_sync(uint64_t p, bool on);
 
 /* Whether p lies inside a mapping of a host handle, whatever its access (ms__fk_lock held). */
 bool ms__fk_host_mapped(uint64_t p);

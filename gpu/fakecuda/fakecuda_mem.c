@@ -49,6 +49,7 @@ enum block_kind { BK_DEVICE, BK_MANAGED, BK_ASYNC };
 struct block {
     uint64_t base, size, map_len; /* map_len: mapped bytes, guard page included */
     uint8_t kind;
+    bool sync_memops; /* cuPointerSetAttribute(SYNC_MEMOPS) */
 };
 
 struct phys {
@@ -180,6 +181,7 @@ CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out)
                     : blocks[b].kind == BK_ASYNC ? MS__FK_PTR_ASYNC
                                                  : MS__FK_PTR_DEVICE;
         out->host = false;
+        out->sync_memops = blocks[b].sync_memops;
         return CUDA_SUCCESS;
     }
     struct resv *r = resv_at(p);
@@ -190,7 +192,19 @@ CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out)
     out->size = m->size;
     out->kind = MS__FK_PTR_VMM;
     out->host = m->ph->host;
+    out->sync_memops = false;
     return CUDA_SUCCESS;
+}
+
+CUresult ms__fk_ptr_set_sync(uint64_t p, bool on)
+{
+    long b = block_at(p);
+    if (b >= 0) {
+        blocks[b].sync_memops = on;
+        return CUDA_SUCCESS;
+    }
+    struct resv *r = resv_at(p);
+    return r && mapping_at(r, p) ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 }
 
 bool ms__fk_host_mapped(uint64_t p)
@@ -239,7 +253,7 @@ static CUresult alloc_block(CUdeviceptr *dptr, uint64_t bytes, enum block_kind k
         while (i > 0 && blocks[i - 1].base > base)
             i--;
         memmove(&blocks[i + 1], &blocks[i], (nblocks - i) * sizeof *blocks);
-        blocks[i] = (struct block){base, bytes, len, (uint8_t)kind};
+        blocks[i] = (struct block){base, bytes, len, (uint8_t)kind, false};
         nblocks++;
         ms__fk_stats.allocs++;
         *dptr = base;

@@ -1,6 +1,8 @@
 /*
  * fakecuda_ptr.c - the fake driver's pointer queries: cuPointerGetAttribute(s) and
- * cuMemGetAddressRange_v2, answered from the fake's own allocation and VMM tables.
+ * cuMemGetAddressRange_v2, answered from the fake's own allocation and VMM tables, and
+ * cuPointerSetAttribute (SYNC_MEMOPS: kept for a cuMemAlloc block, refused for a VMM mapping
+ * with CUDA_ERROR_NOT_SUPPORTED, as the real driver refuses it).
  *
  * Design
  *   They behave like the real driver where libraries depend on it: an address inside a
@@ -37,7 +39,8 @@ static void describe(const struct ms__fk_ptr *m, struct ms_ptrattr_mem *out)
                                    .ctx = m->kind == MS__FK_PTR_VMM ? NULL : ctx,
                                    .device = (int)dev,
                                    .managed = m->kind == MS__FK_PTR_MANAGED,
-                                   .ipc_capable = m->kind == MS__FK_PTR_DEVICE};
+                                   .ipc_capable = m->kind == MS__FK_PTR_DEVICE,
+                                   .sync_memops = m->sync_memops};
 }
 
 static CUresult attribute(CUpointer_attribute a, uint64_t p, const struct ms__fk_ptr *m, void *data)
@@ -86,6 +89,23 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
             memset(data[i], 0, ms_ptrattr_size(attributes[i]));
     }
     return CUDA_SUCCESS;
+}
+
+/* Only SYNC_MEMOPS is settable; on a VMM mapping the real driver refuses it
+ * (CUDA_ERROR_NOT_SUPPORTED: UCX and libfabric report it for cuMemCreate memory), which is what
+ * an interposer that backs cuMemAlloc with VMM must not let a program see. */
+CUresult CUDAAPI cuPointerSetAttribute(const void *value, CUpointer_attribute attribute_,
+                                       CUdeviceptr ptr)
+{
+    CUresult rc = ms__fk_inited();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!value || attribute_ != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    rc = ms__fk_ptr_set_sync((uint64_t)ptr, *(const unsigned int *)value != 0);
+    pthread_mutex_unlock(&ms__fk_lock);
+    return rc;
 }
 
 CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)

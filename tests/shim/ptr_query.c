@@ -7,8 +7,9 @@
  * Checks: MEMORY_TYPE device, DEVICE_POINTER, RANGE_START_ADDR / RANGE_SIZE, CONTEXT (the
  * current one), DEVICE_ORDINAL, IS_MANAGED 0, distinct BUFFER_IDs, cuPointerGetAttributes and
  * cuMemGetAddressRange_v2 agreeing, right after allocation and again after the allocation was
- * written and pushed out by others (under MSCHED_BUDGET below the footprint); a host pointer
- * is not device memory. Prints "PTR_QUERY checks=N failed=F" and exits 0 only when F is 0.
+ * written and pushed out by others (under MSCHED_BUDGET below the footprint); SYNC_MEMOPS set
+ * with cuPointerSetAttribute and read back; a host pointer is not device memory. Prints "PTR_QUERY
+ * checks=N failed=F" and exits 0 only when F is 0.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -31,6 +32,7 @@ static CUresult (*p_sync)(void);
 static CUresult (*p_attr)(void *, CUpointer_attribute, CUdeviceptr);
 static CUresult (*p_attrs)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
 static CUresult (*p_range)(CUdeviceptr *, size_t *, CUdeviceptr);
+static CUresult (*p_set)(const void *, CUpointer_attribute, CUdeviceptr);
 
 static int checks, failed;
 static CUcontext ctx;
@@ -109,6 +111,7 @@ int main(void)
     LOAD(p_attr, "cuPointerGetAttribute");
     LOAD(p_attrs, "cuPointerGetAttributes");
     LOAD(p_range, "cuMemGetAddressRange_v2");
+    LOAD(p_set, "cuPointerSetAttribute");
     CUdevice dev;
     if (p_init(0) || p_devget(&dev, 0) || p_retain(&ctx, dev) || p_setcur(ctx)) {
         printf("FAIL: no context\n");
@@ -131,6 +134,15 @@ int main(void)
     p_sync();
     for (int b = 0; b < NBUF; b++)
         query(b, d[b], &id[b]); /* written; under a small budget most were evicted since */
+    /* SYNC_MEMOPS, the one settable attribute (NCCL, UCX and libfabric set it on buffers they
+     * register): set and read back on cuMemAlloc memory; the driver refuses it on VMM memory. */
+    for (int b = 0; b < NBUF; b++) {
+        unsigned int one = 1, got = 0;
+        check(p_set(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, d[b] + 7) == CUDA_SUCCESS,
+              "cuPointerSetAttribute(SYNC_MEMOPS)", b);
+        check(p_attr(&got, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, d[b]) == CUDA_SUCCESS && got == 1,
+              "SYNC_MEMOPS reads back 1", b);
+    }
     static char host[4096];
     unsigned int mt = 0;
     check(p_attr(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)host) !=

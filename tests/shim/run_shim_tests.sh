@@ -276,7 +276,7 @@ simple shim/pin-gate cuda_test_dl pin-gate "${SHIM[@]}" MSCHED_BUDGET=192MiB \
 # allocation's five are a slow pin, logged with the wall-clock time it started, and the exit
 # summary counts them with the 128 MiB buffer's, made when it was first evicted.
 simple shim/pin-pieces cuda_test_dl pin-pieces "${SHIM[@]}" MSCHED_BUDGET=256MiB \
-    MSCHED_FAKE_PIN_MS=100 MSCHED_VERBOSE=1
+    MSCHED_FAKE_PIN_MS=100 MSCHED_VERBOSE=1 MSCHED_HOST_POOL=0
 if grep -q "slow pin: [0-9.]* ms for 0.31 GiB of host chunks (a new allocation's, 5 pin calls), started 20[0-9-]*T[0-9:.]*" \
     "$WORK/shim/pin-pieces.err" &&
     grep -q "6 host chunks made (448 MiB), 1 allocations started on the host ([0-9.]* s making their host chunks)" \
@@ -436,7 +436,7 @@ else
     fail engine/direct-stress "$(tail -n 2 <<<"$out" | tr '\n' ' ')"
 fi
 out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
-    MSCHED_VERBOSE=1 "$T/engine_stress" 600 "$seed" 2>&1)
+    MSCHED_VERBOSE=1 MSCHED_HOST_POOL=0 "$T/engine_stress" 600 "$seed" 2>&1)
 rc=$?
 evicted=$(grep -o "out [0-9]* MiB" <<<"$out" | grep -o "[0-9]*")
 faults=$(grep -o "[0-9]* faults" <<<"$out" | grep -o "[0-9]*")
@@ -452,7 +452,8 @@ fi
 
 # Always-mapped memory (docs/engine.md): under the 40 MiB budget chunks leave the device into
 # host chunks made lazily (the fake counts host-located handles); at the end every buffer is
-# freed and no host chunk is left.
+# freed and no host chunk is left (the run above keeps no pool: MSCHED_HOST_POOL=0; pooling is
+# tests/cli/daemon_host_pool.sh's).
 hchunks=$(grep -o "[0-9]* host chunks made" <<<"$out" | grep -o "^[0-9]*")
 hleft=$(grep -o "host_handles=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
 if [ $rc -eq 0 ] && [ "${hchunks:-0}" -gt 0 ] && [ "${hleft:-1}" -eq 0 ]; then
@@ -721,7 +722,7 @@ done
 # takes (the moved handles' data is checked at their new addresses); the pair, released right
 # after mapping, saves nothing at its unmap; none is left at exit.
 out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=200MiB \
-    MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
+    MSCHED_VERBOSE=1 MSCHED_HOST_POOL=0 "$T/engine_stress" 3 1 vmm 2>&1)
 rc=$?
 if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
     grep -q "VMM_MID host_handles=0 " <<<"$out" && grep -q " 25 host chunks made (104 MiB)" <<<"$out" &&
