@@ -252,6 +252,25 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     return MS_REAL(cuIpcGetMemHandle)(pHandle, dptr);
 }
 
+/* A dma-buf of a range (GPUDirect RDMA: NCCL and UCX register device buffers this way) would
+ * let a NIC write into memory the engine moves away at its next eviction: refused like an IPC
+ * handle. */
+CUresult CUDAAPI cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
+                                               CUmemRangeHandleType handleType,
+                                               unsigned long long flags)
+{
+    if (ms_engine_owns(dptr) || (size && ms_engine_owns(dptr + size - 1))) {
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            ms__shim_say("cuMemGetHandleForAddressRange refused (CUDA_ERROR_NOT_SUPPORTED): "
+                         "msched moves this memory, so a device given a handle to it (RDMA) "
+                         "could not keep reaching it; run the program with --engine off "
+                         "(MSCHED_ENGINE=off) to export device memory");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return MS_REAL(cuMemGetHandleForAddressRange)(handle, dptr, size, handleType, flags);
+}
+
 #define IPC_OPEN_HOOK(name)                                                                        \
     CUresult CUDAAPI name(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)           \
     {                                                                                              \

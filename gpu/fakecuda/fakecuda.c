@@ -938,6 +938,7 @@ static const struct {
     FK_ENTRY(cuPointerGetAttribute),
     FK_ENTRY(cuPointerGetAttributes),
     FK_ENTRY(cuPointerSetAttribute),
+    FK_ENTRY(cuMemGetHandleForAddressRange),
     FK_ENTRY(cuCtxGetFlags),
     FK_ENTRY(cuCtxSetFlags),
     FK_ENTRY(cuInit),

@@ -196,6 +196,31 @@ CUresult ms__fk_ptr_info(uint64_t p, struct ms__fk_ptr *out)
     return CUDA_SUCCESS;
 }
 
+/* A dma-buf of the memory at [p, p + size): the fake exports a VMM mapping's physical
+ * memory (a dup of its handle's file), as the driver exports device memory for RDMA; the range
+ * must lie in one mapping. cuMemAlloc-family blocks are not exported (CUDA_ERROR_NOT_SUPPORTED). */
+CUresult CUDAAPI cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
+                                               CUmemRangeHandleType handleType,
+                                               unsigned long long flags)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!handle || !size || handleType != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct resv *r = resv_at((uint64_t)dptr);
+    struct mapping *m = r ? mapping_at(r, (uint64_t)dptr) : NULL;
+    if (!m)
+        rc = block_at((uint64_t)dptr) >= 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+    else if ((uint64_t)dptr - m->va + size > m->size)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if ((*(int *)handle = dup(m->ph->fd)) < 0)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return rc;
+}
+
 CUresult ms__fk_ptr_set_sync(uint64_t p, bool on)
 {
     long b = block_at(p);

@@ -80,6 +80,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "gpu/fakecuda/fakecuda.h"
@@ -356,6 +357,15 @@ static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
     *(void **)&ipc_get = dlsym(h, "cuIpcGetMemHandle");
     CUipcMemHandle ih;
     int ipc = ipc_get ? (int)ipc_get(&ih, base + pbase) : -1;
+    /* Nor a dma-buf of it for RDMA (the fake exports a mapping's memory: 0 without msched). */
+    CUresult (*dmabuf)(void *, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
+    *(void **)&dmabuf = dlsym(h, "cuMemGetHandleForAddressRange");
+    int dfd = -1;
+    int dma =
+        dmabuf ? (int)dmabuf(&dfd, base + pbase, sz, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) : -1;
+    if (dfd >= 0)
+        close(dfd);
+    printf("ENGINE_DMABUF %d\n", dma);
     {
         CUdeviceptr d = base + pbase;
         uint64_t n = 2 * words;

@@ -720,12 +720,13 @@ done
 # before the first unmap (VMM_MID); each of the 25 mappings of a handle still held that are
 # unmapped with data leaves its contents in host chunks (one chunk each) that the next mapping
 # takes (the moved handles' data is checked at their new addresses); the pair, released right
-# after mapping, saves nothing at its unmap; none is left at exit.
+# after mapping, saves nothing at its unmap; none is left at exit. A dma-buf of a mapping msched
+# moves is refused (801; the fake alone gives one: engine/vmm-unified-passthrough).
 out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=200MiB \
     MSCHED_VERBOSE=1 MSCHED_HOST_POOL=0 "$T/engine_stress" 3 1 vmm 2>&1)
 rc=$?
 if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=801 export=801 mismatches=0" <<<"$out" &&
-    grep -q "VMM_MID host_handles=0 " <<<"$out" && grep -q " 25 host chunks made (104 MiB)" <<<"$out" &&
+    grep -q "ENGINE_DMABUF 801" <<<"$out" && grep -q "VMM_MID host_handles=0 " <<<"$out" && grep -q " 25 host chunks made (104 MiB)" <<<"$out" &&
     grep -q "FAKE host_handles=0 host_creates=25 " <<<"$out"; then
     pass "engine/vmm-host-chunks (none before an unmap with everything resident, 25 made by unmaps, none left)"
 else
@@ -733,11 +734,13 @@ else
 fi
 # The unified engines do not move VMM memory: every handle goes to the driver (said once) and
 # the program runs as without msched (before, the mappings were adopted and the first launch on
-# one failed); the 256 MiB handle takes the process over its budget, said once.
+# one failed); the 256 MiB handle takes the process over its budget, said once; a dma-buf of
+# its memory is the driver's to give (the fake's: 0), where the VMM engine refuses it (801).
 out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=200MiB \
     MSCHED_ENGINE=unified MSCHED_VERBOSE=1 "$T/engine_stress" 3 1 vmm 2>&1)
 rc=$?
 if [ $rc -eq 0 ] && grep -q "ENGINE_VMM rounds=3 ipc=500 export=500 mismatches=0" <<<"$out" &&
+    grep -q "ENGINE_DMABUF 0" <<<"$out" &&
     [ "$(grep -c "cuMemCreate passed to the driver, not moved by msched (the memory engine in force" <<<"$out")" -eq 1 ] &&
     [ "$(grep -c "OVER BUDGET: this process now holds [0-9]* MiB .* budget of 200 MiB" <<<"$out")" -eq 1 ]; then
     pass "engine/vmm-unified-passthrough"
