@@ -49,7 +49,18 @@ void ms_chunk_set_normalize(struct ms_chunk_set *s)
 {
     if (s->n < 2)
         return;
-    qsort(s->ids, s->n, sizeof(*s->ids), id_cmp);
+    if (s->n <= 32) {
+        /* A launch names a few chunks: an insertion sort beats qsort's setup and calls. */
+        for (size_t i = 1; i < s->n; i++) {
+            ms_chunk_id v = s->ids[i];
+            size_t j = i;
+            for (; j > 0 && s->ids[j - 1] > v; j--)
+                s->ids[j] = s->ids[j - 1];
+            s->ids[j] = v;
+        }
+    } else {
+        qsort(s->ids, s->n, sizeof(*s->ids), id_cmp);
+    }
     size_t w = 1;
     for (size_t i = 1; i < s->n; i++)
         if (s->ids[i] != s->ids[w - 1])

@@ -277,6 +277,60 @@ static double pct_ms(const double *lat, size_t n, double p)
     return 1000 * lat[i < n ? i : n - 1];
 }
 
+/*
+ * The "launches" mode: what one launch costs the launching thread. `batches` batches of 20000
+ * launches of add (two pointers and a count) over two 4 KiB buffers, each batch timed and
+ * synchronized; prints "ENGINE_LAUNCH_NS median=M min=N batches=B" (nanoseconds per launch).
+ * On the fake driver the kernel itself is a loop over 1024 words, so the difference between a
+ * run straight on the fake and one behind libmsched is libmsched's own cost per launch.
+ */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int launch_cost(int batches, CUfunction f_add)
+{
+    enum { PER_BATCH = 20000, WORDS = 1024 };
+    int op = -1;
+    if (batches < 1 || batches > 1000) {
+        printf("FAIL: launches takes 1 to 1000 batches\n");
+        return 1;
+    }
+    CUdeviceptr x, y;
+    CK(p_alloc(&x, WORDS * 4));
+    CK(p_alloc(&y, WORDS * 4));
+    CK(p_memset(x, 1, WORDS * 4));
+    CK(p_memset(y, 2, WORDS * 4));
+    uint64_t n = WORDS;
+    void *args[] = {&x, &y, &n};
+    double *ns = calloc((size_t)batches, sizeof *ns);
+    if (!ns) {
+        printf("FAIL: out of memory\n");
+        return 1;
+    }
+    for (op = 0; op < PER_BATCH; op++) /* warm-up: the first launches learn the kernel */
+        CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    CK(p_sync());
+    for (int i = 0; i < batches; i++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (op = 0; op < PER_BATCH; op++)
+            CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        CK(p_sync());
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ns[i] =
+            ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / PER_BATCH;
+    }
+    qsort(ns, (size_t)batches, sizeof *ns, cmp_double);
+    printf("ENGINE_LAUNCH_NS median=%.1f min=%.1f batches=%d\n", ns[batches / 2], ns[0], batches);
+    free(ns);
+    CK(p_free(x));
+    CK(p_free(y));
+    return 0;
+}
+
 /* The "vmm" mode (see the header). */
 static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
 {
@@ -930,6 +984,8 @@ int main(int argc, char **argv)
         printf("%s\n", cyc);
         return 0;
     }
+    if (argc > 3 && strcmp(argv[3], "launches") == 0)
+        return launch_cost(ops, f_add);
     if (argc > 3 && strcmp(argv[3], "timed") == 0) {
         /* The cycle for `ops` seconds; one JSON line with rounds per second (the output of a
          * benchmark program, for bench/micro/run_sweep.sh on the fake driver). */

@@ -645,6 +645,19 @@ else
     fail engine/cukernel "rc=$rc $(grep -E 'ENGINE|engine|FAIL|refused' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# The launch-cost benchmark's mode (bench/shim/launch_cost_fake.sh): a warm-up batch and two
+# timed batches of 20000 launches each, every one seen by the shim and gated by the engine with
+# its arguments known.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=1GiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 2 1 launches 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "ENGINE_LAUNCH_NS median=[0-9.]* min=[0-9.]* batches=2" <<<"$out" &&
+    grep -q " launches=60000 " <<<"$out" && grep -q " 0 unbounded launches" <<<"$out"; then
+    pass "engine/launch-cost (60000 launches gated, none unbounded)"
+else
+    fail engine/launch-cost "rc=$rc $(grep -E 'ENGINE|summary|engine|FAIL' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
+
 # CUDA graphs: at instantiation the shim walks the graph and records what it reaches. Two
 # buffers partly pushed out by a third (since freed) come back for every launch (the fake's
 # oracle faults otherwise); with the footprint above the budget the graph still runs (it
