@@ -43,8 +43,9 @@
  * "ENGINE_TMA rounds=N host_mapped_encoded=E host_mapped_forged=F mismatches=M" (E, F:
  * launches whose tensor lay on a host chunk when they ran). kcycle: the cycle, launching through
  * the fill kernel's CUkernel handle (passed where a CUfunction goes, as CUDA 12+ allows): its
- * layout must come from cuKernelGetParamInfo. timed: the cycle's loop for ops seconds; prints one
- * JSON line with rounds per second
+ * layout must come from cuKernelGetParamInfo. launches: ops timed batches of 20000 launches
+ * of add on two 4 KiB buffers (see launch_cost()). timed: the cycle's loop for ops seconds; prints
+ * one JSON line with rounds per second
  *          ("tasks_per_s"), as a benchmark program does.
  *   serve: a request-serving task for ops seconds (a request every 50 ms, or every argv[4]
  *          ms, open loop, two fills and a sync each); prints latency percentiles as

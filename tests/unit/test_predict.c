@@ -297,6 +297,38 @@ static void fit_within(void **unused)
     ms_rtable_fini(&rt);
 }
 
+/* normalize sorts and drops duplicates on both of its paths (insertion sort up to 32 ids, qsort
+ * above): random sets of 0 to 80 ids drawn from a small range (many duplicates), checked against
+ * a presence table. */
+static void normalize_both_paths(void **state)
+{
+    (void)state;
+    uint64_t rng = 12345;
+    for (int round = 0; round < 400; round++) {
+        struct ms_chunk_set s;
+        ms_chunk_set_init(&s);
+        bool present[48] = {false};
+        size_t n = (size_t)(round % 81);
+        for (size_t i = 0; i < n; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t k = (uint32_t)((rng >> 33) % 48);
+            present[k] = true;
+            /* appended unsorted on purpose (ms_chunk_set_add keeps no order) */
+            assert_int_equal(ms_chunk_set_add(&s, MS_CHUNK_ID(k % 3 + 1, k)), MS_OK);
+        }
+        ms_chunk_set_normalize(&s);
+        size_t want = 0;
+        for (uint32_t k = 0; k < 48; k++) {
+            want += present[k];
+            assert_int_equal(ms_chunk_set_has(&s, MS_CHUNK_ID(k % 3 + 1, k)), present[k]);
+        }
+        assert_int_equal(s.n, want);
+        for (size_t i = 1; i < s.n; i++)
+            assert_true(s.ids[i - 1] < s.ids[i]);
+        ms_chunk_set_fini(&s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +338,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(random_against_brute_force, setup, teardown),
         cmocka_unit_test_setup_teardown(alloc_failure, setup, teardown),
         cmocka_unit_test(fit_within),
+        cmocka_unit_test(normalize_both_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
