@@ -7,12 +7,18 @@
 # a quarter of the pressure each, greedy decode, tokens per second); WORKLOAD=A the four
 # scientific kernels of bench/workloads/sci.cu (hotspot, dwt2d, cfd, nn); WORKLOAD=B the four
 # DNNs of bench/workloads/dnn.py (ResNet152, VGG19, InceptionV3, DenseNet201 inference, batch
-# sized to the footprint, images per second); WORKLOAD=C three of them and one Llama. Systems:
+# sized to the footprint, images per second); WORKLOAD=C three of them and one Llama; WORKLOAD=L
+# three instances of bench/workloads/llama_onebuf.py (all weights in one allocation, the KV cache
+# one preallocated pool, as llama.cpp and vLLM allocate; a third of the pressure each, decode
+# tokens per second), each predicted by the templates MSCHED_TEMPLATES names (default the
+# user's store; bench/templates/run_llama3.sh learns them first). Systems:
 #   ref     the four processes at once, no msched, no budget (the normalization)
 #   slice   mschedd with a budget above the total: time slicing, no memory movement (with
 #           --set share=off: the four would fit, and sharing would run them at once)
 #   opt     mschedd, 16 GiB budget, OPT eviction (msched)
 #   lru     mschedd, 16 GiB budget, LRU eviction
+#   alloc   opt's daemon, the processes predicting whole allocations (`msched run --templates
+#           off`): allocation granularity, the baseline of the templates
 #   whole   mschedd, 16 GiB budget, whole-process swapping
 #   demand  mschedd, 16 GiB budget, LRU eviction, managed memory faulted in (--engine demand):
 #           the demand-paging baseline, its device emulated by the budget (which flatters it)
@@ -55,9 +61,18 @@ MSCHEDD=$PWD/build/bin/mschedd
 REC=$PWD/bench/records.py
 WORKLOAD=${WORKLOAD:-micro}
 case $WORKLOAD in
-micro | A | B | C | D) ;;
-*) echo "run_sweep.sh: unknown WORKLOAD '$WORKLOAD' (micro, A, B, C, D)" >&2; exit 2 ;;
+micro | A | B | C | D | L) ;;
+*) echo "run_sweep.sh: unknown WORKLOAD '$WORKLOAD' (micro, A, B, C, D, L)" >&2; exit 2 ;;
 esac
+# Processes per run: three Llamas for L, else four.
+NPROC=4
+[ "$WORKLOAD" = L ] && NPROC=3
+for sys in $SYSTEMS; do
+    case $sys in
+    ref | slice | opt | alloc | lru | whole | demand) ;;
+    *) echo "run_sweep.sh: unknown system '$sys' (ref, slice, opt, alloc, lru, whole, demand)" >&2; exit 2 ;;
+    esac
+done
 # The metrics window starts W s into the timed loops (past the first round of switches).
 W=${W:-5}
 BARRIER_S=${BARRIER_S:-600}
@@ -87,7 +102,13 @@ bkinds=(resnet152 vgg19 inception_v3 densenet201)
 ckinds=(resnet152 vgg19 densenet201)
 # cmd I GIB: process I's command line.
 cmd() {
-    if [ "$WORKLOAD" = D ] || { [ "$WORKLOAD" = C ] && [ "$1" = 3 ]; }; then
+    if [ -n "${MICRO:-}" ] && [ "$WORKLOAD" = L ]; then
+        echo "$BIN/micro vecadd $2 $SECS" # the harness's check (MICRO=)
+    elif [ "$WORKLOAD" = L ]; then
+        # GIB is the process's footprint: a 0.5 GiB KV pool, about 0.25 GiB of activations and
+        # workspaces, the rest weights (seed I: each instance its own weights and prompts).
+        echo "python3 $PWD/bench/workloads/llama_onebuf.py --weights-gib $(python3 -c "print(round(max(0.5, $2 - 0.75), 3))") --kv-gib 0.5 --seed $1 --seconds $SECS"
+    elif [ "$WORKLOAD" = D ] || { [ "$WORKLOAD" = C ] && [ "$1" = 3 ]; }; then
         echo "python3 $PWD/bench/workloads/llm.py $2 $SECS"
     elif [ "$WORKLOAD" = C ]; then
         echo "python3 $PWD/bench/workloads/dnn.py ${ckinds[$1]} --gib $2 $SECS"
@@ -177,7 +198,7 @@ release() {
 }
 
 for p in $PRESSURES; do
-    gib=$(python3 -c "print(round($BUDGET_MIB / 1024 * $p / 100 / 4, 3))")
+    gib=$(python3 -c "print(round($BUDGET_MIB / 1024 * $p / 100 / $NPROC, 3))")
     order=$SYSTEMS chosen=1s
     # adaptive: opt first, the others at the slice it picks
     [ "$SLICE" = adaptive ] && order="$(for s in $SYSTEMS; do [ "$s" = opt ] && echo opt; done)
@@ -191,7 +212,7 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
         echo "[$(date +%T)] pressure $p % ($gib GiB each): $sys" >&2
         if [ "$sys" = ref ]; then
             pids=()
-            for i in 0 1 2 3; do
+            for i in $(seq 0 $((NPROC - 1))); do
                 # shellcheck disable=SC2046
                 timeout $((SECS + BARRIER_S + 120)) $(cmd $i "$gib") >"$dir/proc_$i.json" 2>&1 &
                 pids+=($!)
@@ -199,7 +220,7 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
             release "$dir/barrier" "${pids[@]}"
             bounded_wait "$dir" $((SECS + LOOP_GRACE)) "${pids[@]}"
         else
-            budget=${BUDGET_MIB}MiB evict=opt engine=vmm policy=rr slice=$SLICE extra=()
+            budget=${BUDGET_MIB}MiB evict=opt engine=vmm policy=rr slice=$SLICE extra=() run_opts=()
             if [ "$SLICE" = adaptive ]; then
                 slice=$chosen
                 [ "$sys" = opt ] && { policy=adaptive; slice=1s; }
@@ -207,6 +228,7 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
             case $sys in
             slice) budget=200GiB extra=(--set share=off) ;;
             lru) evict=lru ;;
+            alloc) run_opts=(--templates off) ;;
             whole) evict=whole ;;
             demand) evict=lru engine=demand ;;
             esac
@@ -222,9 +244,9 @@ $(for s in $SYSTEMS; do [ "$s" = opt ] || echo "$s"; done)"
                 exit 1
             fi
             pids=()
-            for i in 0 1 2 3; do
+            for i in $(seq 0 $((NPROC - 1))); do
                 # shellcheck disable=SC2046
-                timeout $((SECS + BARRIER_S + 240)) "$MSCHED" run --engine "$engine" --verbose -- \
+                timeout $((SECS + BARRIER_S + 240)) "$MSCHED" run --engine "$engine" "${run_opts[@]}" --verbose -- \
                     $(cmd $i "$gib") >"$dir/proc_$i.json" 2>&1 &
                 pids+=($!)
             done
@@ -278,7 +300,7 @@ PY
                 label=$chosen
             fi
         fi
-        python3 "$REC" procs "$dir" 4 workload="$WORKLOAD" pressure="$p" system="$sys" \
+        python3 "$REC" procs "$dir" "$NPROC" workload="$WORKLOAD" pressure="$p" system="$sys" \
             gib_each="$gib" >>"$OUT/sweep.jsonl"
         if [ "$sys" != ref ]; then
             opts=()

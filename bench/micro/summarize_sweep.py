@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """summarize_sweep.py SWEEP.jsonl... - tables for the section 7.1 sweep (bench/micro/run_sweep.sh).
 
-Normalized throughput of a system at a pressure: the mean over the four processes of its tasks
-per second divided by the same process's tasks per second in the `ref` run (all four at once,
-no msched, no budget) of that pressure.
+Normalized throughput of a system at a pressure: the mean over the four processes (three for
+workload L) of its tasks per second divided by the same process's tasks per second in the `ref`
+run (all of them at once, no msched, no budget) of that pressure. Per daemon system the bytes
+each switch moved (populated plus evicted over the window's switches) are <system>_gib_per_switch;
+with an `alloc` run (allocation granularity) the table sets opt's beside it.
 
 Ideal (for `opt` runs): the daemon's own OPT plan moved IN bytes in and OUT bytes out during the
 steady-state window of W seconds; moving them at the link's measured speed would take
@@ -48,8 +50,13 @@ import sys
 
 POP, EVI, SWAP = 53.5e9, 55.1e9, 93.4e9
 PAPER = {100: 99.41, 150: 73.0, 200: 60.0, 300: 43.0}  # section 7.1, approximate read-offs
-SYSTEMS = ("slice", "opt", "lru", "whole", "demand")  # the daemon systems, in table order
-NPROCS = 4  # processes per sweep run
+SYSTEMS = ("slice", "opt", "alloc", "lru", "whole", "demand")  # the daemon systems, in table order
+NPROCS = 4  # processes per sweep run (nprocs: per workload)
+
+
+def nprocs(workload):
+    """Processes per run of the workload: three Llamas for L, else four (run_sweep.sh)."""
+    return 3 if workload == "L" else NPROCS
 
 
 class InputError(Exception):
@@ -237,11 +244,13 @@ def compute_rows(records, workload="micro"):
                     ratios.append(r["tasks_per_s"] / base)
                 else:
                     ratios.append(0.0)  # failed or missing: counts as nothing done
-            row[s] = 100 * sum(ratios) / NPROCS
+            row[s] = 100 * sum(ratios) / nprocs(workload)
             w = wins.get((pk, s), {})
             d = w.get("daemon", {})
             if d.get("msched_switches_total"):
                 row[s + "_switch_ms"] = 1000 * d["msched_switch_seconds_total"] / d["msched_switches_total"]
+                moved = d.get("msched_populated_bytes_total", 0) + d.get("msched_evicted_bytes_total", 0)
+                row[s + "_gib_per_switch"] = moved / 2**30 / d["msched_switches_total"]
             if s == "opt" and w:
                 i_b, o_b = d.get("msched_populated_bytes_total", 0), d.get("msched_evicted_bytes_total", 0)
                 t = link_seconds(i_b, o_b)
@@ -273,7 +282,8 @@ def table(rows, systems, paper):
     sliced = len({r["set"] for r in rows}) > 1
     head = (["pressure"] + (["slice length"] if sliced else []) + list(systems)
             + ["Ideal", "opt / Ideal", "Ideal x slice", "opt / (Ideal x slice)", "paper",
-               "opt / whole", "opt / demand", "opt switch (ms)"])
+               "opt / whole", "opt / demand", "opt switch (ms)"]
+            + (["GiB per switch: opt / alloc"] if "alloc" in systems else []))
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         f = lambda v: "-" if v is None else f"{v:.1f}"
@@ -290,6 +300,9 @@ def table(rows, systems, paper):
             v = r.get(b)
             cells.append(f"{opt / v:.1f}x" if v and opt is not None else "-")
         cells.append(f(r.get("opt_switch_ms")))
+        if "alloc" in systems:
+            g, a = r.get("opt_gib_per_switch"), r.get("alloc_gib_per_switch")
+            cells.append(f"{g:.2f} / {a:.2f}" if g is not None and a is not None else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

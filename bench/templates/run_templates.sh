@@ -25,6 +25,16 @@
 #          slice) with the store (LLAMA_PAIR=0 leaves this and the run without the store out). Under half its weights each
 #          decode step reads the other half over the link, so the alone runs take several
 #          times native and the pair twice that.
+#   trio   three one-buffer Llamas side by side under one mschedd (bench/micro/run_sweep.sh
+#          WORKLOAD=L, adaptive slices), each a third of the pressure of a 16 GiB budget, the
+#          templates of OUT/llama.store (learned here at 2 GiB of weights when the llama part did
+#          not run: the same kernels, fewer layers): TRIO_SYSTEMS (default "ref opt alloc whole")
+#          at TRIO_PRESSURES (default 200) for TRIO_SECS seconds (default 40); `alloc` is opt's
+#          daemon with the processes at allocation granularity (--templates off). Records in
+#          OUT/trio.jsonl, the table in OUT/trio.txt (bench/micro/summarize_sweep.py --workload
+#          L: throughput normalized to ref, opt / whole, opt / demand, the GiB each switch moved
+#          under opt and alloc), and SAME/DIFF of every process's requests against its ref
+#          process, request by request (llama_onebuf's request_digests).
 # OUT/templates.txt: one line per run (exit status, wall seconds), SAME/DIFF against native, the
 # engine's summary lines, the accuracy lines; every run's output in OUT/templates-logs.tgz.
 # MSCHED, MSCHEDD: the binaries (default build/bin/...). TIMEOUT: seconds any one run may take
@@ -32,7 +42,7 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
-OUT=${1:?usage: run_templates.sh OUT [overhead|probe|llama]...}
+OUT=${1:?usage: run_templates.sh OUT [overhead|probe|llama|trio]...}
 shift
 PARTS=${*:-overhead probe llama}
 mkdir -p "$OUT"
@@ -184,8 +194,27 @@ for part in $PARTS; do
         compare llama-native llama-pair1 '^RESULT .*'
         compare llama-native llama-pair2 '^RESULT .*'
         ;;
+    trio)
+        if [ ! -s "$OUT/llama.store" ]; then
+            timed trio-profile "$MSCHED" profile --raw "$LOGS/trio.prof" --out "$OUT/llama.store" \
+                -- python3 bench/workloads/llama_onebuf.py --weights-gib 2 --kv-gib 0.5 --new 4
+            summary trio-profile
+        fi
+        MSCHED_TEMPLATES=$OUT/llama.store WORKLOAD=L bash bench/micro/run_sweep.sh "$LOGS/trio" \
+            "${TRIO_PRESSURES:-200}" "${TRIO_SYSTEMS:-ref opt alloc whole}" "${TRIO_SECS:-40}" adaptive \
+            >"$LOGS/trio.log" 2>&1 || {
+            say "trio: run_sweep.sh failed: $(tail -n 3 "$LOGS/trio.log")"
+            bad=1
+        }
+        cp "$LOGS/trio/sweep.jsonl" "$OUT/trio.jsonl" 2>/dev/null
+        python3 bench/micro/summarize_sweep.py --workload L "$OUT/trio.jsonl" >"$OUT/trio.txt" 2>&1
+        tee -a "$REPORT" <"$OUT/trio.txt"
+        python3 bench/templates/same_requests.py "$OUT/trio.jsonl" 2>&1 | tee "$LOGS/trio-same.txt" >>"$REPORT"
+        cat "$LOGS/trio-same.txt"
+        grep -q "^DIFF\|^none" "$LOGS/trio-same.txt" && bad=1
+        ;;
     *)
-        echo "run_templates.sh: unknown part '$part' (overhead, probe, llama)" >&2
+        echo "run_templates.sh: unknown part '$part' (overhead, probe, llama, trio)" >&2
         exit 2
         ;;
     esac

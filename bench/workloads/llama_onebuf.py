@@ -17,7 +17,10 @@ Prints one JSON line: weights and pool bytes, layers, prefill and decode times, 
 ("tasks_per_s": tokens per second over the timed loop, as bench/micro/run_sweep.sh reads it),
 startup_s (from the process's start to the end of the warm-up request), "steady_per_s" (the
 same as tasks_per_s, for bench/overhead/run_overhead.sh), the sha256 of every generated token id (identical across runs of the same options: every op is
-deterministic, the KV writes go to distinct slots), and the first and last tokens. With --compat,
+deterministic, the KV writes go to distinct slots), the first and last tokens, and each timed
+request's own digest (its first 16 hex digits, up to 256 requests: "request_digests"; request N
+is the same in every run of the same options, so two runs of --seconds S that completed
+different numbers of requests still compare request by request). With --compat,
 also the FOOTPRINT_MIB and RESULT lines of bench/compat/ (compat.py)."""
 import argparse
 import hashlib
@@ -228,10 +231,14 @@ n = 0
 tokens = 0
 pre = dec = 0.0
 tl0 = time.time()
+per_request = []  # the first MAX_DIGESTS timed requests' own digests
+MAX_DIGESTS = 256
 while True:
     n += 1
     ids, p, d = request(n)
     h.update(ids.numpy().tobytes())
+    if len(per_request) < MAX_DIGESTS:
+        per_request.append(hashlib.sha256(ids.numpy().tobytes()).hexdigest()[:16])
     pre += p
     dec += d
     tokens += ids.numel()
@@ -253,7 +260,7 @@ rec = {
     "tokens_per_s": round(tokens / loop_s, 3), "tasks_per_s": round(tokens / loop_s, 3),
     "unit": "tokens", "steady_per_s": round(tokens / loop_s, 3), "steady_s": round(loop_s, 3),
     "max_reserved_bytes": torch.cuda.max_memory_reserved(),
-    "digest": h.hexdigest(), "first_tokens": first, "last_tokens": ids[0, -8:].tolist(),
+    "digest": h.hexdigest(), "request_digests": per_request, "first_tokens": first, "last_tokens": ids[0, -8:].tolist(),
 }
 if a.seconds > 0:
     rec.update(prog.fields(tokens))

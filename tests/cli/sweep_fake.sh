@@ -98,3 +98,59 @@ tar -C "$T/hraw" -xzf "$T"/hang/raw-micro-150.tgz || fail "no raw archive for th
 grep -q "sleep 1000" "$T/hraw/p150_opt/hung_ps.txt" || fail "hung_ps.txt lacks the hung processes"
 grep -qi "task" "$T/hraw/p150_opt/hung_status.txt" || fail "no daemon status: $(head -3 "$T/hraw/p150_opt/hung_status.txt")"
 pass "hung processes are killed after the grace, with the process tree and daemon status kept"
+
+# WORKLOAD=L: three processes, and `alloc` (opt's daemon, the processes at allocation
+# granularity): the store MSCHED_TEMPLATES names reaches opt's processes, not alloc's.
+printf '%s\n' "msched-templates 1" "kernel mod=1 launches=1 opaque=0 unsafe=0 name=sweep_probe" \
+    "end" >"$T/sweep.store"
+(cd "$ROOT" && PATH="$BUILD/bin:$PATH" MICRO="$T/wrap.sh" W=3 BUDGET_MIB=256 WORKLOAD=L \
+    MSCHED_TEMPLATES="$T/sweep.store" \
+    bash bench/micro/run_sweep.sh "$T/L" "150" "ref opt alloc" "$SECS" \
+    >"$T/L.log" 2>&1) || fail "run_sweep.sh WORKLOAD=L exited $?: $(tail -n 5 "$T/L.log")"
+python3 - "$T/L/sweep.jsonl" >"$T/Lcheck.txt" 2>&1 <<'PY' || fail "L records: $(cat "$T/Lcheck.txt")"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+procs = [r for r in recs if "proc" in r]
+assert sorted((r["system"], r["proc"]) for r in procs) == [
+    (s, i) for s in ("alloc", "opt", "ref") for i in range(3)], procs
+assert all(r.get("workload") == "L" and r.get("tasks_per_s", 0) > 0 for r in procs), procs
+assert {r["system"] for r in recs if "proc" not in r} == {"opt", "alloc"}, recs
+# 150 % of 256 MiB over three processes
+assert all(abs(r["gib_each"] - 0.125) < 1e-9 for r in procs), procs[0]
+PY
+mkdir -p "$T/Lraw" && tar -C "$T/Lraw" -xzf "$T/L/raw-L-150.tgz" || fail "no raw archive for L"
+for i in 0 1 2; do
+    grep -q "templates: 1 kernels from $T/sweep.store" "$T/Lraw/L_p150_opt/proc_$i.json" ||
+        fail "opt process $i did not load the store: $(grep -h templates "$T/Lraw/L_p150_opt/proc_$i.json")"
+    grep -q "templates:" "$T/Lraw/L_p150_alloc/proc_$i.json" &&
+        fail "alloc process $i loaded templates: $(grep -h templates "$T/Lraw/L_p150_alloc/proc_$i.json")"
+done
+python3 "$ROOT/bench/micro/summarize_sweep.py" --workload L "$T/L/sweep.jsonl" >"$T/Ltable.md" 2>&1 ||
+    fail "summarize_sweep.py --workload L: $(cat "$T/Ltable.md")"
+grep -q "GiB per switch: opt / alloc |$" "$T/Ltable.md" || fail "no alloc column: $(head -1 "$T/Ltable.md")"
+grep -Eq "^\| 150 % \|( [0-9.]+ \|){2}.*\| [0-9.]+ / [0-9.]+ \|$" "$T/Ltable.md" ||
+    fail "no 150 % row with both systems' bytes per switch: $(cat "$T/Ltable.md")"
+pass "WORKLOAD=L: three processes; alloc runs at allocation granularity, opt with the store; tabulated"
+
+# bench/templates/same_requests.py: request-by-request comparison against ref.
+{
+    echo '{"workload": "L", "pressure": 200, "system": "ref", "proc": 0, "request_digests": ["a", "b", "c"]}'
+    echo '{"workload": "L", "pressure": 200, "system": "ref", "proc": 1, "request_digests": ["d", "e"]}'
+    echo '{"workload": "L", "pressure": 200, "system": "opt", "proc": 0, "request_digests": ["a", "b"]}'
+    echo '{"workload": "L", "pressure": 200, "system": "opt", "proc": 1, "request_digests": ["d", "e", "f"]}'
+} >"$T/same.jsonl"
+out=$(python3 "$ROOT/bench/templates/same_requests.py" "$T/same.jsonl") ||
+    fail "same_requests.py on equal runs: $out"
+[ "$out" = "SAME L 200 opt proc 0: 2 requests
+SAME L 200 opt proc 1: 2 requests" ] || fail "same_requests.py: $out"
+echo '{"workload": "L", "pressure": 200, "system": "alloc", "proc": 0, "request_digests": ["a", "x"]}' >>"$T/same.jsonl"
+echo '{"workload": "L", "pressure": 200, "system": "alloc", "proc": 1, "error": "killed"}' >>"$T/same.jsonl"
+out=$(python3 "$ROOT/bench/templates/same_requests.py" "$T/same.jsonl")
+rc=$?
+[ "$rc" = 1 ] || fail "same_requests.py with a difference exited $rc"
+grep -q "^DIFF L 200 alloc proc 0: request 2 x against b$" <<<"$out" || fail "no DIFF line: $out"
+grep -q "^NONE L 200 alloc proc 1: killed$" <<<"$out" || fail "no NONE line: $out"
+echo 'not json' >"$T/bad.jsonl"
+python3 "$ROOT/bench/templates/same_requests.py" "$T/bad.jsonl" >/dev/null 2>&1
+[ $? = 2 ] || fail "same_requests.py on a malformed line does not exit 2"
+pass "same_requests.py: SAME over common requests, DIFF names the request, NONE a missing run"
