@@ -747,21 +747,36 @@ static void print_misses(const struct ms_engine_stats *s)
     char top[256] = "";
     size_t len = 0;
     ms_lock(&E.lock);
+    /* The regions missed most: live ones and freed ones (their slot's record while not reused,
+     * else E.freed_missed), each named by the base and size it had. */
+    size_t fi = 0; /* the next of E.freed_missed */
     for (int k = 0; k < 3; k++) {
         size_t best = SIZE_MAX;
         for (size_t i = 0; i < E.nrefs && i < E.rt.nslots; i++)
             if (E.refs[i].misses && (best == SIZE_MAX || E.refs[i].misses > E.refs[best].misses))
                 best = i;
-        if (best == SIZE_MAX)
+        uint64_t base, size, misses;
+        bool live;
+        if (fi < FREED_MISSES && E.freed_missed[fi].misses &&
+            (best == SIZE_MAX || E.freed_missed[fi].misses > E.refs[best].misses)) {
+            base = E.freed_missed[fi].base;
+            size = E.freed_missed[fi].size;
+            misses = E.freed_missed[fi++].misses;
+            live = false;
+        } else if (best != SIZE_MAX) {
+            base = E.refs[best].base;
+            size = E.refs[best].size;
+            misses = E.refs[best].misses;
+            live = E.rt.regions[best].live;
+            E.refs[best].misses = 0; /* the summary is the last reader */
+        } else {
             break;
-        const struct ms_region *r = &E.rt.regions[best];
+        }
         if (len < sizeof(top))
             len += (size_t)snprintf(top + len, sizeof(top) - len, "%s%s %llu MiB at 0x%llx: %llu",
-                                    k ? ", " : " (most: ", r->live ? "region" : "freed region",
-                                    (unsigned long long)(MS_ROUND_UP(r->size, MS_GRAN) / MS_MIB),
-                                    (unsigned long long)r->base,
-                                    (unsigned long long)E.refs[best].misses);
-        E.refs[best].misses = 0; /* the summary is the last reader */
+                                    k ? ", " : " (most: ", live ? "region" : "freed region",
+                                    (unsigned long long)(MS_ROUND_UP(size, MS_GRAN) / MS_MIB),
+                                    (unsigned long long)base, (unsigned long long)misses);
     }
     if (len && len < sizeof(top) - 1)
         len += (size_t)snprintf(top + len, sizeof(top) - len, ")");

@@ -41,10 +41,17 @@ struct refs {
     uint32_t n;
     uint32_t region[MAX_REFS];
     unsigned long long buffer;
-    bool sync_memops; /* cuPointerSetAttribute(SYNC_MEMOPS) (ms_engine_ptr_set_sync) */
-    uint64_t misses;  /* admitted commands that named this region while part of it was off
-                       * the device (always mapped: they ran on its host chunks) */
+    bool sync_memops;    /* cuPointerSetAttribute(SYNC_MEMOPS) (ms_engine_ptr_set_sync) */
+    uint64_t misses;     /* admitted commands that named this region while part of it was off
+                          * the device (always mapped: they ran on its host chunks) */
+    uint64_t base, size; /* the region's, kept after it is freed (for the exit summary) */
 };
+
+/* A freed region's misses, kept when its slot is reused (the exit summary's top regions). */
+struct freed_misses {
+    uint64_t base, size, misses;
+};
+#define FREED_MISSES 3
 
 /* What an instantiated graph reaches: regions (id and base, so a freed and reused slot is
  * noticed), each whole or, where every kernel node that names it was predicted by a template,
@@ -111,6 +118,8 @@ struct ms_engine_state {
     struct ms_history hist;
     struct refs *refs; /* indexed by region slot */
     size_t nrefs;
+    struct freed_misses freed_missed[FREED_MISSES]; /* the most missed regions whose slots
+                                                     * were reused, most first */
     struct ms_chunk_set need, scratch;
     struct ms_chunk_set *ws;
     size_t nws, capws;

@@ -41,6 +41,22 @@ uint64_t ms_engine_chunk_bytes(uint64_t size)
     return ms_chunk_bytes_with(size, ms__shim_opt(MS_OPT_CHUNK));
 }
 
+/* A slot about to be reused: the misses of the region it held (freed) join E.freed_missed
+ * when they are among the most (lock held). */
+static void keep_freed_misses(const struct refs *old)
+{
+    if (!old->misses)
+        return;
+    size_t at = FREED_MISSES;
+    while (at > 0 && E.freed_missed[at - 1].misses < old->misses)
+        at--;
+    if (at == FREED_MISSES)
+        return;
+    memmove(&E.freed_missed[at + 1], &E.freed_missed[at],
+            (FREED_MISSES - 1 - at) * sizeof(E.freed_missed[0]));
+    E.freed_missed[at] = (struct freed_misses){old->base, old->size, old->misses};
+}
+
 /* A new region at [va, va + bytes) with host backing `host` and chunks of chunk_bytes (0:
  * ms_engine_chunk_bytes(bytes)) (lock held): table, pointer-table slot, statistics, the daemon
  * told. */
@@ -67,6 +83,10 @@ int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, vo
     if (e != MS_OK)
         return e;
     ms_region_get(&E.rt, id)->host = host;
+    keep_freed_misses(&E.refs[id]);
+    E.refs[id].misses = 0;
+    E.refs[id].base = va;
+    E.refs[id].size = bytes;
     E.refs[id].n = 0;
     E.refs[id].buffer = ++E.next_buffer;
     E.refs[id].sync_memops = false;

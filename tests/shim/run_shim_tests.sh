@@ -571,6 +571,7 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] &&
     grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=10 mismatches=0" <<<"$whole" &&
     grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=0 mismatches=0" <<<"$tmpl" &&
     [ "$(miss "$tmpl")" = 0 ] && [ "$(miss "$whole")" -ge 10 ] &&
+    grep -Eq "\(most: freed region 512 MiB at 0x[0-9a-f]+: 1[0-9]\)" <<<"$whole" &&
     grep -Eq "templates: [0-9]+ kernels, 1[0-9] launches predicted with them" <<<"$tmpl" &&
     grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=10 mismatches=0" <<<"$wrong" &&
     grep -q "strict: [1-9][0-9]* chunks evicted" <<<"$wrong"; then
