@@ -436,7 +436,7 @@ def main():
     if a.repeat < 1:
         ap.error("--repeat must be at least 1")
     srcs = list(a.from_)
-    default_from = os.path.join(ROOT, "bench/results/gpu/compat")
+    default_from = os.environ.get("COMPAT_DEFAULT_FROM") or os.path.join(ROOT, "bench/results/gpu/compat")
     if not srcs and os.path.isdir(default_from):
         srcs.append(default_from)
     r = Runner(a, progs)
@@ -456,7 +456,10 @@ def main():
             info = native_info(prior)
             todo = sel
             if a.resume:
-                done = {x["program"] for x in prior if x.get("mode") == mode and "rc" in x
+                # what this run (OUT) or an explicit --from already has, never the default
+                # directory's records: those are another build's
+                mine = prior if a.from_ else read_records([a.out])
+                done = {x["program"] for x in mine if x.get("mode") == mode and "rc" in x
                         and x.get("rc") is not None}
                 todo = [n for n in sel if n not in done]
                 if len(todo) < len(sel):

@@ -16,7 +16,9 @@
 # Native footprints (and wall times, to plan the deadline) come from native records in OUT, in
 # each --from DIR or file, and by default in bench/results/gpu/compat/ if it exists: run the
 # native mode first, keep its JSONL there (or pass it with --from), then the other modes.
-# --resume skips (program, mode) pairs that already have a record there.
+# --resume skips (program, mode) pairs that already have a record in OUT or in a --from given on
+# the command line; never for records of the default directory (the published matrix's runs;
+# COMPAT_DEFAULT_FROM names another).
 # Each call should fit the device's 10 minutes: --deadline S (default 540, 0 = none) starts no
 # run that is not expected to end by S seconds (its native wall time times 1.5 big, 3 half,
 # 2 x the group's sum trio; 60 s when unknown) and cuts a run at S + 30 s; what was left out is

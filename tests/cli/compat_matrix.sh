@@ -191,6 +191,15 @@ has "$T/resume.err" "native: --resume skips 5 programs already run"
 has "$T/resume.err" "big: --resume skips 4 programs already run"
 # gamma failed natively: it has a native record (not run again), and no big one (no footprint)
 pass "--resume"
+# The default directory's records give footprints but never count as done: they are another
+# build's (a resumed call once skipped every program the published matrix had run).
+: >"$STUB_LOG"
+COMPAT_DEFAULT_FROM="$T/out" run "$T/out3" --mode big --only alpha --resume --deadline 0 \
+    >/dev/null 2>"$T/resume3.err" || fail "--resume over the default directory exited $?"
+grep -q "resume skips" "$T/resume3.err" && fail "--resume skipped the default directory's runs: $(cat "$T/resume3.err")"
+grep -q "prog.sh" "$STUB_LOG" || fail "--resume did not run alpha: $(cat "$T/resume3.err")"
+grep -q '"budget_mib"' "$T"/out3/compat-big-*.jsonl || fail "no big record with a budget from the default directory's native"
+pass "--resume ignores the default directory's records, which still give the footprints"
 
 mkdir -p "$T/slow"
 sed 's/ 0\.1/ 2/' "$S/programs.txt" >"$S/slow.txt"
