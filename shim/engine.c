@@ -752,7 +752,9 @@ static void print_misses(const struct ms_engine_stats *s)
     size_t fi = 0; /* the next of E.freed_missed */
     for (int k = 0; k < 3; k++) {
         size_t best = SIZE_MAX;
-        for (size_t i = 0; i < E.nrefs && i < E.rt.nslots; i++)
+        /* every slot the pointer tables ever had: a freed one past the region table's end
+         * keeps its record too */
+        for (size_t i = 0; i < E.nrefs; i++)
             if (E.refs[i].misses && (best == SIZE_MAX || E.refs[i].misses > E.refs[best].misses))
                 best = i;
         uint64_t base, size, misses;
@@ -767,7 +769,7 @@ static void print_misses(const struct ms_engine_stats *s)
             base = E.refs[best].base;
             size = E.refs[best].size;
             misses = E.refs[best].misses;
-            live = E.rt.regions[best].live;
+            live = best < E.rt.nslots && E.rt.regions[best].live;
             E.refs[best].misses = 0; /* the summary is the last reader */
         } else {
             break;

@@ -35,8 +35,8 @@
  *          kernels declare their touches, so `msched profile` learns them) two chunks are.
  *          Prints "ENGINE_ARENA rounds=N host_mapped_adds=H mismatches=M" (H: adds the fake saw
  *          pass a pointer into memory on a host chunk). After the arena's free a 2 MiB
- *          allocation takes its slot, so the exit summary's most-missed regions are checked
- *          across a reused slot.
+ *          allocation takes its slot (STRESS_ARENA_REUSE=0: not), so the exit summary's
+ *          most-missed regions are checked across a reused slot and a freed one.
  *   arena-graph: the same, the adds launched as a CUDA graph of one add node
  * ("ENGINE_ARENA_GRAPH"). tma: a 512 MiB arena with a 16 MiB tensor at 256 MiB, read through a
  * TMA tensor map (cuTensorMapEncodeTiled) by ops launches of tma_add (one 128-byte map, an
@@ -841,9 +841,12 @@ static int arena(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_
     CK(p_free(a));
     /* A small allocation after the arena's free takes its slot in the engine's tables: the
      * exit summary must still name the arena (its size and base) as the region missed most. */
-    CUdeviceptr b;
-    CK(p_alloc(&b, 2 * MIB));
-    CK(p_free(b));
+    const char *reuse = getenv("STRESS_ARENA_REUSE"); /* 0: leave the slot free */
+    if (!reuse || strcmp(reuse, "0") != 0) {
+        CUdeviceptr b;
+        CK(p_alloc(&b, 2 * MIB));
+        CK(p_free(b));
+    }
     /* the adds that passed a pointer into a chunk on its host chunk (the fake counts them) */
     printf("ENGINE_ARENA%s rounds=%d host_mapped_adds=%llu mismatches=%llu\n",
            graph ? "_GRAPH" : "", rounds,

@@ -562,6 +562,8 @@ printf '%s\n' "msched-templates 1" "kernel mod=0 launches=1 opaque=0 unsafe=0 na
     "end" >"$WORK/wrong-templates"
 whole=$(arena off)
 rc1=$?
+unused=$(arena off STRESS_ARENA_REUSE=0) # the freed arena's slot left free
+rc0=$?
 tmpl=$(arena "$store")
 rc2=$?
 wrong=$(arena "$WORK/wrong-templates" MSCHED_STRICT=1)
@@ -572,6 +574,7 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] &&
     grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=0 mismatches=0" <<<"$tmpl" &&
     [ "$(miss "$tmpl")" = 0 ] && [ "$(miss "$whole")" -ge 10 ] &&
     grep -Eq "\(most: freed region 512 MiB at 0x[0-9a-f]+: 1[0-9]\)" <<<"$whole" &&
+    [ $rc0 = 0 ] && grep -Eq "\(most: freed region 512 MiB at 0x[0-9a-f]+: 1[0-9]\)" <<<"$unused" &&
     grep -Eq "templates: [0-9]+ kernels, 1[0-9] launches predicted with them" <<<"$tmpl" &&
     grep -q "ENGINE_ARENA rounds=10 host_mapped_adds=10 mismatches=0" <<<"$wrong" &&
     grep -q "strict: [1-9][0-9]* chunks evicted" <<<"$wrong"; then
