@@ -103,6 +103,9 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
     [MS_OPT_HOST_POOL_IDLE_MS] = {"MSCHED_HOST_POOL_IDLE_MS", NULL, "MS", NULL, MS_OT_UINT, 1,
         86400000, true, NULL, "30000", "under the daemon, pinned host memory that sat unused in\n"
         "the pool this long is unpinned, a piece at a time (0: never)"},
+    [MS_OPT_PACK_SMALL] = {"MSCHED_PACK_SMALL", NULL, "0|1", NULL, MS_OT_FLAG, 0, 0, false, NULL,
+        "1", "allocations of up to 1 MiB share 2 MiB slabs (0: each is a region of\n"
+        "its own, 2 MiB of the budget at least)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

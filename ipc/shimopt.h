@@ -58,6 +58,7 @@ enum ms_shimopt {
     MS_OPT_DEFER_HOST_MAP,
     MS_OPT_HOST_POOL,
     MS_OPT_HOST_POOL_IDLE_MS,
+    MS_OPT_PACK_SMALL,
     MS_OPT_COUNT
 };
 

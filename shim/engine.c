@@ -146,6 +146,7 @@ void ms_engine_configure(void)
     uint64_t budget = ms__shim_opt(MS_OPT_BUDGET);
     uint64_t engine = ms__shim_opt(MS_OPT_ENGINE);
     E.strict_want = ms__shim_opt(MS_OPT_STRICT) != 0;
+    E.slab_on = ms__shim_opt(MS_OPT_PACK_SMALL) != 0;
     E.mispredict = ms__shim_opt(MS_OPT_MISPREDICT);
     E.rng = 0x853c49e6748fea9bull;
     E.budget = budget;
@@ -365,16 +366,13 @@ static bool mine_ctx(void)
     return MS_REAL(cuCtxGetCurrent)(&ctx) == CUDA_SUCCESS && ctx == E.ctx;
 }
 
-int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
+/*
+ * A new region of `bytes` for an allocation (lock held; released while the range is reserved
+ * and host chunks are pinned): *va its address, *id its slot. Returns a CUresult: out of memory
+ * when no range or backing can be had (nothing is left of the attempt).
+ */
+static int alloc_region(uint64_t bytes, uint64_t *va_out, uint32_t *id_out)
 {
-    *handled = false;
-    if (!ms_engine_active() || bytes == 0)
-        return CUDA_SUCCESS;
-    ms_lock(&E.lock);
-    if (!start() || !mine_ctx()) {
-        ms_unlock(&E.lock);
-        return CUDA_SUCCESS;
-    }
     uint64_t span = MS_ROUND_UP(bytes, MS_GRAN);
     CUdeviceptr va = 0;
     CUresult r;
@@ -431,17 +429,91 @@ int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
     if (r != CUDA_SUCCESS || e != MS_OK) {
         if (va)
             release_va(va, span);
-        ms_unlock(&E.lock);
-        *handled = true;
         /* No room for the range or its backing: what cuMemAlloc says when memory is short
          * (the reservation of an absurd size is refused as an invalid value). */
         return r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_OUT_OF_MEMORY
                                                                   : (int)r;
     }
-    *dptr = va;
-    *handled = true;
-    ms_unlock(&E.lock);
+    *va_out = va;
+    *id_out = id;
     return CUDA_SUCCESS;
+}
+
+/* Release a region the application no longer holds (lock held on entry, released on return):
+ * its device memory, then its range and host backing outside the lock. */
+static int drop_region_unlock(uint32_t id)
+{
+    struct ms_region *r = ms_region_get(&E.rt, id);
+    uint64_t base = r->base, span = MS_ROUND_UP(r->size, MS_GRAN);
+    void *host = r->host;
+    int e = ms__eng_region_drop(id);
+    ms_unlock(&E.lock);
+    if (e != MS_OK) {
+        say("cannot release an allocation: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
+        return CUDA_ERROR_UNKNOWN;
+    }
+    /* The region is forgotten: its range and host backing are this thread's to release, and
+     * unpinning takes long enough (as pinning does) to keep it out of the lock. */
+    release_va(base, span);
+    /* The device memory is gone whatever the driver says about the host store; a failure to
+     * release that is counted in the exit summary, not returned for a free that happened. */
+    ms__host_unpin(host);
+    return CUDA_SUCCESS;
+}
+
+/*
+ * A small allocation (core/slab.h): a block of a slab with room, or of a new slab (lock held;
+ * released while a new slab's region is made). The buffer id is the allocation's own.
+ */
+static int alloc_small(uint64_t bytes, uint64_t *dptr)
+{
+    uint32_t region;
+    int e = ms_slabs_alloc(&E.slabs, bytes, E.next_buffer + 1, dptr, &region);
+    if (e == MS_E_NOSPACE) {
+        uint64_t va = 0;
+        uint32_t id = 0;
+        int rc = alloc_region(MS_GRAN, &va, &id);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        e = ms_slabs_add(&E.slabs, va, id);
+        if (e != MS_OK) {
+            drop_region_unlock(id);
+            ms_lock(&E.lock);
+            return e == MS_E_NOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+        }
+        E.st.slabs++;
+        E.st.slabs_peak = MS_MAX(E.st.slabs_peak, E.st.slabs);
+        e = ms_slabs_alloc(&E.slabs, bytes, E.next_buffer + 1, dptr, &region);
+    }
+    if (e != MS_OK) /* the new slab stays, empty, for the next one */
+        return e == MS_E_NOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+    E.next_buffer++;
+    E.st.small_allocs++;
+    return CUDA_SUCCESS;
+}
+
+int ms_engine_alloc(uint64_t *dptr, uint64_t bytes, bool *handled)
+{
+    *handled = false;
+    if (!ms_engine_active() || bytes == 0)
+        return CUDA_SUCCESS;
+    ms_lock(&E.lock);
+    if (!start() || !mine_ctx()) {
+        ms_unlock(&E.lock);
+        return CUDA_SUCCESS;
+    }
+    *handled = true;
+    uint64_t va = 0;
+    uint32_t id = 0;
+    /* Small allocations share slabs where pointer queries can answer for each one (the VMM
+     * backing: a managed allocation's queries are the driver's, which knows only the slab). */
+    int rc = bytes <= MS_SLAB_MAX && E.backing == BACK_VMM && E.slab_on
+                 ? alloc_small(bytes, &va)
+                 : alloc_region(bytes, &va, &id);
+    if (rc == CUDA_SUCCESS)
+        *dptr = va;
+    ms_unlock(&E.lock);
+    return rc;
 }
 
 int ms_engine_free(uint64_t dptr, bool *handled)
@@ -454,33 +526,35 @@ int ms_engine_free(uint64_t dptr, bool *handled)
     struct ms_region *r = NULL;
     if (ms_rtable_lookup(&E.rt, 0, dptr, &id, NULL) == MS_OK)
         r = ms_region_get(&E.rt, id);
-    if (!r || r->base != dptr) {
+    long slab = r ? ms_slabs_find(&E.slabs, dptr) : -1;
+    if (!r || (slab < 0 && r->base != dptr) ||
+        (slab >= 0 &&
+         (!ms_slabs_block_at(&E.slabs, (size_t)slab, dptr) ||
+          ms_slabs_block_at(&E.slabs, (size_t)slab, dptr)->off != dptr - E.slabs.s[slab].base))) {
+        /* Not the start of an allocation of the engine's: the driver's to refuse. */
         ms_unlock(&E.lock);
         return CUDA_SUCCESS;
     }
     *handled = true;
-    /* cuMemFree waits for the device; so does this: nothing in flight may use it. */
-    MS_REAL(cuCtxSynchronize)();
-    uint64_t span = MS_ROUND_UP(r->size, MS_GRAN);
-    void *host = r->host;
     if (r->kind == MS_RK_VMM) {
         ms_unlock(&E.lock);
         return CUDA_ERROR_INVALID_VALUE; /* the application's own mapping: not cuMemFree's */
     }
-    int e = ms__eng_region_drop(id);
-    if (e != MS_OK) {
-        ms_unlock(&E.lock);
-        say("cannot release an allocation: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
-        return CUDA_ERROR_UNKNOWN;
+    /* cuMemFree waits for the device; so does this: nothing in flight may use it. */
+    MS_REAL(cuCtxSynchronize)();
+    if (slab >= 0) {
+        uint32_t region;
+        bool empty = false;
+        int e = ms_slabs_free(&E.slabs, dptr, &region, &empty);
+        /* One empty slab is kept for the next small allocation; a second one goes. */
+        if (e != MS_OK || !empty || ms_slabs_empty(&E.slabs) < 2 ||
+            ms_slabs_remove(&E.slabs, region) != MS_OK) {
+            ms_unlock(&E.lock);
+            return e == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+        }
+        E.st.slabs--;
     }
-    ms_unlock(&E.lock);
-    /* The region is forgotten: its range and host backing are this thread's to release, and
-     * unpinning takes long enough (as pinning does) to keep it out of the lock. */
-    release_va(dptr, span);
-    /* The device memory is gone whatever the driver says about the host store; a failure to
-     * release that is counted in the exit summary, not returned for a free that happened. */
-    ms__host_unpin(host);
-    return CUDA_SUCCESS;
+    return drop_region_unlock(id);
 }
 
 bool ms_engine_vmm_ready(void)
@@ -852,6 +926,12 @@ void ms_engine_exit(bool verbose)
             (unsigned long long)s.unbounded, (unsigned long long)(s.bytes_in / MS_MIB),
             (unsigned long long)(s.bytes_out / MS_MIB),
             (unsigned long long)(s.bytes_dropped / MS_MIB), (double)s.migrate_ns / 1e9);
+    if (s.small_allocs)
+        fprintf(stderr,
+                "msched[%d]: small allocations: %llu packed into slabs of 2 MiB, at most %llu "
+                "slabs at once\n",
+                (int)getpid(), (unsigned long long)s.small_allocs,
+                (unsigned long long)s.slabs_peak);
     if (E.strict)
         fprintf(stderr, "msched[%d]: strict: %llu chunks evicted outside the predictions\n",
                 (int)getpid(), (unsigned long long)s.strict_evictions);

@@ -170,6 +170,9 @@ bool ms_engine_owns(uint64_t va);
 
 struct ms_engine_stats {
     uint64_t regions, footprint, resident, budget;
+    uint64_t slabs;        /* regions that are slabs of small allocations (core/slab.h) */
+    uint64_t slabs_peak;   /* the most at once */
+    uint64_t small_allocs; /* allocations placed in slabs */
     uint64_t faults, unbounded, bytes_in, bytes_out, bytes_dropped, migrate_ns;
     uint64_t strict_evictions; /* chunks MSCHED_STRICT evicted */
     uint64_t miss_cmds;        /* admitted commands that ran with named chunks off the device */

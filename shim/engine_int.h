@@ -25,6 +25,7 @@
 #include "core/predict.h"
 #include "core/template.h"
 #include "core/region.h"
+#include "core/slab.h"
 #include "gpu/cuda/gpu_cuda.h"
 
 #include <stdbool.h>
@@ -112,6 +113,8 @@ struct ms_engine_state {
     CUdevice dev;
     unsigned long long next_buffer; /* buffer ids handed out */
     struct ms_rtable rt;
+    struct ms_slabs slabs; /* small allocations' slabs (core/slab.h), regions of rt */
+    bool slab_on;          /* MSCHED_PACK_SMALL */
     struct ms_cuda_api api;
     struct ms_gpu_cuda *gpu;
     const struct ms_gpu_ops *ops;

@@ -751,11 +751,31 @@ bool ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out)
     ms_lock(&E.lock);
     uint32_t id;
     bool yes = ms_rtable_lookup(&E.rt, 0, p, &id, NULL) == MS_OK && id < E.nrefs;
+    uint64_t base = 0, size = 0;
+    unsigned long long buffer = 0;
     if (yes) {
         const struct ms_region *r = ms_region_get(&E.rt, id);
-        *out = (struct ms_ptrattr_mem){.base = r->base,
-                                       .size = r->size,
-                                       .buffer = E.refs[id].buffer,
+        base = r->base;
+        size = r->size;
+        buffer = E.refs[id].buffer;
+        long slab = ms_slabs_find(&E.slabs, p);
+        if (slab >= 0) {
+            /* A slab of small allocations: the block holding p answers, as its own allocation
+             * (an address in no block is in no allocation: the driver answers). */
+            const struct ms_slab_block *b = ms_slabs_block_at(&E.slabs, (size_t)slab, p);
+            yes = b != NULL;
+            if (b) {
+                base = r->base + b->off;
+                size = b->size;
+                buffer = b->buffer;
+            }
+        }
+    }
+    if (yes) {
+        const struct ms_region *r = ms_region_get(&E.rt, id);
+        *out = (struct ms_ptrattr_mem){.base = base,
+                                       .size = size,
+                                       .buffer = buffer,
                                        .ctx = r->kind == MS_RK_VMM ? NULL : E.ctx,
                                        .device = (int)E.dev,
                                        .managed = false,

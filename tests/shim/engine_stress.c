@@ -855,6 +855,48 @@ static int arena(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_
     return mismatches == 0 ? 0 : 1;
 }
 
+/* small: see the usage above. */
+static int small_mode(int rounds, CUfunction f_fill, CUfunction f_add)
+{
+    enum { NS = 1500 };
+    const uint64_t words = 1024; /* 4 KiB each */
+    static CUdeviceptr d[NS];
+    int op = -1;
+    for (int i = 0; i < NS; i++)
+        CK(p_alloc(&d[i], words * 4));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < NS; i++) {
+        uint32_t seed = (uint32_t)i;
+        void *args[] = {&d[i], (void *)&words, &seed};
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    }
+    for (op = 0; op < rounds; op++)
+        for (int i = 0; i + 1 < NS; i += 2) {
+            void *args[] = {&d[i], &d[i + 1], (void *)&words};
+            CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        }
+    CK(p_sync());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t mismatches = 0;
+    uint32_t back[1024];
+    for (int i = 0; i < NS; i++) {
+        CK(p_d2h(back, d[i], words * 4));
+        for (uint64_t k = 0; k < words; k++) {
+            uint32_t want = pattern(k, (uint32_t)i);
+            if (i % 2 == 0 && i + 1 < NS)
+                want += (uint32_t)rounds * pattern(k, (uint32_t)(i + 1));
+            mismatches += back[k] != want;
+        }
+    }
+    for (int i = 0; i < NS; i++)
+        CK(p_free(d[i]));
+    printf("ENGINE_SMALL rounds=%d buffers=%d seconds=%.3f mismatches=%llu\n", rounds, NS,
+           (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+           (unsigned long long)mismatches);
+    return mismatches == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *rel = getenv("STRESS_EXIT_RELEASE_MS"), *ex = getenv("STRESS_EXIT_LINGER_MS");
@@ -942,6 +984,8 @@ int main(int argc, char **argv)
         return tma(ops, h, fh, f_fill);
     if (argc > 3 && strcmp(argv[3], "onebuf") == 0)
         return onebuf(ops, f_fill, f_add);
+    if (argc > 3 && strcmp(argv[3], "small") == 0)
+        return small_mode(ops, f_fill, f_add);
     if (argc > 3 && (strcmp(argv[3], "cycle") == 0 || strcmp(argv[3], "kcycle") == 0)) {
         /* A loop over every buffer in the same order, ops times: the access pattern of decode
          * steps and training iterations, where OPT keeps a fixed part resident. */

@@ -8,7 +8,9 @@
  * current one), DEVICE_ORDINAL, IS_MANAGED 0, distinct BUFFER_IDs, cuPointerGetAttributes and
  * cuMemGetAddressRange_v2 agreeing, right after allocation and again after the allocation was
  * written and pushed out by others (under MSCHED_BUDGET below the footprint); SYNC_MEMOPS set
- * with cuPointerSetAttribute and read back; a host pointer is not device memory. Prints "PTR_QUERY
+ * with cuPointerSetAttribute and read back; a host pointer is not device memory; small
+ * allocations (packed into shared slabs under the engine) answer each as its own allocation,
+ * and a free inside one, or a second free, is refused. Prints "PTR_QUERY
  * checks=N failed=F" and exits 0 only when F is 0.
  */
 #include <cuda.h>
@@ -20,6 +22,7 @@
 
 #define NBUF 4
 #define SZ (48ull << 20)
+#define NSMALL 4
 
 static CUresult (*p_init)(unsigned);
 static CUresult (*p_devget)(CUdevice *, int);
@@ -46,14 +49,14 @@ static void check(int ok, const char *what, int buf)
     }
 }
 
-static void query(int b, CUdeviceptr d, unsigned long long *id)
+static void query(int b, CUdeviceptr d, size_t sz, unsigned long long *id)
 {
     unsigned int mt = 0, managed = 7;
     CUdeviceptr dp = 0, start = 0;
     size_t size = 0;
     CUcontext c = NULL;
     int ord = -1;
-    CUdeviceptr p = d + 12345;
+    CUdeviceptr p = d + (sz > 12345 ? 12345 : sz - 1);
     check(p_attr(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) == CUDA_SUCCESS &&
               mt == CU_MEMORYTYPE_DEVICE,
           "MEMORY_TYPE is device", b);
@@ -61,7 +64,7 @@ static void query(int b, CUdeviceptr d, unsigned long long *id)
           "DEVICE_POINTER", b);
     check(p_attr(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) == CUDA_SUCCESS && start == d,
           "RANGE_START_ADDR", b);
-    check(p_attr(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) == CUDA_SUCCESS && size == SZ,
+    check(p_attr(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) == CUDA_SUCCESS && size == sz,
           "RANGE_SIZE", b);
     check(p_attr(&c, CU_POINTER_ATTRIBUTE_CONTEXT, p) == CUDA_SUCCESS && c == ctx, "CONTEXT", b);
     check(p_attr(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == CUDA_SUCCESS && ord == 0,
@@ -80,7 +83,7 @@ static void query(int b, CUdeviceptr d, unsigned long long *id)
           "cuPointerGetAttributes", b);
     CUdeviceptr base = 0;
     size_t rsize = 0;
-    check(p_range(&base, &rsize, p) == CUDA_SUCCESS && base == d && rsize == SZ,
+    check(p_range(&base, &rsize, p) == CUDA_SUCCESS && base == d && rsize == sz,
           "cuMemGetAddressRange", b);
 }
 
@@ -124,7 +127,7 @@ int main(void)
             printf("FAIL: allocation\n");
             return 1;
         }
-        query(b, d[b], &id[b]); /* fresh: nothing written, nothing mapped by the engine yet */
+        query(b, d[b], SZ, &id[b]); /* fresh: nothing written, nothing mapped by the engine yet */
     }
     for (int b = 0; b < NBUF; b++)
         for (int k = 0; k < b; k++)
@@ -133,7 +136,7 @@ int main(void)
         check(p_memset(d[b], (unsigned char)b, SZ) == CUDA_SUCCESS, "memset", b);
     p_sync();
     for (int b = 0; b < NBUF; b++)
-        query(b, d[b], &id[b]); /* written; under a small budget most were evicted since */
+        query(b, d[b], SZ, &id[b]); /* written; under a small budget most were evicted since */
     /* SYNC_MEMOPS, the one settable attribute (NCCL, UCX and libfabric set it on buffers they
      * register): set and read back on cuMemAlloc memory; the driver refuses it on VMM memory. */
     for (int b = 0; b < NBUF; b++) {
@@ -148,6 +151,30 @@ int main(void)
     check(p_attr(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)host) !=
               CUDA_SUCCESS,
           "a host pointer is not device memory", -1);
+    /* Small allocations (the engine packs them into shared slabs): each answers as its own
+     * allocation, with its own start, size and buffer id; a free must name its start. */
+    const size_t ssz[NSMALL] = {100, 4096, 300 << 10, 1};
+    CUdeviceptr sd[NSMALL];
+    unsigned long long sid[NSMALL];
+    for (int k = 0; k < NSMALL; k++) {
+        if (p_alloc(&sd[k], ssz[k]) != CUDA_SUCCESS) {
+            printf("FAIL: small allocation\n");
+            return 1;
+        }
+        check(sd[k] % 256 == 0, "a small allocation is aligned", NBUF + k);
+        check(p_memset(sd[k], 0x5a, ssz[k]) == CUDA_SUCCESS, "memset", NBUF + k);
+        query(NBUF + k, sd[k], ssz[k], &sid[k]);
+        for (int j = 0; j < NBUF; j++)
+            check(sid[k] != id[j], "distinct BUFFER_IDs", NBUF + k);
+        for (int j = 0; j < k; j++)
+            check(sid[k] != sid[j] && (sd[k] >= sd[j] + ssz[j] || sd[j] >= sd[k] + ssz[k]),
+                  "distinct BUFFER_IDs and ranges", NBUF + k);
+    }
+    p_sync();
+    check(p_free(sd[1] + 512) != CUDA_SUCCESS, "a free inside an allocation is refused", NBUF + 1);
+    for (int k = 0; k < NSMALL; k++)
+        check(p_free(sd[k]) == CUDA_SUCCESS, "free", NBUF + k);
+    check(p_free(sd[2]) != CUDA_SUCCESS, "a second free is refused", NBUF + 2);
     for (int b = 0; b < NBUF; b++)
         p_free(d[b]);
     printf("PTR_QUERY checks=%d failed=%d\n", checks, failed);
