@@ -81,7 +81,7 @@ long ms_slabs_find(const struct ms_slabs *t, uint64_t p)
 
 int ms_slabs_add(struct ms_slabs *t, uint64_t base, uint32_t region)
 {
-    if (!t || base % MS_GRAN != 0 || base > UINT64_MAX - MS_GRAN)
+    if (!t || base % MS_SLAB_ALIGN != 0 || base > UINT64_MAX - MS_GRAN)
         return MS_E_INVAL;
     size_t lo = 0, hi = t->n;
     while (lo < hi) {

@@ -60,7 +60,7 @@ struct ms_slabs {
 };
 
 /* A slab at [base, base + MS_GRAN) held by region slot `region`, all free. base must be
- * MS_GRAN-aligned. */
+ * MS_SLAB_ALIGN-aligned (a reservation is MS_GRAN-aligned). */
 int ms_slabs_add(struct ms_slabs *t, uint64_t base, uint32_t region);
 /* Place a block of `bytes` (1..MS_SLAB_MAX) with buffer id `buffer` in the first slab with
  * room: *out its address, *region its slab's region slot. MS_E_NOSPACE when none has room. */

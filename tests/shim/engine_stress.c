@@ -27,6 +27,9 @@
  *          lingers N ms before main returns. With STRESS_EXIT_LINGER_MS=M set, it lingers M ms
  *          in an exit handler registered before cuInit, which runs after the driver's own exit
  *          handler (the driver is shut down by then) and before libmsched's destructor.
+ *   small: argv[4] (default 1500, at most 1500) allocations of 4 KiB each, filled, then ops
+ *          rounds adding each odd one into the even one before it; checked. Prints
+ *          "ENGINE_SMALL rounds=N buffers=B seconds=S mismatches=M" (S: the kernels' time).
  *   onebuf: a decode loop over one 256 MiB weights buffer and a 32 MiB KV buffer, ops rounds
  *          (see onebuf()). Prints "ENGINE_ONEBUF rounds=N mismatches=M".
  *   arena: one 512 MiB allocation (eight 64 MiB chunks) holding two 16 MiB buffers 256 MiB
@@ -856,11 +859,12 @@ static int arena(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_
 }
 
 /* small: see the usage above. */
-static int small_mode(int rounds, CUfunction f_fill, CUfunction f_add)
+static int small_mode(int rounds, int NS, CUfunction f_fill, CUfunction f_add)
 {
-    enum { NS = 1500 };
     const uint64_t words = 1024; /* 4 KiB each */
-    static CUdeviceptr d[NS];
+    static CUdeviceptr d[1500];
+    if (NS < 2 || NS > 1500)
+        return printf("FAIL: small: 2 to 1500 buffers\n"), 1;
     int op = -1;
     for (int i = 0; i < NS; i++)
         CK(p_alloc(&d[i], words * 4));
@@ -985,7 +989,7 @@ int main(int argc, char **argv)
     if (argc > 3 && strcmp(argv[3], "onebuf") == 0)
         return onebuf(ops, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "small") == 0)
-        return small_mode(ops, f_fill, f_add);
+        return small_mode(ops, argc > 4 ? atoi(argv[4]) : 1500, f_fill, f_add);
     if (argc > 3 && (strcmp(argv[3], "cycle") == 0 || strcmp(argv[3], "kcycle") == 0)) {
         /* A loop over every buffer in the same order, ops times: the access pattern of decode
          * steps and training iterations, where OPT keeps a fixed part resident. */

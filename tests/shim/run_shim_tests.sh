@@ -529,6 +529,26 @@ else
     fail engine/onebuf "rc=$rc faults=$faults in=$inmib $(grep -E 'ONEBUF|engine \(' <<<"$out" | tr '\n' ' ')"
 fi
 
+# 1500 allocations of 4 KiB (6 MiB) under a 64 MiB budget, added in pairs: each would be a
+# region of 2 MiB (3000 MiB), and every round moved 3 GB through the budget (XLA's platform
+# allocator makes thousands of small allocations). Packed into shared slabs they fit in three.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=64MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 20 1 small 2>&1)
+rc=$?
+inmib=$(grep -o " in [0-9]* MiB" <<<"$out" | grep -o "[0-9]*")
+slabs=$(grep -o "at most [0-9]* slabs" <<<"$out" | grep -o "[0-9]*")
+out0=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=64MiB \
+    MSCHED_PACK_SMALL=0 MSCHED_VERBOSE=1 "$T/engine_stress" 1 1 small 200 2>&1)
+rc0=$?
+in0=$(grep -o " in [0-9]* MiB" <<<"$out0" | grep -o "[0-9]*")
+if [ $rc -eq 0 ] && [ $rc0 -eq 0 ] && grep -q "ENGINE_SMALL rounds=20 buffers=1500 .*mismatches=0" <<<"$out" &&
+    grep -q "small allocations: 1500 packed" <<<"$out" && [ "${inmib:-1}" -eq 0 ] &&
+    [ "${slabs:-9}" -le 3 ] && [ "${in0:-0}" -ge 200 ]; then
+    pass "engine/small-allocations (1500 of 4 KiB in $slabs slabs, $inmib MiB in; unpacked, 200 of them: $in0 MiB in 1 round)"
+else
+    fail engine/small-allocations "rc=$rc/$rc0 in=$inmib slabs=$slabs in0=$in0 $(grep -E 'SMALL|FAIL' <<<"$out$out0" | tr '\n' ' ')"
+fi
+
 # Kernel templates (core/template.h): an arena (one 512 MiB allocation, two 16 MiB buffers in
 # it 256 MiB apart) under a 150 MiB budget. Named whole, every add runs with arena chunks on the
 # host; with the add kernel's template (learned by `msched profile` through the Compute
