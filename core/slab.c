@@ -185,14 +185,6 @@ int ms_slabs_remove(struct ms_slabs *t, uint32_t region)
     return MS_E_NOTFOUND;
 }
 
-size_t ms_slabs_empty(const struct ms_slabs *t)
-{
-    size_t n = 0;
-    for (size_t i = 0; t && i < t->n; i++)
-        n += t->s[i].nblk == 0;
-    return n;
-}
-
 void ms_slabs_fini(struct ms_slabs *t)
 {
     if (!t)

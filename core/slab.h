@@ -14,7 +14,7 @@
  *   This file is the slabs' bookkeeping only: which blocks are live in which slab, with the size
  *   and buffer id each block's pointer queries report. Making, mapping and dropping the regions
  *   is the engine's (shim/engine.c). A slab whose last block is freed is reported empty; the
- *   caller decides whether to keep it (one empty slab is kept against alloc/free churn).
+ *   engine then drops it, as it would a region of its own.
  *
  * Invariants
  *   - Slabs are sorted by base and never overlap; each spans [base, base + MS_GRAN).
@@ -75,8 +75,6 @@ const struct ms_slab_block *ms_slabs_block_at(const struct ms_slabs *t, size_t s
 int ms_slabs_free(struct ms_slabs *t, uint64_t p, uint32_t *region, bool *empty);
 /* Forget the slab of region slot `region` (it must be empty: MS_E_STATE otherwise). */
 int ms_slabs_remove(struct ms_slabs *t, uint32_t region);
-/* Slabs holding no block. */
-size_t ms_slabs_empty(const struct ms_slabs *t);
 void ms_slabs_fini(struct ms_slabs *t);
 
 #endif

@@ -484,8 +484,13 @@ static int alloc_small(uint64_t bytes, uint64_t *dptr)
         E.st.slabs++;
         E.st.slabs_peak = MS_MAX(E.st.slabs_peak, E.st.slabs);
         e = ms_slabs_alloc(&E.slabs, bytes, E.next_buffer + 1, dptr, &region);
+        if (e != MS_OK && ms_slabs_remove(&E.slabs, id) == MS_OK) { /* no empty slab stays */
+            E.st.slabs--;
+            drop_region_unlock(id);
+            ms_lock(&E.lock);
+        }
     }
-    if (e != MS_OK) /* the new slab stays, empty, for the next one */
+    if (e != MS_OK)
         return e == MS_E_NOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
     E.next_buffer++;
     E.st.small_allocs++;
@@ -546,9 +551,9 @@ int ms_engine_free(uint64_t dptr, bool *handled)
         uint32_t region;
         bool empty = false;
         int e = ms_slabs_free(&E.slabs, dptr, &region, &empty);
-        /* One empty slab is kept for the next small allocation; a second one goes. */
-        if (e != MS_OK || !empty || ms_slabs_empty(&E.slabs) < 2 ||
-            ms_slabs_remove(&E.slabs, region) != MS_OK) {
+        /* An empty slab goes at once, as a region of its own would (a program that frees
+         * everything holds nothing, host chunks included). */
+        if (e != MS_OK || !empty || ms_slabs_remove(&E.slabs, region) != MS_OK) {
             ms_unlock(&E.lock);
             return e == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
         }

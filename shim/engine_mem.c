@@ -5,7 +5,8 @@
  * Pointer tables. A small host-to-device copy into a region is scanned for addresses of other
  * regions (cuBLAS-style pointer arrays are built on the host and copied over); those regions
  * become the destination region's references and are made resident with it whenever a launch
- * names it. A copy to the region's first byte starts a new table (the old references go).
+ * names it. A copy to the region's first byte starts a new table (the old references go), except
+ * in a slab of small allocations (core/slab.h), whose references accumulate.
  * Pointers that kernels write into device memory cannot be seen (docs/engine.md).
  */
 #include "shim/engine_int.h"
@@ -710,8 +711,11 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes)
     ms_lock(&E.lock);
     uint32_t to;
     if (ms_rtable_lookup(&E.rt, 0, dst, &to, NULL) == MS_OK && to < E.nrefs) {
-        /* A copy to the start of the region writes a new table: forget the old one's. */
-        if (ms_region_get(&E.rt, to)->base == dst)
+        /* A copy to the start of the region writes a new table: forget the old one's. A slab's
+         * blocks are allocations of their own, each maybe a table: its references accumulate
+         * (the oldest go when there are too many; those of a freed region go with it). */
+        bool slab = ms_slabs_find(&E.slabs, dst) >= 0;
+        if (!slab && ms_region_get(&E.rt, to)->base == dst)
             E.refs[to].n = 0;
         const unsigned char *p = src;
         for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
@@ -724,6 +728,8 @@ void ms_engine_note_h2d(uint64_t dst, const void *src, uint64_t bytes)
             bool seen = false;
             for (uint32_t k = 0; k < rf->n && !seen; k++)
                 seen = rf->region[k] == reg;
+            if (!seen && slab && rf->n == MAX_REFS)
+                memmove(&rf->region[0], &rf->region[1], --rf->n * sizeof(rf->region[0]));
             if (!seen && rf->n < MAX_REFS)
                 rf->region[rf->n++] = reg;
         }
