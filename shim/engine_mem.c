@@ -175,18 +175,29 @@ int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region)
 /*
  * Application VMM mappings that touch each other form one span (an expandable segment): a
  * pointer into one of them says nothing about where its object ends, which may be in the next
- * mapping. Add every mapping contiguous with an application mapping in `s` (normalized after).
+ * mapping. Naming the whole span made every command name every tensor of the segment (PyTorch's
+ * expandable segments: all of its memory), so under a budget below the footprint no prediction
+ * was left and what stayed resident was whatever came first (tests/shim, engine/expand). A
+ * pointer's object starts at or before it and extends forward, so the always-mapped mappings
+ * after a named one are added while they lie within VMM_REACH bytes of its end (at most an
+ * eighth of the budget): what lies further runs from its host chunk when it is not resident,
+ * slower, never wrong. A mapping that is not always mapped (a fallback) must be resident to be
+ * touched at all, so every one in the span is added, whichever side. Normalized after.
  */
+#define VMM_REACH (256 * MS_MIB)
+
 int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
 {
     size_t n = s->n;
     uint32_t last = UINT32_MAX;
+    uint64_t reach = MS_MIN(VMM_REACH, E.budget / 8);
     for (size_t i = 0; i < n; i++) {
         uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
         const struct ms_region *r = ms_region_get(&E.rt, reg);
         if (reg == last || !r || r->kind != MS_RK_VMM)
             continue;
         last = reg;
+        uint64_t end = r->base + MS_ROUND_UP(r->size, MS_GRAN);
         for (int dir = -1; dir <= 1; dir += 2) {
             const struct ms_region *cur = r;
             for (;;) {
@@ -198,9 +209,12 @@ int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
                 const struct ms_region *q = ms_region_get(&E.rt, nb);
                 if (q->kind != MS_RK_VMM)
                     break;
-                int e = ms__eng_add_region_chunks(s, nb);
-                if (e)
-                    return e;
+                bool within = dir > 0 && q->base < end + reach;
+                if (!q->amap || within) {
+                    int e = ms__eng_add_region_chunks(s, nb);
+                    if (e)
+                        return e;
+                }
                 cur = q;
             }
         }

@@ -30,6 +30,11 @@
  *   small: argv[4] (default 1500, at most 1500) allocations of 4 KiB each, filled, then ops
  *          rounds adding each odd one into the even one before it; checked. Prints
  *          "ENGINE_SMALL rounds=N buffers=B seconds=S mismatches=M" (S: the kernels' time).
+ *   expand: an expandable segment (PyTorch's expandable_segments): 30 exportable handles of 4 MiB
+ *          mapped side by side, twelve 9 MiB tensors in it 10 MiB apart (most span two or three
+ *          handles), then ops rounds adding each tensor's successor into it. Prints
+ *          "ENGINE_EXPAND rounds=N adds=A host_mapped_adds=H mismatches=M" (H: adds the fake
+ *          saw pass a pointer into memory on a host chunk).
  *   onebuf: a decode loop over one 256 MiB weights buffer and a 32 MiB KV buffer, ops rounds
  *          (see onebuf()). Prints "ENGINE_ONEBUF rounds=N mismatches=M".
  *   arena: one 512 MiB allocation (eight 64 MiB chunks) holding two 16 MiB buffers 256 MiB
@@ -901,6 +906,81 @@ static int small_mode(int rounds, int NS, CUfunction f_fill, CUfunction f_add)
     return mismatches == 0 ? 0 : 1;
 }
 
+/* expand: see the usage above. */
+static int expand_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add)
+{
+    enum { NH = 30, NT = 12 };
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    int op = -3;
+    LOAD(reserve, "cuMemAddressReserve");
+    LOAD(create, "cuMemCreate");
+    LOAD(map, "cuMemMap");
+    LOAD(access, "cuMemSetAccess");
+    const uint64_t page = 4 * MIB, stride = 10 * MIB, n = 9 * MIB / 4; /* 9 MiB tensors */
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof(acc));
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUdeviceptr base;
+    CK(reserve(&base, NH * page, 0, 0, 0));
+    for (int i = 0; i < NH; i++) { /* the segment grows a page at a time */
+        CUmemGenericAllocationHandle hd;
+        CK(create(&hd, page, &prop, 0));
+        CK(map(base + (uint64_t)i * page, page, 0, hd, 0));
+        CK(access(base + (uint64_t)i * page, page, &acc, 1));
+    }
+    CUdeviceptr t[NT];
+    for (int i = 0; i < NT; i++) {
+        t[i] = base + (uint64_t)i * stride;
+        uint32_t seed = (uint32_t)(7 + i);
+        void *args[] = {&t[i], (void *)&n, &seed};
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    }
+    ms_fake_get_stats_fn stats;
+    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
+    struct ms_fake_stats st0, st1;
+    memset(&st0, 0, sizeof st0);
+    memset(&st1, 0, sizeof st1);
+    if (stats)
+        stats(&st0);
+    for (op = 0; op < rounds; op++)
+        for (int i = 0; i < NT; i++) {
+            void *args[] = {&t[i], &t[(i + 1) % NT], (void *)&n};
+            CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        }
+    CK(p_sync());
+    if (stats)
+        stats(&st1);
+    /* Elements evolve independently: a few indices, computed on the host, checked. */
+    const uint64_t ks[] = {0, 1, n / 2, n - 1};
+    uint64_t mismatches = 0;
+    for (size_t j = 0; j < sizeof(ks) / sizeof(ks[0]); j++) {
+        uint32_t v[NT], got;
+        for (int i = 0; i < NT; i++)
+            v[i] = pattern(ks[j], (uint32_t)(7 + i));
+        for (int r = 0; r < rounds; r++)
+            for (int i = 0; i < NT; i++)
+                v[i] += v[(i + 1) % NT];
+        for (int i = 0; i < NT; i++) {
+            CK(p_d2h(&got, t[i] + ks[j] * 4, 4));
+            mismatches += got != v[i];
+        }
+    }
+    printf("ENGINE_EXPAND rounds=%d adds=%d host_mapped_adds=%llu mismatches=%llu\n", rounds,
+           rounds * NT, (unsigned long long)(st1.host_mapped_launches - st0.host_mapped_launches),
+           (unsigned long long)mismatches);
+    return mismatches == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *rel = getenv("STRESS_EXIT_RELEASE_MS"), *ex = getenv("STRESS_EXIT_LINGER_MS");
@@ -988,6 +1068,8 @@ int main(int argc, char **argv)
         return tma(ops, h, fh, f_fill);
     if (argc > 3 && strcmp(argv[3], "onebuf") == 0)
         return onebuf(ops, f_fill, f_add);
+    if (argc > 3 && strcmp(argv[3], "expand") == 0)
+        return expand_mode(ops, h, fh, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "small") == 0)
         return small_mode(ops, argc > 4 ? atoi(argv[4]) : 1500, f_fill, f_add);
     if (argc > 3 && (strcmp(argv[3], "cycle") == 0 || strcmp(argv[3], "kcycle") == 0)) {

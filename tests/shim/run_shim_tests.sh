@@ -549,6 +549,22 @@ else
     fail engine/small-allocations "rc=$rc/$rc0 in=$inmib slabs=$slabs in0=$in0 $(grep -E 'SMALL|FAIL' <<<"$out$out0" | tr '\n' ' ')"
 fi
 
+# An expandable segment (30 handles of 4 MiB side by side, twelve 9 MiB tensors in it) under a
+# 64 MiB budget: when a pointer named every mapping of its span, every add named all 120 MiB,
+# nothing could be predicted, and 160 of the 240 adds ran with a pointer on a host chunk. Named
+# forward within reach of the pointer, each add names its two tensors and none runs so.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=64MiB \
+    MSCHED_VERBOSE=1 "$T/engine_stress" 20 1 expand 2>&1)
+rc=$?
+hm=$(grep -o "host_mapped_adds=[0-9]*" <<<"$out" | grep -o "[0-9]*$")
+miss=$(grep -o "misses: [0-9]* commands" <<<"$out" | grep -o "[0-9]*")
+if [ $rc -eq 0 ] && grep -q "ENGINE_EXPAND rounds=20 adds=240 .*mismatches=0" <<<"$out" &&
+    [ "${hm:-1}" -eq 0 ] && [ "${miss:-1}" -eq 0 ]; then
+    pass "engine/expand (an expandable segment above the budget: no add ran with a pointer on the host)"
+else
+    fail engine/expand "rc=$rc host_mapped_adds=$hm misses=$miss $(grep -E 'EXPAND|FAIL' <<<"$out" | tr '\n' ' ')"
+fi
+
 # Kernel templates (core/template.h): an arena (one 512 MiB allocation, two 16 MiB buffers in
 # it 256 MiB apart) under a 150 MiB budget. Named whole, every add runs with arena chunks on the
 # host; with the add kernel's template (learned by `msched profile` through the Compute
