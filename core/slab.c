@@ -64,25 +64,9 @@ static size_t block_pos(const struct ms_slab *s, uint32_t off)
     return lo;
 }
 
-long ms_slabs_find(const struct ms_slabs *t, uint64_t p)
+/* Index of the first slab with base >= base. */
+static size_t slab_pos(const struct ms_slabs *t, uint64_t base)
 {
-    size_t lo = 0, hi = t->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (t->s[mid].base <= p)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo == 0 || p - t->s[lo - 1].base >= MS_GRAN)
-        return -1;
-    return (long)(lo - 1);
-}
-
-int ms_slabs_add(struct ms_slabs *t, uint64_t base, uint32_t region)
-{
-    if (!t || base % MS_SLAB_ALIGN != 0 || base > UINT64_MAX - MS_GRAN)
-        return MS_E_INVAL;
     size_t lo = 0, hi = t->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -91,6 +75,23 @@ int ms_slabs_add(struct ms_slabs *t, uint64_t base, uint32_t region)
         else
             hi = mid;
     }
+    return lo;
+}
+
+long ms_slabs_find(const struct ms_slabs *t, uint64_t p)
+{
+    /* the last slab with base <= p */
+    size_t at = p == UINT64_MAX ? t->n : slab_pos(t, p + 1);
+    if (at == 0 || p - t->s[at - 1].base >= MS_GRAN)
+        return -1;
+    return (long)(at - 1);
+}
+
+int ms_slabs_add(struct ms_slabs *t, uint64_t base, uint32_t region)
+{
+    if (!t || base % MS_SLAB_ALIGN != 0 || base > UINT64_MAX - MS_GRAN)
+        return MS_E_INVAL;
+    size_t lo = slab_pos(t, base);
     if ((lo < t->n && t->s[lo].base < base + MS_GRAN) ||
         (lo > 0 && t->s[lo - 1].base + MS_GRAN > base))
         return MS_E_OVERLAP;
