@@ -190,7 +190,7 @@ int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
 {
     size_t n = s->n;
     uint32_t last = UINT32_MAX;
-    uint64_t reach = MS_MIN(VMM_REACH, E.budget / 8);
+    uint64_t reach = E.budget ? MS_MIN(VMM_REACH, E.budget / 8) : VMM_REACH;
     for (size_t i = 0; i < n; i++) {
         uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
         const struct ms_region *r = ms_region_get(&E.rt, reg);
