@@ -15,6 +15,8 @@
  */
 #include "sim/workload.h"
 
+#include "core/slab.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -304,6 +306,7 @@ struct trace_task {
     uint32_t idx;            /* index in the workload */
     struct live_alloc *live; /* sorted by base, non-overlapping */
     size_t nlive, caplive;
+    struct ms_slabs slabs; /* its small allocations' slabs, as the engine packs them */
 };
 
 struct trace_ctx {
@@ -340,6 +343,22 @@ static struct trace_task *trace_task_get(struct trace_ctx *x, uint32_t id, const
     t->id = id;
     t->idx = idx;
     return t;
+}
+
+/* A small device allocation of task t: a block of one of its slabs (core/slab.h: the engine
+ * packs allocations of up to MS_SLAB_MAX into shared 2 MiB regions), a new slab region added when
+ * none has room. *sim its simulator address. */
+static int place_small(struct trace_ctx *x, struct trace_task *t, uint64_t size, uint64_t *sim)
+{
+    uint32_t slab;
+    int rc = ms_slabs_alloc(&t->slabs, size, 0, sim, &slab);
+    if (rc != MS_E_NOSPACE)
+        return rc;
+    uint64_t base;
+    rc = ms_wl_add_region(x->w, t->idx, MS_GRAN, false, "slab", &base);
+    if (!rc)
+        rc = ms_slabs_add(&t->slabs, base, (uint32_t)(x->w->nregions - 1));
+    return rc ? rc : ms_slabs_alloc(&t->slabs, size, 0, sim, &slab);
 }
 
 /* Index of the live allocation containing addr, or -1. */
@@ -427,7 +446,9 @@ static int trace_record(struct trace_ctx *x, const struct ms_trace_rec *rec, uin
         uint64_t sim = rec->addr;
         char rname[32];
         snprintf(rname, sizeof(rname), "0x%llx", (unsigned long long)rec->addr);
-        if (rec->rkind != MS_RK_HOST)
+        if (rec->rkind != MS_RK_HOST && rec->size <= MS_SLAB_MAX)
+            rc = place_small(x, t, rec->size, &sim);
+        else if (rec->rkind != MS_RK_HOST)
             rc = ms_wl_add_region(x->w, ti, rec->size, false, rname, &sim);
         if (rc) {
             snprintf(why, whylen, "line %llu: alloc of %llu bytes is too large",
@@ -447,6 +468,15 @@ static int trace_record(struct trace_ctx *x, const struct ms_trace_rec *rec, uin
             snprintf(why, whylen, "line %llu: free of 0x%llx, which task %u has not allocated",
                      (unsigned long long)line, (unsigned long long)rec->addr, (unsigned)rec->task);
             return MS_E_PARSE;
+        }
+        uint32_t slab;
+        bool empty;
+        /* a small allocation's block is free for the next one (its slab stays a region) */
+        if (ms_slabs_find(&t->slabs, t->live[i].sim) >= 0 &&
+            ms_slabs_free(&t->slabs, t->live[i].sim, &slab, &empty) != MS_OK) {
+            snprintf(why, whylen, "line %llu: free of 0x%llx: no such block",
+                     (unsigned long long)line, (unsigned long long)rec->addr);
+            return MS_E_STATE;
         }
         memmove(&t->live[i], &t->live[i + 1], (t->nlive - (size_t)i - 1) * sizeof(*t->live));
         t->nlive--;
@@ -571,8 +601,10 @@ int ms_wl_from_trace(const char *text, size_t len, const char *name, struct ms_w
         snprintf(why, whylen, "no \"msched-trace\" header: not a trace");
         rc = MS_E_PARSE;
     }
-    for (size_t i = 0; i < x.ntt; i++)
+    for (size_t i = 0; i < x.ntt; i++) {
         ms_free(x.tt[i].live);
+        ms_slabs_fini(&x.tt[i].slabs);
+    }
     ms_free(x.tt);
     ms_trace_reader_fini(&rd);
     if (rc)

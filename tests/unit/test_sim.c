@@ -455,6 +455,48 @@ static void test_trace_round_trip(void **state)
     }
 }
 
+/* Small allocations are packed as the engine packs them (core/slab.h): 300 allocations of 4 KiB,
+ * each freed and made again, are blocks of one task's slabs, not 600 regions of 2 MiB; a kernel
+ * naming one names its slab, relocated into it. */
+static void test_trace_small_allocations(void **state)
+{
+    (void)state;
+    size_t cap = 64 * 1024, len = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    len += (size_t)snprintf(text + len, cap - len, "msched-trace 1\ntask 1 prio=0 name=a\n");
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 300; i++)
+            len += (size_t)snprintf(text + len, cap - len, "alloc 1 0x%llx 4096 device\n",
+                                    0x7f0000000000ull + (unsigned long long)i * 4096);
+        if (round == 0)
+            for (int i = 0; i < 300; i++)
+                len += (size_t)snprintf(text + len, cap - len, "free 1 0x%llx\n",
+                                        0x7f0000000000ull + (unsigned long long)i * 4096);
+    }
+    /* a kernel naming the 151st allocation (0x7f0000096000), little-endian */
+    len += (size_t)snprintf(text + len, cap - len,
+                            "kernel 1 0 1000 grid=1,1,1 block=1,1,1 name=k "
+                            "params=00600900007f0000 layout=0:8\n");
+    assert_true(len < cap);
+    struct ms_workload w;
+    ms_wl_init(&w);
+    char why[300];
+    int rc = ms_wl_from_trace(text, len, "small", &w, why, sizeof(why));
+    free(text);
+    if (rc)
+        fail_msg("%s", why);
+    /* 300 blocks of 4 KiB: 1200 KiB, one slab; the frees make room for the second 300 */
+    assert_int_equal(w.nregions, 1);
+    assert_int_equal(w.regions[0].size, MS_GRAN);
+    const struct ms_wl_cmd *k = &w.tasks[0].cmds[0];
+    uint64_t p;
+    memcpy(&p, &w.params[k->params], 8);
+    assert_true(p >= w.regions[0].base && p < w.regions[0].base + MS_GRAN);
+    assert_int_equal((p - w.regions[0].base) % 4096, 0);
+    ms_wl_fini(&w);
+}
+
 static void test_trace_relocation_and_errors(void **state)
 {
     (void)state;
@@ -698,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_replay_templates),
         cmocka_unit_test(test_trace_round_trip),
         cmocka_unit_test(test_trace_relocation_and_errors),
+        cmocka_unit_test(test_trace_small_allocations),
         cmocka_unit_test(test_sweep_outputs),
         cmocka_unit_test(test_random_policies_check),
         cmocka_unit_test(test_random_opt_moves_least),
