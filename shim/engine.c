@@ -581,6 +581,8 @@ int ms_engine_vmm_map(uint64_t va, uint64_t bytes, void *host, bool has_data)
     ms_lock(&E.lock);
     uint32_t id;
     int e = ms__eng_region_new(va, bytes, MS_RK_VMM, host, 0, &id);
+    if (e == MS_OK)
+        E.vmm_fallbacks++; /* not always mapped: ms__eng_region_drop counts it down */
     int rc = ms__eng_cuerr(e);
     if (e == MS_OK && has_data && ms_region_mark_host(&E.rt, id) != MS_OK) {
         ms__eng_region_drop(id);

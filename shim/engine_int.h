@@ -113,8 +113,9 @@ struct ms_engine_state {
     CUdevice dev;
     unsigned long long next_buffer; /* buffer ids handed out */
     struct ms_rtable rt;
-    struct ms_slabs slabs; /* small allocations' slabs (core/slab.h), regions of rt */
-    bool slab_on;          /* MSCHED_PACK_SMALL */
+    struct ms_slabs slabs;  /* small allocations' slabs (core/slab.h), regions of rt */
+    bool slab_on;           /* MSCHED_PACK_SMALL */
+    uint64_t vmm_fallbacks; /* live application VMM regions that are fallback mappings */
     struct ms_cuda_api api;
     struct ms_gpu_cuda *gpu;
     const struct ms_gpu_ops *ops;

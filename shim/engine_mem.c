@@ -103,10 +103,14 @@ int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, vo
  * the address range and the host backing. */
 int ms__eng_region_drop(uint32_t id)
 {
-    uint64_t span = MS_ROUND_UP(ms_region_get(&E.rt, id)->size, MS_GRAN);
+    const struct ms_region *r = ms_region_get(&E.rt, id);
+    uint64_t span = MS_ROUND_UP(r->size, MS_GRAN);
+    bool fallback = r->kind == MS_RK_VMM && !r->amap;
     int e = ms_exec_free_region(&E.rt, E.ops, id);
     if (e != MS_OK)
         return e;
+    if (fallback && E.vmm_fallbacks)
+        E.vmm_fallbacks--;
     E.refs[id].n = 0;
     /* Drop references to the freed region from every pointer table. */
     for (size_t i = 0; i < E.nrefs; i++)
@@ -198,7 +202,9 @@ int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
             continue;
         last = reg;
         uint64_t end = r->base + MS_ROUND_UP(r->size, MS_GRAN);
-        for (int dir = -1; dir <= 1; dir += 2) {
+        /* Without fallback mappings (the common case) only the reach is walked: a launch costs
+         * a few lookups, not one per mapping of a segment that may hold thousands. */
+        for (int dir = E.vmm_fallbacks ? -1 : 1; dir <= 1; dir += 2) {
             const struct ms_region *cur = r;
             for (;;) {
                 uint64_t probe =
@@ -210,6 +216,8 @@ int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
                 if (q->kind != MS_RK_VMM)
                     break;
                 bool within = dir > 0 && q->base < end + reach;
+                if (!within && !E.vmm_fallbacks)
+                    break;
                 if (!q->amap || within) {
                     int e = ms__eng_add_region_chunks(s, nb);
                     if (e)
