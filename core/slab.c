@@ -134,7 +134,7 @@ int ms_slabs_alloc(struct ms_slabs *t, uint64_t bytes, unsigned long long buffer
     return MS_E_NOSPACE;
 }
 
-const struct ms_slab_block *ms_slabs_block_at(const struct ms_slabs *t, size_t slab, uint64_t p)
+struct ms_slab_block *ms_slabs_block_at(const struct ms_slabs *t, size_t slab, uint64_t p)
 {
     if (!t || slab >= t->n || p < t->s[slab].base || p - t->s[slab].base >= MS_GRAN)
         return NULL;
@@ -143,9 +143,8 @@ const struct ms_slab_block *ms_slabs_block_at(const struct ms_slabs *t, size_t s
     size_t at = block_pos(s, off + 1); /* the first block past off; the one before may hold it */
     if (at == 0)
         return NULL;
-    const struct ms_slab_block *b = &s->blk[at - 1];
-    /* A block holds its granules: an address in its rounding holds to it, as in the driver's. */
-    return off < b->off + MS_ROUND_UP(b->size, MS_SLAB_ALIGN) ? b : NULL;
+    struct ms_slab_block *b = &s->blk[at - 1];
+    return off < b->off + b->size ? b : NULL;
 }
 
 int ms_slabs_free(struct ms_slabs *t, uint64_t p, uint32_t *region, bool *empty)

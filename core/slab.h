@@ -43,6 +43,7 @@
 struct ms_slab_block {
     uint32_t off, size;        /* bytes from the slab's base; bytes asked for */
     unsigned long long buffer; /* the buffer id pointer queries report */
+    bool sync_memops;          /* cuPointerSetAttribute(SYNC_MEMOPS) set it (the engine's) */
 };
 
 struct ms_slab {
@@ -68,8 +69,9 @@ int ms_slabs_alloc(struct ms_slabs *t, uint64_t bytes, unsigned long long buffer
                    uint32_t *region);
 /* The slab holding address p (its index in t->s), or -1. */
 long ms_slabs_find(const struct ms_slabs *t, uint64_t p);
-/* The live block of slab index `slab` that contains p, or NULL. */
-const struct ms_slab_block *ms_slabs_block_at(const struct ms_slabs *t, size_t slab, uint64_t p);
+/* The live block of slab index `slab` whose [start, start + size) contains p, or NULL (the
+ * rounding after a block's size is in no block, as in no allocation). */
+struct ms_slab_block *ms_slabs_block_at(const struct ms_slabs *t, size_t slab, uint64_t p);
 /* Free the block that starts exactly at p: *region its slab's region slot, *empty whether the
  * slab holds no block now. MS_E_NOTFOUND when no live block starts at p. */
 int ms_slabs_free(struct ms_slabs *t, uint64_t p, uint32_t *region, bool *empty);

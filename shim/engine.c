@@ -440,13 +440,24 @@ static int alloc_region(uint64_t bytes, uint64_t *va_out, uint32_t *id_out)
 }
 
 /* Release a region the application no longer holds (lock held on entry, released on return):
- * its device memory, then its range and host backing outside the lock. */
-static int drop_region_unlock(uint32_t id)
+ * its device memory, then its range and host backing outside the lock. A slab (an empty one)
+ * leaves the slab table first, and goes back into it if the region cannot be dropped, so that
+ * nothing refers to a region that is no longer a slab. */
+static int drop_region_unlock(uint32_t id, bool slab)
 {
     struct ms_region *r = ms_region_get(&E.rt, id);
     uint64_t base = r->base, span = MS_ROUND_UP(r->size, MS_GRAN);
     void *host = r->host;
+    if (slab) {
+        if (ms_slabs_remove(&E.slabs, id) != MS_OK) {
+            ms_unlock(&E.lock);
+            return CUDA_ERROR_UNKNOWN;
+        }
+        E.st.slabs--;
+    }
     int e = ms__eng_region_drop(id);
+    if (e != MS_OK && slab && ms_slabs_add(&E.slabs, base, id) == MS_OK)
+        E.st.slabs++;
     ms_unlock(&E.lock);
     if (e != MS_OK) {
         say("cannot release an allocation: %s (%s)", ms_strerror(e), ms_gpu_cuda_last_error(E.gpu));
@@ -477,16 +488,17 @@ static int alloc_small(uint64_t bytes, uint64_t *dptr)
             return rc;
         e = ms_slabs_add(&E.slabs, va, id);
         if (e != MS_OK) {
-            drop_region_unlock(id);
+            drop_region_unlock(id, false);
             ms_lock(&E.lock);
             return e == MS_E_NOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
         }
         E.st.slabs++;
         E.st.slabs_peak = MS_MAX(E.st.slabs_peak, E.st.slabs);
         e = ms_slabs_alloc(&E.slabs, bytes, E.next_buffer + 1, dptr, &region);
-        if (e != MS_OK && ms_slabs_remove(&E.slabs, id) == MS_OK) { /* no empty slab stays */
-            E.st.slabs--;
-            drop_region_unlock(id);
+        /* No empty slab stays: not when the block could not be had, nor when a free while the
+         * lock was released made room in an older slab, which took it. */
+        if (e != MS_OK || region != id) {
+            drop_region_unlock(id, true);
             ms_lock(&E.lock);
         }
     }
@@ -552,14 +564,15 @@ int ms_engine_free(uint64_t dptr, bool *handled)
         bool empty = false;
         int e = ms_slabs_free(&E.slabs, dptr, &region, &empty);
         /* An empty slab goes at once, as a region of its own would (a program that frees
-         * everything holds nothing, host chunks included). */
-        if (e != MS_OK || !empty || ms_slabs_remove(&E.slabs, region) != MS_OK) {
-            ms_unlock(&E.lock);
-            return e == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+         * everything holds nothing, host chunks included). The block is free either way. */
+        if (e == MS_OK && empty) {
+            drop_region_unlock(region, true);
+            return CUDA_SUCCESS;
         }
-        E.st.slabs--;
+        ms_unlock(&E.lock);
+        return e == MS_OK ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
     }
-    return drop_region_unlock(id);
+    return drop_region_unlock(id, false);
 }
 
 bool ms_engine_vmm_ready(void)

@@ -150,11 +150,15 @@ void ms_engine_driver_mem(int64_t delta);
  * Pointer queries (hook_ptr.c): the facts of the engine region holding p, for answering as the
  * driver would for a cuMemAlloc pointer, whether or not its chunks are mapped or resident:
  * device memory of the engine's context, the region's base and size, a buffer id of its own,
- * not managed, not IPC-capable (its memory moves). false: not an engine region (VMM engine
- * only; managed-memory engines leave the answers to the driver). Takes the engine lock.
+ * not managed, not IPC-capable (its memory moves); a small allocation's block of a slab answers
+ * as its own allocation. Returns MS_PTR_ALLOC (out filled), MS_PTR_NONE (not an engine region:
+ * VMM engine only, managed-memory engines leave the answers to the driver) or MS_PTR_HOLE
+ * (engine memory that no allocation holds: a slab's free space or a block's rounding, answered
+ * as the driver answers an address in no allocation). Takes the engine lock.
  */
 struct ms_ptrattr_mem;
-bool ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out);
+enum ms_ptr_kind { MS_PTR_NONE = 0, MS_PTR_ALLOC, MS_PTR_HOLE };
+enum ms_ptr_kind ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out);
 /*
  * cuPointerSetAttribute(SYNC_MEMOPS, on) for p, as the driver answers it for a cuMemAlloc
  * pointer: the driver refuses it for VMM memory (CUDA_ERROR_NOT_SUPPORTED), which an engine

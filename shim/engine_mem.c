@@ -185,10 +185,19 @@ int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region)
  * pointer's object starts at or before it and extends forward, so the always-mapped mappings
  * after a named one are added while they lie within VMM_REACH bytes of its end (at most an
  * eighth of the budget): what lies further runs from its host chunk when it is not resident,
- * slower, never wrong. A mapping that is not always mapped (a fallback) must be resident to be
- * touched at all, so every one in the span is added, whichever side. Normalized after.
+ * slower, never wrong. A mapping that is not always mapped (a fallback), or one with a chunk
+ * still EMPTY (under the daemon, before its first population), must be resident to be touched
+ * at all, so every such one in the span is added, whichever side. Normalized after.
  */
 #define VMM_REACH (256 * MS_MIB)
+
+static bool has_empty(const struct ms_region *r)
+{
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        if (r->chunks[k].state == MS_CS_EMPTY)
+            return true;
+    return false;
+}
 
 int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
 {
@@ -202,9 +211,12 @@ int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
             continue;
         last = reg;
         uint64_t end = r->base + MS_ROUND_UP(r->size, MS_GRAN);
-        /* Without fallback mappings (the common case) only the reach is walked: a launch costs
-         * a few lookups, not one per mapping of a segment that may hold thousands. */
-        for (int dir = E.vmm_fallbacks ? -1 : 1; dir <= 1; dir += 2) {
+        /* Running alone without fallback mappings (the common case) only the reach is walked: a
+         * launch costs a few lookups, not one per mapping of a segment that may hold thousands.
+         * With the daemon a mapping stays EMPTY (mapped nowhere) until its first population, so
+         * such mappings must be named too, wherever they lie in the span. */
+        bool whole = E.vmm_fallbacks || E.mode != MODE_ALONE;
+        for (int dir = whole ? -1 : 1; dir <= 1; dir += 2) {
             const struct ms_region *cur = r;
             for (;;) {
                 uint64_t probe =
@@ -216,9 +228,9 @@ int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
                 if (q->kind != MS_RK_VMM)
                     break;
                 bool within = dir > 0 && q->base < end + reach;
-                if (!within && !E.vmm_fallbacks)
+                if (!within && !whole)
                     break;
-                if (!q->amap || within) {
+                if (!q->amap || within || has_empty(q)) {
                     int e = ms__eng_add_region_chunks(s, nb);
                     if (e)
                         return e;
@@ -772,53 +784,57 @@ int ms__eng_cuerr(int e)
     }
 }
 
-bool ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out)
+enum ms_ptr_kind ms_engine_ptr_info(uint64_t p, struct ms_ptrattr_mem *out)
 {
     if (!ms__eng_is_active() || E.backing != BACK_VMM)
-        return false;
+        return MS_PTR_NONE;
     ms_lock(&E.lock);
     uint32_t id;
-    bool yes = ms_rtable_lookup(&E.rt, 0, p, &id, NULL) == MS_OK && id < E.nrefs;
-    uint64_t base = 0, size = 0;
-    unsigned long long buffer = 0;
-    if (yes) {
+    enum ms_ptr_kind k = ms_rtable_lookup(&E.rt, 0, p, &id, NULL) == MS_OK && id < E.nrefs
+                             ? MS_PTR_ALLOC
+                             : MS_PTR_NONE;
+    if (k == MS_PTR_ALLOC) {
         const struct ms_region *r = ms_region_get(&E.rt, id);
-        base = r->base;
-        size = r->size;
-        buffer = E.refs[id].buffer;
-        long slab = ms_slabs_find(&E.slabs, p);
-        if (slab >= 0) {
-            /* A slab of small allocations: the block holding p answers, as its own allocation
-             * (an address in no block is in no allocation: the driver answers). */
-            const struct ms_slab_block *b = ms_slabs_block_at(&E.slabs, (size_t)slab, p);
-            yes = b != NULL;
-            if (b) {
-                base = r->base + b->off;
-                size = b->size;
-                buffer = b->buffer;
-            }
-        }
-    }
-    if (yes) {
-        const struct ms_region *r = ms_region_get(&E.rt, id);
-        *out = (struct ms_ptrattr_mem){.base = base,
-                                       .size = size,
-                                       .buffer = buffer,
+        *out = (struct ms_ptrattr_mem){.base = r->base,
+                                       .size = r->size,
+                                       .buffer = E.refs[id].buffer,
                                        .ctx = r->kind == MS_RK_VMM ? NULL : E.ctx,
                                        .device = (int)E.dev,
                                        .managed = false,
                                        .ipc_capable = false,
                                        .sync_memops = E.refs[id].sync_memops};
+        long slab = ms_slabs_find(&E.slabs, p);
+        if (slab >= 0) {
+            /* A slab of small allocations: the block holding p answers, as its own allocation
+             * (an address in no block is in no allocation). */
+            const struct ms_slab_block *b = ms_slabs_block_at(&E.slabs, (size_t)slab, p);
+            if (!b) {
+                k = MS_PTR_HOLE;
+            } else {
+                out->base = r->base + b->off;
+                out->size = b->size;
+                out->buffer = b->buffer;
+                out->sync_memops = b->sync_memops;
+            }
+        }
     }
     ms_unlock(&E.lock);
-    return yes;
+    return k;
 }
 
-/* The engine region of a cuMemAlloc-family allocation holding p, or false (lock held). */
-static bool alloc_region_at(uint64_t p, uint32_t *id)
+/* The engine region of a cuMemAlloc-family allocation holding p, or false (lock held); *blk the
+ * slab block holding it when p is in a slab (a slab address in no block is in no allocation). */
+static bool alloc_region_at(uint64_t p, uint32_t *id, struct ms_slab_block **blk)
 {
-    return ms_rtable_lookup(&E.rt, 0, p, id, NULL) == MS_OK && *id < E.nrefs &&
-           ms_region_get(&E.rt, *id)->kind != MS_RK_VMM;
+    *blk = NULL;
+    if (ms_rtable_lookup(&E.rt, 0, p, id, NULL) != MS_OK || *id >= E.nrefs ||
+        ms_region_get(&E.rt, *id)->kind == MS_RK_VMM)
+        return false;
+    long slab = ms_slabs_find(&E.slabs, p);
+    if (slab < 0)
+        return true;
+    *blk = ms_slabs_block_at(&E.slabs, (size_t)slab, p);
+    return *blk != NULL;
 }
 
 int ms_engine_ptr_set_sync(uint64_t p, bool on)
@@ -826,9 +842,13 @@ int ms_engine_ptr_set_sync(uint64_t p, bool on)
     if (!ms__eng_is_active() || E.backing != BACK_VMM)
         return MS_PTRATTR_UNKNOWN;
     uint32_t id;
+    struct ms_slab_block *blk;
     ms_lock(&E.lock);
-    bool yes = alloc_region_at(p, &id);
+    bool yes = alloc_region_at(p, &id, &blk);
+    bool hole = !yes && ms_slabs_find(&E.slabs, p) >= 0;
     ms_unlock(&E.lock);
+    if (hole)
+        return CUDA_ERROR_INVALID_VALUE; /* in no allocation */
     if (!yes)
         return MS_PTRATTR_UNKNOWN;
     if (on) {
@@ -839,8 +859,12 @@ int ms_engine_ptr_set_sync(uint64_t p, bool on)
             return CUDA_ERROR_NOT_SUPPORTED; /* what the driver says for VMM memory */
     }
     ms_lock(&E.lock);
-    if (alloc_region_at(p, &id)) /* still there: not freed meanwhile */
-        E.refs[id].sync_memops = on;
+    if (alloc_region_at(p, &id, &blk)) { /* still there: not freed meanwhile */
+        if (blk)
+            blk->sync_memops = on;
+        else
+            E.refs[id].sync_memops = on;
+    }
     ms_unlock(&E.lock);
     return CUDA_SUCCESS;
 }

@@ -12,8 +12,11 @@
  *   on the H200 the latter made cuFFT fail with CUFFT_INTERNAL_ERROR. So for an address inside an
  *   engine region the answer is the one for a cuMemAlloc pointer of the same size, whatever its
  *   chunks' state (shim/engine.h,
- *   ms_engine_ptr_info; the values: cuabi/ptrattr.h). Any other address, and any attribute not
- *   answered there, goes to the real driver unchanged.
+ *   ms_engine_ptr_info; the values: cuabi/ptrattr.h). An address in a slab of small
+ *   allocations that no block holds is in no allocation: cuPointerGetAttribute says
+ *   CUDA_ERROR_INVALID_VALUE, cuPointerGetAttributes zeroes every value, cuMemGetAddressRange
+ *   says CUDA_ERROR_NOT_FOUND. Any other address, and any attribute not answered there, goes to
+ *   the real driver unchanged.
  */
 #include "shim/shim_int.h"
 
@@ -25,7 +28,10 @@
 CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     struct ms_ptrattr_mem m;
-    if (data && ms_engine_ptr_info((uint64_t)ptr, &m)) {
+    enum ms_ptr_kind k = data ? ms_engine_ptr_info((uint64_t)ptr, &m) : MS_PTR_NONE;
+    if (k == MS_PTR_HOLE)
+        return CUDA_ERROR_INVALID_VALUE; /* in no allocation: what the driver says */
+    if (k == MS_PTR_ALLOC) {
         int rc = ms_ptrattr_get(attribute, (uint64_t)ptr, &m, data);
         if (rc != MS_PTRATTR_UNKNOWN)
             return (CUresult)rc;
@@ -37,8 +43,16 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
                                         void **data, CUdeviceptr ptr)
 {
     struct ms_ptrattr_mem m;
-    if (!attributes || !data || !ms_engine_ptr_info((uint64_t)ptr, &m))
+    enum ms_ptr_kind k = attributes && data ? ms_engine_ptr_info((uint64_t)ptr, &m) : MS_PTR_NONE;
+    if (k == MS_PTR_NONE)
         return MS_REAL(cuPointerGetAttributes)(numAttributes, attributes, data, ptr);
+    if (k == MS_PTR_HOLE) {
+        /* Not a valid pointer: as the driver, every value reads as zero, and no error. */
+        for (unsigned int i = 0; i < numAttributes; i++)
+            if (data[i])
+                memset(data[i], 0, ms_ptrattr_size(attributes[i]));
+        return CUDA_SUCCESS;
+    }
     /* As the driver does for this call: what cannot be answered reads as zero. */
     for (unsigned int i = 0; i < numAttributes; i++) {
         if (!data[i])
@@ -68,8 +82,11 @@ CUresult CUDAAPI cuPointerSetAttribute(const void *value, CUpointer_attribute at
 CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     struct ms_ptrattr_mem m;
-    if (!ms_engine_ptr_info((uint64_t)dptr, &m))
+    enum ms_ptr_kind k = ms_engine_ptr_info((uint64_t)dptr, &m);
+    if (k == MS_PTR_NONE)
         return MS_REAL(cuMemGetAddressRange_v2)(pbase, psize, dptr);
+    if (k == MS_PTR_HOLE)
+        return CUDA_ERROR_NOT_FOUND; /* in no allocation */
     if (pbase)
         *pbase = (CUdeviceptr)m.base;
     if (psize)

@@ -446,13 +446,18 @@ static int trace_record(struct trace_ctx *x, const struct ms_trace_rec *rec, uin
         uint64_t sim = rec->addr;
         char rname[32];
         snprintf(rname, sizeof(rname), "0x%llx", (unsigned long long)rec->addr);
-        if (rec->rkind != MS_RK_HOST && rec->size <= MS_SLAB_MAX)
+        /* what the engine packs: the cuMemAlloc family's device allocations (a trace records an
+         * explicit pool's allocations as async too: packed here, not by the engine) */
+        bool small =
+            (rec->rkind == MS_RK_DEVICE || rec->rkind == MS_RK_ASYNC) && rec->size <= MS_SLAB_MAX;
+        if (small)
             rc = place_small(x, t, rec->size, &sim);
         else if (rec->rkind != MS_RK_HOST)
             rc = ms_wl_add_region(x->w, ti, rec->size, false, rname, &sim);
         if (rc) {
-            snprintf(why, whylen, "line %llu: alloc of %llu bytes is too large",
-                     (unsigned long long)line, (unsigned long long)rec->size);
+            snprintf(why, whylen, "line %llu: alloc of %llu bytes: %s", (unsigned long long)line,
+                     (unsigned long long)rec->size,
+                     rc == MS_E_INVAL ? "too large" : ms_strerror(rc));
             return rc == MS_E_NOMEM ? rc : MS_E_PARSE;
         }
         memmove(&t->live[pos + 1], &t->live[pos], (t->nlive - pos) * sizeof(*t->live));

@@ -9,8 +9,9 @@
  * cuMemGetAddressRange_v2 agreeing, right after allocation and again after the allocation was
  * written and pushed out by others (under MSCHED_BUDGET below the footprint); SYNC_MEMOPS set
  * with cuPointerSetAttribute and read back; a host pointer is not device memory; small
- * allocations (packed into shared slabs under the engine) answer each as its own allocation,
- * and a free inside one, or a second free, is refused. Prints "PTR_QUERY
+ * allocations (packed into shared slabs under the engine) answer each as its own allocation
+ * (SYNC_MEMOPS included), a freed one whose neighbours live answers as no allocation, and a free
+ * inside one, or a second free, is refused. Prints "PTR_QUERY
  * checks=N failed=F" and exits 0 only when F is 0.
  */
 #include <cuda.h>
@@ -171,9 +172,26 @@ int main(void)
                   "distinct BUFFER_IDs and ranges", NBUF + k);
     }
     p_sync();
+    /* SYNC_MEMOPS is each allocation's own, small ones sharing a slab included */
+    unsigned int one = 1, got = 7;
+    check(p_set(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, sd[0]) == CUDA_SUCCESS &&
+              p_attr(&got, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, sd[0]) == CUDA_SUCCESS && got == 1,
+          "SYNC_MEMOPS set on a small allocation", NBUF);
+    check(p_attr(&got, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, sd[1]) == CUDA_SUCCESS && got == 0,
+          "SYNC_MEMOPS of its neighbour unchanged", NBUF + 1);
     check(p_free(sd[1] + 512) != CUDA_SUCCESS, "a free inside an allocation is refused", NBUF + 1);
+    check(p_free(sd[1]) == CUDA_SUCCESS, "free", NBUF + 1);
+    /* freed while its neighbours live: in no allocation any more */
+    CUdeviceptr fb = 0;
+    size_t fsz = 0;
+    unsigned int fmt = 0;
+    check(p_range(&fb, &fsz, sd[1]) != CUDA_SUCCESS,
+          "cuMemGetAddressRange of a freed pointer fails", NBUF + 1);
+    check(p_attr(&fmt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, sd[1]) != CUDA_SUCCESS,
+          "MEMORY_TYPE of a freed pointer fails", NBUF + 1);
     for (int k = 0; k < NSMALL; k++)
-        check(p_free(sd[k]) == CUDA_SUCCESS, "free", NBUF + k);
+        if (k != 1)
+            check(p_free(sd[k]) == CUDA_SUCCESS, "free", NBUF + k);
     check(p_free(sd[2]) != CUDA_SUCCESS, "a second free is refused", NBUF + 2);
     for (int b = 0; b < NBUF; b++)
         p_free(d[b]);
