@@ -2,12 +2,13 @@
  * engine_int.h - the memory engine's state and the functions its files share (not an interface
  * of anything else; the engine's contract is engine.h).
  *
- * The engine is four files, each above the ones before it (no call goes the other way):
+ * The engine is five files, each above the ones before it (no call goes the other way):
  *   engine_mem.c    the state; regions, pointer tables, chunk sets, plans and their execution
  *   engine_gate.c   the launch gate: admission, faults, MSCHED_STRICT
  *   engine_graph.c  what an instantiated CUDA graph reaches, and its launch's gate
- *   engine.c        configuration, start, modes, allocations, the application's VMM mappings,
- *                   the daemon going away, statistics, exit
+ *   engine.c        configuration, start, modes, the application's VMM mappings, the daemon
+ *                   going away, statistics, exit
+ *   engine_alloc.c  allocations (regions, small ones in slabs) and their frees
  * Everything here is under E.lock (shim/locks.h level 2) unless said.
  */
 #ifndef MS_SHIM_ENGINE_INT_H
@@ -163,6 +164,11 @@ extern MS_HIDDEN struct ms_engine_state ms__engine;
 
 #define say ms__shim_say
 #define now_ns ms__shim_now_ns
+
+/* engine.c: start the engine on the first allocation, in the current context (lock held):
+ * false when it stays off; whether the current context is the engine's (lock held). */
+MS_HIDDEN bool ms__eng_start(void);
+MS_HIDDEN bool ms__eng_mine_ctx(void);
 
 /* engine_mem.c: flags, regions, chunk sets, plans (lock held unless said). */
 MS_HIDDEN bool ms__eng_is_active(void); /* no lock: an atomic load */
