@@ -40,12 +40,32 @@ static ms_chunk_id at(const struct ms_history *h, uint64_t s)
 
 void ms_history_append(struct ms_history *h, const struct ms_chunk_set *s)
 {
-    for (size_t i = 0; h->cap && i < s->n; i++) {
-        bool recent = false;
-        for (uint64_t k = 1; k <= MS_HISTORY_RECENT_SKIP && k <= ms_history_len(h) && !recent; k++)
-            recent = at(h, h->seq - k) == s->ids[i];
-        if (!recent)
-            h->ring[h->seq++ % h->cap] = s->ids[i];
+    if (!h->cap || !s->n)
+        return;
+    /* The ids among the last `win` appended (the ring keeps no more than cap), copied here and
+     * kept as they change: one pass over s, no division per id (a launch may name thousands of
+     * chunks). recent[] is circular; the oldest is at recent[top] once it is full. */
+    ms_chunk_id recent[MS_HISTORY_RECENT_SKIP];
+    size_t win = MS_MIN((size_t)MS_HISTORY_RECENT_SKIP, (size_t)h->cap);
+    size_t nrecent = (size_t)MS_MIN(ms_history_len(h), (uint64_t)win);
+    for (size_t k = 0; k < nrecent; k++)
+        recent[k] = at(h, h->seq - nrecent + k);
+    size_t top = nrecent % win;
+    uint32_t pos = (uint32_t)(h->seq % h->cap);
+    for (size_t i = 0; i < s->n; i++) {
+        ms_chunk_id id = s->ids[i];
+        bool seen = false;
+        for (size_t k = 0; k < nrecent; k++)
+            seen |= recent[k] == id;
+        if (seen)
+            continue;
+        h->ring[pos] = id;
+        pos = pos + 1 == h->cap ? 0 : pos + 1;
+        h->seq++;
+        recent[top] = id;
+        top = top + 1 == win ? 0 : top + 1;
+        if (nrecent < win)
+            nrecent++;
     }
 }
 

@@ -45,11 +45,63 @@ static int id_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Merge the sorted runs a[0, m) and a[m, n) through tmp (n ids). */
+static void merge_runs(ms_chunk_id *a, size_t m, size_t n, ms_chunk_id *tmp)
+{
+    size_t i = 0, j = m, k = 0;
+    while (i < m && j < n)
+        tmp[k++] = a[j] < a[i] ? a[j++] : a[i++];
+    while (i < m)
+        tmp[k++] = a[i++];
+    while (j < n)
+        tmp[k++] = a[j++];
+    memcpy(a, tmp, n * sizeof(*a));
+}
+
+/*
+ * Sort a[0, n) of `runs` ascending runs by merging neighbouring runs, round by round
+ * (O(n log runs)): a launch's set is the concatenation of its regions' chunk ranges, each
+ * ascending, so a set of a few thousand ids is a handful of runs. False when tmp cannot be had.
+ */
+static bool merge_sort_runs(ms_chunk_id *a, size_t n, size_t runs)
+{
+    ms_chunk_id stack[512];
+    ms_chunk_id *tmp = n <= MS_ARRAY_LEN(stack) ? stack : ms_malloc(n * sizeof(*tmp));
+    if (!tmp)
+        return false;
+    while (runs > 1) {
+        size_t start = 0;
+        runs = 0;
+        while (start < n) {
+            size_t mid = start + 1;
+            while (mid < n && a[mid - 1] <= a[mid])
+                mid++;
+            size_t end = mid;
+            if (end < n) {
+                end++;
+                while (end < n && a[end - 1] <= a[end])
+                    end++;
+                merge_runs(a + start, mid - start, end - start, tmp);
+            }
+            runs++;
+            start = end;
+        }
+    }
+    if (tmp != stack)
+        ms_free(tmp);
+    return true;
+}
+
 void ms_chunk_set_normalize(struct ms_chunk_set *s)
 {
     if (s->n < 2)
         return;
-    if (s->n <= 32) {
+    size_t runs = 1;
+    for (size_t i = 1; i < s->n; i++)
+        runs += s->ids[i] < s->ids[i - 1];
+    if (runs == 1) {
+        /* already ascending: the common case of one region, or regions named in order */
+    } else if (s->n <= 32) {
         /* A launch names a few chunks: an insertion sort beats qsort's setup and calls. */
         for (size_t i = 1; i < s->n; i++) {
             ms_chunk_id v = s->ids[i];
@@ -58,7 +110,7 @@ void ms_chunk_set_normalize(struct ms_chunk_set *s)
                 s->ids[j] = s->ids[j - 1];
             s->ids[j] = v;
         }
-    } else {
+    } else if (runs > s->n / 8 || !merge_sort_runs(s->ids, s->n, runs)) {
         qsort(s->ids, s->n, sizeof(*s->ids), id_cmp);
     }
     size_t w = 1;

@@ -34,16 +34,6 @@ static const char *const state_names[MS_CS_COUNT] = {
     [MS_CS_CLEAN] = "clean", [MS_CS_DIRTY] = "dirty", [MS_CS_OUT] = "out",
 };
 
-bool ms_chunk_state_resident(enum ms_chunk_state s)
-{
-    return s == MS_CS_IN || s == MS_CS_CLEAN || s == MS_CS_DIRTY || s == MS_CS_OUT;
-}
-
-bool ms_chunk_state_ready(enum ms_chunk_state s)
-{
-    return s == MS_CS_CLEAN || s == MS_CS_DIRTY;
-}
-
 const char *ms_chunk_state_name(enum ms_chunk_state s)
 {
     return (unsigned)s < MS_CS_COUNT ? state_names[s] : "invalid";
@@ -187,21 +177,6 @@ int ms_region_add(struct ms_rtable *rt, uint32_t task, uint64_t base, uint64_t s
     if (out_region)
         *out_region = (uint32_t)slot;
     return MS_OK;
-}
-
-struct ms_region *ms_region_get(struct ms_rtable *rt, uint32_t region)
-{
-    if (region >= rt->nslots || !rt->regions[region].live)
-        return NULL;
-    return &rt->regions[region];
-}
-
-struct ms_chunk *ms_chunk_get(struct ms_rtable *rt, ms_chunk_id id)
-{
-    struct ms_region *r = ms_region_get(rt, MS_CHUNK_REGION(id));
-    if (!r || MS_CHUNK_INDEX(id) >= r->nchunks)
-        return NULL;
-    return &r->chunks[MS_CHUNK_INDEX(id)];
 }
 
 int ms_region_mark_host(struct ms_rtable *rt, uint32_t region)

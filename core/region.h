@@ -204,9 +204,21 @@ int ms_chunk_mark_host(struct ms_rtable *rt, ms_chunk_id id, uint64_t host);
  */
 int ms_region_remove(struct ms_rtable *rt, uint32_t region);
 
-/* NULL for a dead or unknown slot. */
-struct ms_region *ms_region_get(struct ms_rtable *rt, uint32_t region);
-struct ms_chunk *ms_chunk_get(struct ms_rtable *rt, ms_chunk_id id);
+/* NULL for a dead or unknown slot (inline: the launch gate looks up every chunk a command
+ * names, several times). */
+static inline struct ms_region *ms_region_get(struct ms_rtable *rt, uint32_t region)
+{
+    if (region >= rt->nslots || !rt->regions[region].live)
+        return NULL;
+    return &rt->regions[region];
+}
+static inline struct ms_chunk *ms_chunk_get(struct ms_rtable *rt, ms_chunk_id id)
+{
+    struct ms_region *r = ms_region_get(rt, MS_CHUNK_REGION(id));
+    if (!r || MS_CHUNK_INDEX(id) >= r->nchunks)
+        return NULL;
+    return &r->chunks[MS_CHUNK_INDEX(id)];
+}
 /* Zero the marks (scratch) of one region's chunks, or of every live region's. */
 void ms_region_clear_marks(struct ms_rtable *rt, uint32_t region);
 void ms_rtable_clear_marks(struct ms_rtable *rt);
@@ -224,9 +236,15 @@ uint64_t ms_region_chunk_offset(const struct ms_region *r, uint32_t idx);
 int ms_chunk_apply(struct ms_rtable *rt, ms_chunk_id id, enum ms_chunk_event ev);
 
 /* True for IN, CLEAN, DIRTY, OUT. */
-bool ms_chunk_state_resident(enum ms_chunk_state s);
+static inline bool ms_chunk_state_resident(enum ms_chunk_state s)
+{
+    return s == MS_CS_IN || s == MS_CS_CLEAN || s == MS_CS_DIRTY || s == MS_CS_OUT;
+}
 /* True for CLEAN and DIRTY: usable by GPU work now. */
-bool ms_chunk_state_ready(enum ms_chunk_state s);
+static inline bool ms_chunk_state_ready(enum ms_chunk_state s)
+{
+    return s == MS_CS_CLEAN || s == MS_CS_DIRTY;
+}
 const char *ms_chunk_state_name(enum ms_chunk_state s);
 
 /* Advance the logical clock and return its new value. */

@@ -310,7 +310,11 @@ static int launch_cost(int batches, CUfunction f_add)
         return 1;
     }
     CUdeviceptr x, y;
-    CK(p_alloc(&x, WORDS * 4));
+    /* STRESS_LAUNCH_BIG_MIB=N: x is the start of an allocation of N MiB (a weights buffer)
+     * the kernel's pointer names whole at allocation granularity. */
+    const char *big = getenv("STRESS_LAUNCH_BIG_MIB");
+    size_t xbytes = big ? (size_t)strtoull(big, NULL, 10) << 20 : 0;
+    CK(p_alloc(&x, xbytes > WORDS * 4 ? xbytes : WORDS * 4));
     CK(p_alloc(&y, WORDS * 4));
     CK(p_memset(x, 1, WORDS * 4));
     CK(p_memset(y, 2, WORDS * 4));

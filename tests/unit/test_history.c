@@ -130,6 +130,52 @@ static void append_skips_recent_repeats(void **state)
     assert_int_equal(ms_history_init(&small, 0), MS_E_INVAL);
 }
 
+/* The skip rule as first written (a scan of the ring's last 8 entries per id), the reference
+ * the append is checked against. */
+static void append_reference(struct ms_history *h, const struct ms_chunk_set *s)
+{
+    for (size_t i = 0; h->cap && i < s->n; i++) {
+        bool recent = false;
+        for (uint64_t k = 1; k <= MS_HISTORY_RECENT_SKIP && k <= ms_history_len(h) && !recent; k++)
+            recent = h->ring[(h->seq - k) % h->cap] == s->ids[i];
+        if (!recent)
+            h->ring[h->seq++ % h->cap] = s->ids[i];
+    }
+}
+
+/* Random sets (0 to 40 ids from a range of 24, repeats within and across sets) appended to rings
+ * of 1 to 20 and 64 ids: the same sequence numbers and ring contents as the reference. */
+static void append_matches_reference(void **state)
+{
+    (void)state;
+    uint64_t rng = 99;
+    const uint32_t caps[] = {1, 2, 3, 5, 7, 8, 9, 13, 20, 64};
+    for (size_t c = 0; c < MS_ARRAY_LEN(caps); c++) {
+        struct ms_history a, b;
+        assert_int_equal(ms_history_init(&a, caps[c]), MS_OK);
+        assert_int_equal(ms_history_init(&b, caps[c]), MS_OK);
+        struct ms_chunk_set s;
+        ms_chunk_set_init(&s);
+        for (int round = 0; round < 300; round++) {
+            ms_chunk_set_clear(&s);
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            size_t n = (size_t)((rng >> 33) % 41);
+            for (size_t i = 0; i < n; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                assert_int_equal(ms_chunk_set_add(&s, MS_CHUNK_ID(1, (uint32_t)((rng >> 33) % 24))),
+                                 MS_OK);
+            }
+            ms_history_append(&a, &s);
+            append_reference(&b, &s);
+            assert_int_equal(a.seq, b.seq);
+            assert_memory_equal(a.ring, b.ring, caps[c] * sizeof(*a.ring));
+        }
+        ms_chunk_set_fini(&s);
+        ms_history_fini(&a);
+        ms_history_fini(&b);
+    }
+}
+
 /*
  * A looping program (the engine stress test's "cycle"): buffers 0..5 in order, twice. Under a
  * budget for two buffers, the fault on buffer 2 (missing) must predict 3, 4, 5, 0, 1 next:
@@ -226,6 +272,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(append_skips_recent_repeats, setup, teardown),
+        cmocka_unit_test(append_matches_reference),
         cmocka_unit_test_setup_teardown(cycle_plan_sets, setup, teardown),
         cmocka_unit_test_setup_teardown(cycle_predict, setup, teardown),
         cmocka_unit_test_setup_teardown(out_of_memory, setup, teardown),

@@ -329,6 +329,45 @@ static void normalize_both_paths(void **state)
     }
 }
 
+/* The run-merging path: sets made of 1 to 12 ascending runs of random lengths (up to 2000 ids
+ * in all, past the merge's stack buffer), overlapping and repeating each other as the chunks of
+ * regions named by several arguments do, checked against a presence table. */
+static void normalize_runs(void **state)
+{
+    (void)state;
+    enum { RANGE = 4096 };
+    uint64_t rng = 777;
+    static bool present[RANGE];
+    for (int round = 0; round < 300; round++) {
+        struct ms_chunk_set s;
+        ms_chunk_set_init(&s);
+        memset(present, 0, sizeof present);
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        size_t runs = 1 + (size_t)((rng >> 33) % 12);
+        for (size_t r = 0; r < runs; r++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t start = (uint32_t)((rng >> 33) % RANGE);
+            uint32_t len = (uint32_t)((rng >> 13) % 200) + 1;
+            if (round % 3 == 0)
+                len *= 10; /* some sets pass 512 ids */
+            for (uint32_t k = start; k < start + len && k < RANGE; k++) {
+                present[k] = true;
+                assert_int_equal(ms_chunk_set_add(&s, MS_CHUNK_ID(k / 1024 + 1, k % 1024)), MS_OK);
+            }
+        }
+        ms_chunk_set_normalize(&s);
+        size_t want = 0;
+        for (uint32_t k = 0; k < RANGE; k++) {
+            want += present[k];
+            assert_int_equal(ms_chunk_set_has(&s, MS_CHUNK_ID(k / 1024 + 1, k % 1024)), present[k]);
+        }
+        assert_int_equal(s.n, want);
+        for (size_t i = 1; i < s.n; i++)
+            assert_true(s.ids[i - 1] < s.ids[i]);
+        ms_chunk_set_fini(&s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +378,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(alloc_failure, setup, teardown),
         cmocka_unit_test(fit_within),
         cmocka_unit_test(normalize_both_paths),
+        cmocka_unit_test(normalize_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
