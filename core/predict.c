@@ -32,9 +32,11 @@ void ms_chunk_set_clear(struct ms_chunk_set *s)
 
 int ms_chunk_set_add(struct ms_chunk_set *s, ms_chunk_id id)
 {
-    int e = ms_grow((void **)&s->ids, &s->cap, s->n + 1, sizeof(*s->ids));
-    if (e)
-        return e;
+    if (s->n == s->cap) {
+        int e = ms_grow((void **)&s->ids, &s->cap, s->n + 1, sizeof(*s->ids));
+        if (e)
+            return e;
+    }
     s->ids[s->n++] = id;
     return MS_OK;
 }
@@ -152,11 +154,11 @@ static int add_region(const struct ms_rtable *rt, uint32_t region, struct ms_chu
         if (seen[i] == region)
             return 0;
     const struct ms_region *r = &rt->regions[region];
-    for (uint32_t k = 0; k < r->nchunks; k++) {
-        int e = ms_chunk_set_add(out, MS_CHUNK_ID(region, k));
-        if (e)
-            return e;
-    }
+    int e = ms_grow((void **)&out->ids, &out->cap, out->n + r->nchunks, sizeof(*out->ids));
+    if (e)
+        return e;
+    for (uint32_t k = 0; k < r->nchunks; k++)
+        out->ids[out->n++] = MS_CHUNK_ID(region, k);
     seen[(*nseen)++] = region;
     return 1;
 }

@@ -4,9 +4,13 @@
 // back to back: batches of 1000 launches, each timed on the host (submission cost), 200 batches
 // after a warm-up. Prints the median and 10th/90th percentile nanoseconds per launch as JSON.
 // Run it with and without the shim in one session and subtract the medians.
+// Usage: launch_overhead [LABEL [BIG_MIB]]: with BIG_MIB, the first pointer is the start of an
+// allocation of that many MiB (a weights buffer the engine names whole at allocation
+// granularity, BIG_MIB / 64 chunks per launch).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 __global__ void tiny(float *a, const float *b, int *c)
@@ -20,7 +24,8 @@ int main(int argc, char **argv)
     const char *label = argc > 1 ? argv[1] : "run";
     float *a, *b;
     int *c;
-    cudaMalloc(&a, 1 << 20);
+    size_t abytes = argc > 2 ? (size_t)strtoull(argv[2], nullptr, 10) << 20 : 0;
+    cudaMalloc(&a, abytes > (1u << 20) ? abytes : 1u << 20);
     cudaMalloc(&b, 1 << 20);
     cudaMalloc(&c, 1 << 20);
     cudaStream_t s;
@@ -40,8 +45,8 @@ int main(int argc, char **argv)
     }
     std::sort(per.begin(), per.end());
     printf("{\"program\": \"launch_overhead\", \"mode\": \"%s\", \"median_ns\": %.1f, "
-           "\"p10_ns\": %.1f, \"p90_ns\": %.1f, \"error\": \"%s\"}\n",
+           "\"p10_ns\": %.1f, \"p90_ns\": %.1f, \"big_mib\": %zu, \"error\": \"%s\"}\n",
            label, per[batches / 2], per[batches / 10], per[batches * 9 / 10],
-           cudaGetErrorString(cudaGetLastError()));
+           abytes >> 20, cudaGetErrorString(cudaGetLastError()));
     return 0;
 }
