@@ -52,13 +52,19 @@ void ms_history_append(struct ms_history *h, const struct ms_chunk_set *s)
         recent[k] = at(h, h->seq - nrecent + k);
     size_t top = nrecent % win;
     uint32_t pos = (uint32_t)(h->seq % h->cap);
+    /* While s is strictly ascending (a normalized set), the ids of s among recent[] are all
+     * smaller than the current one: once `win` of them were appended, none can match. */
+    size_t from_s = 0;
     for (size_t i = 0; i < s->n; i++) {
         ms_chunk_id id = s->ids[i];
+        if (i > 0 && id <= s->ids[i - 1])
+            from_s = 0; /* not ascending: scan again from here on */
         bool seen = false;
-        for (size_t k = 0; k < nrecent; k++)
+        for (size_t k = 0; from_s < win && k < nrecent; k++)
             seen |= recent[k] == id;
         if (seen)
             continue;
+        from_s++;
         h->ring[pos] = id;
         pos = pos + 1 == h->cap ? 0 : pos + 1;
         h->seq++;

@@ -98,11 +98,15 @@ void ms_chunk_set_normalize(struct ms_chunk_set *s)
 {
     if (s->n < 2)
         return;
-    size_t runs = 1;
-    for (size_t i = 1; i < s->n; i++)
+    size_t runs = 1, dups = 0;
+    for (size_t i = 1; i < s->n; i++) {
         runs += s->ids[i] < s->ids[i - 1];
+        dups += s->ids[i] == s->ids[i - 1];
+    }
+    if (runs == 1 && dups == 0)
+        return; /* strictly ascending: one region, or regions named in order */
     if (runs == 1) {
-        /* already ascending: the common case of one region, or regions named in order */
+        /* ascending with repeats: only the duplicates go */
     } else if (s->n <= 32) {
         /* A launch names a few chunks: an insertion sort beats qsort's setup and calls. */
         for (size_t i = 1; i < s->n; i++) {
