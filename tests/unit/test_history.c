@@ -144,7 +144,8 @@ static void append_reference(struct ms_history *h, const struct ms_chunk_set *s)
 }
 
 /* Random sets (0 to 40 ids from a range of 24, repeats within and across sets; every other one
- * normalized) appended to rings of 1 to 20 and 64 ids: the same sequence numbers and ring contents as the reference. */
+ * normalized) appended to rings of 1 to 20 and 64 ids: the same sequence numbers and ring contents
+ * as the reference. */
 static void append_matches_reference(void **state)
 {
     (void)state;
