@@ -90,12 +90,21 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     /* While commands name more than fits, prefetching the predicted future only pushes out what
      * they keep: off until OVERFLOW_QUIET faults pass without one. */
     bool overflowing = E.overflow_at && E.st.faults - E.overflow_at < OVERFLOW_QUIET;
-    int e = plan_for(need, overflowing ? 0 : E.prefetch);
+    /* A command naming more than the budget cannot be planned whole (ms_plan_build refuses a
+     * ws[0] over the budget): skip the history walk that would find that out. */
+    int e = ms_chunk_set_bytes(need, &E.rt) > E.budget
+                ? MS_E_NOSPACE
+                : plan_for(need, overflowing ? 0 : E.prefetch);
     if (e == MS_E_NOSPACE) {
         E.overflow_at = E.st.faults + 1;
         /* More than fits: no prefetch (it would push out what this command keeps). */
         e = fitting_part(need);
-        if (e == MS_OK)
+        /* The part that fits already resident (the steady state of a command that names more
+         * than fits: every launch of a kernel over a too-large allocation) and the table within
+         * the budget: a plan would have no step. */
+        if (e == MS_OK && E.rt.resident_bytes <= E.budget && ms__eng_all_ready(&E.scratch))
+            E.plan.n = 0, E.plan.evict_bytes = E.plan.populate_bytes = 0;
+        else if (e == MS_OK)
             e = plan_for(&E.scratch, 0);
     }
     bool must_ready;

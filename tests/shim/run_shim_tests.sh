@@ -697,6 +697,22 @@ if [ $rc -eq 0 ] && grep -q "ENGINE_LAUNCH_NS median=[0-9.]* min=[0-9.]* batches
 else
     fail engine/launch-cost "rc=$rc $(grep -E 'ENGINE|summary|engine|FAIL' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
+# Every launch names a 4 GiB allocation under a 1 GiB budget (a kernel over a weights buffer or
+# an arena larger than the budget): after the first faults the part that fits is resident and
+# each launch runs with the rest on the host, without planning again (before: an OPT plan over
+# the whole history per launch, 1.5 ms each on a CI-class CPU; now a few us). 40000 launches
+# within 240 s and a median under 200 us per launch, the fault count of the first ones only.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=1GiB \
+    MSCHED_VERBOSE=1 STRESS_LAUNCH_BIG_MIB=4096 timeout 240 "$T/engine_stress" 1 1 launches 2>&1)
+rc=$?
+med=$(sed -n 's/.*ENGINE_LAUNCH_NS median=\([0-9]*\).*/\1/p' <<<"$out")
+faults=$(sed -n 's/.*resident, \([0-9]*\) faults,.*/\1/p' <<<"$out")
+if [ $rc -eq 0 ] && [ -n "$med" ] && [ "$med" -lt 200000 ] && [ -n "$faults" ] &&
+    [ "$faults" -le 4 ] && grep -q " launches=40000 " <<<"$out"; then
+    pass "engine/launch-overflow (median ${med} ns per launch naming 4 GiB under 1 GiB, $faults faults)"
+else
+    fail engine/launch-overflow "rc=$rc median=${med:-none} faults=${faults:-none} $(grep -E 'ENGINE|FAIL' <<<"$out" | tail -n 2 | tr '\n' ' ')"
+fi
 
 # CUDA graphs: at instantiation the shim walks the graph and records what it reaches. Two
 # buffers partly pushed out by a third (since freed) come back for every launch (the fake's
