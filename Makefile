@@ -118,6 +118,13 @@ $(BUILD)/tests/fake_shim: $(BUILD)/obj/tests/daemon/fake_shim.o $(IPC_LIB) $(COR
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 TEST_EXTRA += $(BUILD)/tests/fake_shim
 
+# What a fault's planning costs on the CPU (bench/engine/plan_cost.c).
+$(BUILD)/bench/plan_cost: $(BUILD)/obj/bench/engine/plan_cost.o $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(if $(Q),@echo "  LD    $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+TEST_EXTRA += $(BUILD)/bench/plan_cost
+
 # The fake daemon of the shim's tests (tests/cli/shim_fake_daemon.sh).
 $(BUILD)/tests/fake_daemon: $(BUILD)/obj/tests/daemon/fake_daemon.o $(IPC_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)

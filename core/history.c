@@ -125,14 +125,33 @@ int ms_history_plan_sets(const struct ms_history *h, struct ms_rtable *rt,
     for (size_t i = 0; i < need->n; i++)
         if ((e = ms_chunk_set_add(&w[0], need->ids[i])))
             return e;
+    /* OPT reads ws[1..] only for the next use of resident chunks (the eviction candidates), and
+     * only a chunk's first use counts: once every resident chunk was seen and the prefetch is
+     * taken, the rest of the future changes nothing. Seen chunks carry a stamp in their mark
+     * (scratch between calls; the stamp's top bit keeps it apart from the planner's and the
+     * executor's small values). A program with a full history and its resident chunks all in
+     * use soon stops after a few groups instead of walking all of them on every fault. */
+    uint64_t resident = rt->count[MS_CS_IN] + rt->count[MS_CS_CLEAN] + rt->count[MS_CS_DIRTY] +
+                        rt->count[MS_CS_OUT];
+    uint64_t stamp = (1ull << 63) | ms_rtable_tick(rt), seen = 0;
+    for (size_t i = 0; i < need->n; i++) { /* ws[0]: never a candidate */
+        struct ms_chunk *c = ms_chunk_get(rt, need->ids[i]);
+        if (c && c->mark != stamp && ms_chunk_state_resident((enum ms_chunk_state)c->state)) {
+            c->mark = stamp;
+            seen++;
+        }
+    }
     uint64_t taken = 0;
     size_t g = 1;
     for (uint64_t k = 0; k < have; k++) {
+        if (seen >= resident && (g > 1 || taken >= prefetch))
+            break;
         ms_chunk_id id = ms_history_future(h, start, k);
-        const struct ms_chunk *c = ms_chunk_get(rt, id);
+        struct ms_chunk *c = ms_chunk_get(rt, id);
         if (!c)
             continue; /* freed since */
-        if (g == 1 && taken < prefetch && !ms_chunk_state_resident((enum ms_chunk_state)c->state)) {
+        bool res = ms_chunk_state_resident((enum ms_chunk_state)c->state);
+        if (g == 1 && taken < prefetch && !res) {
             taken += c->bytes;
             if ((e = ms_chunk_set_add(&w[0], id)))
                 return e;
@@ -142,6 +161,10 @@ int ms_history_plan_sets(const struct ms_history *h, struct ms_rtable *rt,
             g++;
         if ((e = ms_chunk_set_add(&w[g], id)))
             return e;
+        if (res && c->mark != stamp) {
+            c->mark = stamp;
+            seen++;
+        }
     }
     *nws = g + 1;
     return MS_OK;

@@ -18,6 +18,9 @@
  *     ms_history_plan_sets (the engine running alone): ws[0] = the needed chunks plus the next
  *     non-resident chunks of the future up to `prefetch` bytes (populated in that order), then
  *     the rest of the future in groups of `group` ids, ws[1..], for OPT's next-use distances.
+ *     OPT reads those only for resident chunks, first use first: the future stops once every
+ *     resident chunk was seen (or is needed) and the prefetch is taken, which gives the plan
+ *     the whole future would (tests/unit/test_history.c checks it against the full walk).
  *
  *     ms_history_predict (the daemon client): out_next = the needed chunks (all of them), then
  *     the future's distinct chunks up to next_cap bytes; out_recent = the distinct chunks used
@@ -30,7 +33,8 @@
  * sequence number s for every retained s (seq - min(seq, cap) <= s < seq).
  *
  * Ownership: the history owns its ring (ms_history_fini frees it); the chunk sets are the
- * caller's. ms_history_predict uses the chunks' marks (region.h: scratch, zeroed first).
+ * caller's. ms_history_predict and ms_history_plan_sets use the chunks' marks (region.h:
+ * scratch; plan_sets stamps them with a value above 2^63 from the table's clock).
  * No locking: the caller serializes. Errors: MS_E_NOMEM from growing a set; nothing else.
  */
 #ifndef MS_HISTORY_H
