@@ -88,11 +88,19 @@ int ms_engine_gate_unbounded(struct ms_shim_stream s);
  * keeps the regions reached (the whole region, as for launches, plus what their pointer tables
  * reference at launch time). ms_engine_gate_graph gates a launch of exec on that union; an exec
  * without a record (instantiated before the engine started, by an entry point not hooked, or
- * changed since: ms_engine_graph_forget) needs the whole footprint. Lock: the engine mutex.
+ * changed in a way not followed: ms_engine_graph_forget) needs the whole footprint.
+ * Each entry is tagged with the top-level node it came from (`node`, the node handle of the
+ * graph the exec was instantiated from): a node's parameters set on the exec afterwards
+ * (cuGraphExecKernelNodeSetParams and kin, as XLA's command buffers do before every run)
+ * replace that node's entries (ms_engine_graph_node_reset, then the adds again). A region of
+ * the record freed since is looked up again at launch: a live region starting at the same
+ * address and at least as large takes its place (an allocator that gave the same address
+ * back); otherwise the launch is unbounded. Lock: the engine mutex.
  */
 void ms_engine_graph_begin(const void *exec);
-void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l);
-void ms_engine_graph_add_addr(const void *exec, uint64_t addr);
+void ms_engine_graph_add_launch(const void *exec, const void *node, const struct ms_shim_launch *l);
+void ms_engine_graph_add_addr(const void *exec, const void *node, uint64_t addr);
+void ms_engine_graph_node_reset(const void *exec, const void *node);
 void ms_engine_graph_unbounded(const void *exec);
 void ms_engine_graph_forget(const void *exec);
 int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s);

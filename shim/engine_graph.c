@@ -22,15 +22,16 @@ static struct graph_reach *graph_find(const void *exec)
     return NULL;
 }
 
-/* Note region id in the graph's reach: whole, or (whole false) through the chunks its
- * template predicted, appended to g->chunks by the caller. A region any node names whole stays
- * whole. */
-static void graph_add_region_as(struct graph_reach *g, uint32_t id, bool whole)
+/* Note region id in the graph's reach for `node`: whole, or (whole false) through the chunks
+ * its template predicted, appended to g->chunks by the caller. A region a node names whole
+ * stays whole. A node's entries are appended together (one walk step, or a node's new
+ * parameters), so duplicates are looked for only among the last entries of that node. */
+static void graph_add_region_as(struct graph_reach *g, const void *node, uint32_t id, bool whole)
 {
     if (g->unbounded)
         return;
     const struct ms_region *r = ms_region_get(&E.rt, id);
-    for (uint32_t i = 0; i < g->n; i++)
+    for (uint32_t i = g->n; i-- > 0 && g->reg[i].node == node;)
         if (g->reg[i].id == id) {
             g->reg[i].whole = g->reg[i].whole || whole;
             return;
@@ -45,15 +46,12 @@ static void graph_add_region_as(struct graph_reach *g, uint32_t id, bool whole)
         g->reg = p;
         g->cap = cap;
     }
+    g->reg[g->n].node = node;
     g->reg[g->n].id = id;
     g->reg[g->n].base = r->base;
+    g->reg[g->n].size = r->size;
     g->reg[g->n].whole = whole;
     g->n++;
-}
-
-static void graph_add_region(struct graph_reach *g, uint32_t id)
-{
-    graph_add_region_as(g, id, true);
 }
 
 /* The chunks of region id in the graph's partial list: a binary search (lock held). */
@@ -108,7 +106,7 @@ void ms_engine_graph_begin(const void *exec)
     ms_unlock(&E.lock);
 }
 
-void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l)
+void ms_engine_graph_add_launch(const void *exec, const void *node, const struct ms_shim_launch *l)
 {
     if (!ms__eng_is_active())
         return;
@@ -142,7 +140,7 @@ void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l
                 memcpy(g->chunks + g->nchunks, E.scratch.ids + i, (j - i) * sizeof(*g->chunks));
                 g->nchunks += j - i;
             }
-            graph_add_region_as(g, id, whole);
+            graph_add_region_as(g, node, id, whole);
         }
         if (tk && n >= 0 && g->nchunks > 1)
             qsort(g->chunks, g->nchunks, sizeof(*g->chunks), chunk_cmp);
@@ -150,7 +148,7 @@ void ms_engine_graph_add_launch(const void *exec, const struct ms_shim_launch *l
     ms_unlock(&E.lock);
 }
 
-void ms_engine_graph_add_addr(const void *exec, uint64_t addr)
+void ms_engine_graph_add_addr(const void *exec, const void *node, uint64_t addr)
 {
     if (!ms__eng_is_active())
         return;
@@ -158,7 +156,24 @@ void ms_engine_graph_add_addr(const void *exec, uint64_t addr)
     struct graph_reach *g = graph_find(exec);
     uint32_t id;
     if (g && ms_rtable_lookup(&E.rt, 0, addr, &id, NULL) == MS_OK)
-        graph_add_region(g, id);
+        graph_add_region_as(g, node, id, true);
+    ms_unlock(&E.lock);
+}
+
+void ms_engine_graph_node_reset(const void *exec, const void *node)
+{
+    if (!ms__eng_is_active())
+        return;
+    ms_lock(&E.lock);
+    struct graph_reach *g = graph_find(exec);
+    uint32_t w = 0;
+    for (uint32_t i = 0; g && i < g->n; i++)
+        if (g->reg[i].node != node)
+            g->reg[w++] = g->reg[i];
+    if (g)
+        g->n = w;
+    /* A template's chunks of the node stay in g->chunks: only taken for regions an entry still
+     * names (more than the node needs, never less). */
     ms_unlock(&E.lock);
 }
 
@@ -198,8 +213,21 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
     for (uint32_t i = 0; g && !unbounded && i < g->n; i++) {
         const struct ms_region *r = ms_region_get(&E.rt, g->reg[i].id);
         if (!r || !r->live || r->base != g->reg[i].base) {
-            unbounded = true; /* freed since: the graph's reach is no longer known */
-        } else if (g->reg[i].whole || !r->amap) {
+            /* Freed since. The same address given back by the allocator, at least as large:
+             * the node's pointers lie in the new region. Else the reach is no longer known. */
+            uint32_t id;
+            r = ms_rtable_lookup(&E.rt, 0, g->reg[i].base, &id, NULL) == MS_OK
+                    ? ms_region_get(&E.rt, id)
+                    : NULL;
+            if (r && r->base == g->reg[i].base && r->size >= g->reg[i].size) {
+                g->reg[i].id = id;
+                g->reg[i].whole = true; /* the template's chunks were the old region's */
+            } else {
+                unbounded = true;
+                break;
+            }
+        }
+        if (g->reg[i].whole || !r->amap) {
             if (ms__eng_add_region_chunks(&E.need, g->reg[i].id) != MS_OK)
                 unbounded = true;
         } else {

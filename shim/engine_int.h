@@ -63,8 +63,9 @@ struct graph_reach {
     bool unbounded;
     uint32_t n, cap;
     struct {
+        const void *node; /* the top-level graph node it came from */
         uint32_t id;
-        uint64_t base;
+        uint64_t base, size;
         bool whole;
     } * reg;
     ms_chunk_id *chunks; /* of the regions not whole, ascending */

@@ -11,10 +11,18 @@
  *   other node (batch memory operations, conditional nodes), a kernel passed through `extra`,
  *   or a query that fails makes the graph unbounded. The engine keeps the union per
  *   executable graph (engine.h); cuGraphLaunch gates on it (hook_launch.c).
- *   Every call that changes an executable graph after instantiation (node parameters, child
- *   graphs, whole-graph updates) makes the engine forget it: it is then unbounded (its whole
- *   footprint resident at launch), never under-predicted. Executable graphs made by entry
- *   points not hooked here (the legacy cuGraphInstantiate) are unbounded the same way.
+ *   What each top-level node reaches is tagged with it. Calls that change an executable graph
+ *   after instantiation are followed where they can be: a kernel, copy or memset node's new
+ *   parameters (cuGraphExec{Kernel,Memcpy,Memset}NodeSetParams, cuGraphExecNodeSetParams for
+ *   a kernel node) replace that node's part of the record; a whole-graph update
+ *   (cuGraphExecUpdate(_v2)) walks the new graph again. XLA's command buffers set their
+ *   kernels' parameters before every run: before this, each such graph was unbounded and, under
+ *   a budget below the footprint, ran with most of its memory on the host (jax_platform at half
+ *   its footprint on an H100: 155 s, 18 s without command buffers). Other changes (child
+ *   graphs, batch memory operations, a refused update) make the engine forget the exec: it is
+ *   then unbounded (its whole footprint resident at launch), never under-predicted.
+ *   Executable graphs made by entry points not hooked here (the legacy cuGraphInstantiate) are
+ *   unbounded the same way.
  *
  * Cost: one walk per instantiation (graphs are instantiated once and launched many times).
  */
@@ -28,7 +36,26 @@
 
 #define MAX_DEPTH 8
 
-static void walk(CUgraph g, const void *exec, int depth)
+/* What a kernel node with parameters p reaches, tagged with node (the engine predicts it as it
+ * would the same launch). */
+static void add_kernel(const void *exec, const void *node, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    CUfunction f = p->func ? p->func : (CUfunction)p->kern;
+    const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    uint8_t local[4096];
+    uint8_t *heap;
+    struct ms_shim_launch l;
+    ms__shim_launch_build(&l, MS_SHIM_LAUNCH_KERNEL, f, grid, block, p->sharedMemBytes,
+                          (struct ms_shim_stream){NULL, false}, p->kernelParams, NULL, local,
+                          sizeof local, &heap);
+    ms_engine_graph_add_launch(exec, node, &l);
+    ms_free(heap);
+}
+
+/* Walk graph g of exec; `top` tags what a child graph's nodes reach with the top-level node
+ * that holds it (NULL at the top: each node tags its own). */
+static void walk(CUgraph g, const void *exec, int depth, const void *top)
 {
     size_t n = 0;
     if (depth > MAX_DEPTH || MS_REAL(cuGraphGetNodes)(g, NULL, &n) != CUDA_SUCCESS) {
@@ -42,6 +69,7 @@ static void walk(CUgraph g, const void *exec, int depth)
         return;
     }
     for (size_t i = 0; i < n; i++) {
+        const void *tag = top ? top : (const void *)nodes[i];
         CUgraphNodeType t;
         if (MS_REAL(cuGraphNodeGetType)(nodes[i], &t) != CUDA_SUCCESS) {
             ms_engine_graph_unbounded(exec);
@@ -56,17 +84,7 @@ static void walk(CUgraph g, const void *exec, int depth)
                 ms_engine_graph_unbounded(exec);
                 break;
             }
-            CUfunction f = p.func ? p.func : (CUfunction)p.kern;
-            const unsigned grid[3] = {p.gridDimX, p.gridDimY, p.gridDimZ};
-            const unsigned block[3] = {p.blockDimX, p.blockDimY, p.blockDimZ};
-            uint8_t local[4096];
-            uint8_t *heap;
-            struct ms_shim_launch l;
-            ms__shim_launch_build(&l, MS_SHIM_LAUNCH_KERNEL, f, grid, block, p.sharedMemBytes,
-                                  (struct ms_shim_stream){NULL, false}, p.kernelParams, NULL, local,
-                                  sizeof local, &heap);
-            ms_engine_graph_add_launch(exec, &l);
-            ms_free(heap);
+            add_kernel(exec, tag, &p);
             break;
         }
         case CU_GRAPH_NODE_TYPE_MEMCPY: {
@@ -77,9 +95,9 @@ static void walk(CUgraph g, const void *exec, int depth)
                 break;
             }
             if (c.srcMemoryType == CU_MEMORYTYPE_DEVICE || c.srcMemoryType == CU_MEMORYTYPE_UNIFIED)
-                ms_engine_graph_add_addr(exec, c.srcDevice);
+                ms_engine_graph_add_addr(exec, tag, c.srcDevice);
             if (c.dstMemoryType == CU_MEMORYTYPE_DEVICE || c.dstMemoryType == CU_MEMORYTYPE_UNIFIED)
-                ms_engine_graph_add_addr(exec, c.dstDevice);
+                ms_engine_graph_add_addr(exec, tag, c.dstDevice);
             break;
         }
         case CU_GRAPH_NODE_TYPE_MEMSET: {
@@ -88,7 +106,7 @@ static void walk(CUgraph g, const void *exec, int depth)
             if (MS_REAL(cuGraphMemsetNodeGetParams)(nodes[i], &m) != CUDA_SUCCESS)
                 ms_engine_graph_unbounded(exec);
             else
-                ms_engine_graph_add_addr(exec, m.dst);
+                ms_engine_graph_add_addr(exec, tag, m.dst);
             break;
         }
         case CU_GRAPH_NODE_TYPE_GRAPH: {
@@ -96,7 +114,7 @@ static void walk(CUgraph g, const void *exec, int depth)
             if (MS_REAL(cuGraphChildGraphNodeGetGraph)(nodes[i], &child) != CUDA_SUCCESS)
                 ms_engine_graph_unbounded(exec);
             else
-                walk(child, exec, depth + 1);
+                walk(child, exec, depth + 1, tag);
             break;
         }
         case CU_GRAPH_NODE_TYPE_HOST:
@@ -118,7 +136,7 @@ static void instantiated(CUresult rc, const CUgraphExec *exec, CUgraph g)
     if (rc != CUDA_SUCCESS || !exec || !*exec || !ms_engine_active())
         return;
     ms_engine_graph_begin(*exec);
-    walk(g, *exec, 0);
+    walk(g, *exec, 0, NULL);
 }
 
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
@@ -151,7 +169,8 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
     return MS_REAL(cuGraphExecDestroy)(hGraphExec);
 }
 
-/* Calls that change an executable graph: forget what it reached (it becomes unbounded). */
+/* Calls that change an executable graph in ways not followed: forget what it reached (it
+ * becomes unbounded). */
 #define CHANGES_EXEC(name, params, args)                                                           \
     CUresult CUDAAPI name params                                                                   \
     {                                                                                              \
@@ -159,31 +178,136 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
         return MS_REAL(name) args;                                                                 \
     }
 
-CHANGES_EXEC(cuGraphExecKernelNodeSetParams,
-             (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-             (hGraphExec, hNode, p))
-CHANGES_EXEC(cuGraphExecKernelNodeSetParams_v2,
-             (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *p),
-             (hGraphExec, hNode, p))
-CHANGES_EXEC(cuGraphExecMemcpyNodeSetParams,
-             (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *p, CUcontext ctx),
-             (hGraphExec, hNode, p, ctx))
-CHANGES_EXEC(cuGraphExecMemsetNodeSetParams,
-             (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *p,
-              CUcontext ctx),
-             (hGraphExec, hNode, p, ctx))
+/* A kernel node's new parameters on the exec: that node's part of the record is replaced (once
+ * the driver accepted them; a refused call changed nothing). */
+static void kernel_params_set(CUresult rc, CUgraphExec x, CUgraphNode node,
+                              const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (rc != CUDA_SUCCESS || !ms_engine_active())
+        return;
+    ms_engine_graph_node_reset(x, node);
+    if (!p || p->extra || (!p->func && !p->kern))
+        ms_engine_graph_unbounded(x);
+    else
+        add_kernel(x, node, p);
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    CUresult rc = MS_REAL(cuGraphExecKernelNodeSetParams)(hGraphExec, hNode, p);
+    CUDA_KERNEL_NODE_PARAMS q;
+    memset(&q, 0, sizeof(q));
+    if (p) { /* v1 is v2 without the kernel handle and context */
+        q.func = p->func;
+        q.gridDimX = p->gridDimX;
+        q.gridDimY = p->gridDimY;
+        q.gridDimZ = p->gridDimZ;
+        q.blockDimX = p->blockDimX;
+        q.blockDimY = p->blockDimY;
+        q.blockDimZ = p->blockDimZ;
+        q.sharedMemBytes = p->sharedMemBytes;
+        q.kernelParams = p->kernelParams;
+        q.extra = p->extra;
+    }
+    kernel_params_set(rc, hGraphExec, hNode, p ? &q : NULL);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    CUresult rc = MS_REAL(cuGraphExecKernelNodeSetParams_v2)(hGraphExec, hNode, p);
+    kernel_params_set(rc, hGraphExec, hNode, p);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+    CUresult rc = MS_REAL(cuGraphExecMemcpyNodeSetParams)(hGraphExec, hNode, p, ctx);
+    if (rc == CUDA_SUCCESS && ms_engine_active()) {
+        ms_engine_graph_node_reset(hGraphExec, hNode);
+        if (p &&
+            (p->srcMemoryType == CU_MEMORYTYPE_DEVICE || p->srcMemoryType == CU_MEMORYTYPE_UNIFIED))
+            ms_engine_graph_add_addr(hGraphExec, hNode, p->srcDevice);
+        if (p &&
+            (p->dstMemoryType == CU_MEMORYTYPE_DEVICE || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED))
+            ms_engine_graph_add_addr(hGraphExec, hNode, p->dstDevice);
+    }
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+    CUresult rc = MS_REAL(cuGraphExecMemsetNodeSetParams)(hGraphExec, hNode, p, ctx);
+    if (rc == CUDA_SUCCESS && ms_engine_active()) {
+        ms_engine_graph_node_reset(hGraphExec, hNode);
+        if (p)
+            ms_engine_graph_add_addr(hGraphExec, hNode, p->dst);
+    }
+    return rc;
+}
+
+/* The generic form: kernel nodes are followed, any other node type is forgotten. */
+CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                          CUgraphNodeParams *p)
+{
+    CUresult rc = MS_REAL(cuGraphExecNodeSetParams)(hGraphExec, hNode, p);
+    if (p && p->type == CU_GRAPH_NODE_TYPE_KERNEL) {
+        const CUDA_KERNEL_NODE_PARAMS_v3 *k = &p->kernel; /* v2's fields, in v2's order */
+        CUDA_KERNEL_NODE_PARAMS q = {.func = k->func,
+                                     .gridDimX = k->gridDimX,
+                                     .gridDimY = k->gridDimY,
+                                     .gridDimZ = k->gridDimZ,
+                                     .blockDimX = k->blockDimX,
+                                     .blockDimY = k->blockDimY,
+                                     .blockDimZ = k->blockDimZ,
+                                     .sharedMemBytes = k->sharedMemBytes,
+                                     .kernelParams = k->kernelParams,
+                                     .extra = k->extra,
+                                     .kern = k->kern,
+                                     .ctx = k->ctx};
+        kernel_params_set(rc, hGraphExec, hNode, &q);
+    } else {
+        ms_engine_graph_forget(hGraphExec);
+    }
+    return rc;
+}
+
 CHANGES_EXEC(cuGraphExecChildGraphNodeSetParams,
              (CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph child), (hGraphExec, hNode, child))
-CHANGES_EXEC(cuGraphExecNodeSetParams,
-             (CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *p),
-             (hGraphExec, hNode, p))
 CHANGES_EXEC(cuGraphExecBatchMemOpNodeSetParams,
              (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p),
              (hGraphExec, hNode, p))
-CHANGES_EXEC(cuGraphExecUpdate,
-             (CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *errNode,
-              CUgraphExecUpdateResult *result),
-             (hGraphExec, hGraph, errNode, result))
-CHANGES_EXEC(cuGraphExecUpdate_v2,
-             (CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *info),
-             (hGraphExec, hGraph, info))
+
+/* A whole-graph update makes the exec what hGraph is: walked again, as at instantiation (a
+ * refused update: forgotten, as the driver does not say what it left). */
+static void updated(CUresult rc, CUgraphExec x, CUgraph g)
+{
+    if (!ms_engine_active())
+        return;
+    if (rc != CUDA_SUCCESS || !g) {
+        ms_engine_graph_forget(x);
+        return;
+    }
+    ms_engine_graph_begin(x);
+    walk(g, x, 0, NULL);
+}
+
+CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *errNode,
+                                   CUgraphExecUpdateResult *result)
+{
+    CUresult rc = MS_REAL(cuGraphExecUpdate)(hGraphExec, hGraph, errNode, result);
+    updated(rc, hGraphExec, hGraph);
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                      CUgraphExecUpdateResultInfo *info)
+{
+    CUresult rc = MS_REAL(cuGraphExecUpdate_v2)(hGraphExec, hGraph, info);
+    updated(rc, hGraphExec, hGraph);
+    return rc;
+}

@@ -8,7 +8,8 @@
  *   (as the driver does), copies and memsets (added by a capture, ms__fk_graph_add_copy /
  *   _fill); dependencies are accepted and ignored (the fake runs nodes in the order they were
  *   added, synchronously, which is one valid order for a graph built in that order).
- *   cuGraphInstantiateWithFlags snapshots the nodes; cuGraphLaunch(_ptsz) runs the snapshot's
+ *   cuGraphInstantiateWithFlags snapshots the nodes (cuGraphExecKernelNodeSetParams_v2 replaces
+ *   a kernel node's parameters in the snapshot); cuGraphLaunch(_ptsz) runs the snapshot's
  *   kernels through the ordinary launch path and its copies and memsets through the ordinary
  *   copy and memset paths (so they count, and fault on non-resident memory, like any
  *   command). Handles are checked against live lists. Nodes can be listed (cuGraphGetNodes),
@@ -349,6 +350,49 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
     }
     *phGraphExec = (CUgraphExec)e;
     return CUDA_SUCCESS;
+}
+
+/*
+ * A kernel node's new parameters on an executable graph, as the driver takes them: the node is
+ * named by its handle in the graph the exec came from (same index in the exec's snapshot), must
+ * be a kernel node, and gets a copy of the new parameters; the graph itself is unchanged.
+ */
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_KERNEL_NODE_PARAMS_v2 *p)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!p || !p->func || p->extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *buf = NULL;
+    size_t bytes = 0;
+    rc = ms__fk_pack_params(p->func, p->kernelParams, &buf, &bytes);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct fk_graph *e = (struct fk_graph *)hGraphExec;
+    uint64_t idx = ((uint64_t)(uintptr_t)hNode & 0xffffffffu) - 1;
+    if (!live(execs, e) || !node_of(hNode) || idx >= e->n || e->nodes[idx].kind != NODE_KERNEL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        struct node *nd = &e->nodes[idx];
+        free(nd->buf);
+        nd->buf = buf;
+        nd->bytes = bytes;
+        nd->f = p->func;
+        nd->grid[0] = p->gridDimX;
+        nd->grid[1] = p->gridDimY;
+        nd->grid[2] = p->gridDimZ;
+        nd->block[0] = p->blockDimX;
+        nd->block[1] = p->blockDimY;
+        nd->block[2] = p->blockDimZ;
+        nd->smem = p->sharedMemBytes;
+        buf = NULL;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    free(buf);
+    return rc;
 }
 
 static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream)

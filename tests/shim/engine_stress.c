@@ -18,10 +18,13 @@
  *   graph: a CUDA graph (one add node) launched ops times on two 12 MiB buffers that a third,
  *          24 MiB one pushed out (under a 40 MiB budget), then once more while the third is
  *          allocated again (footprint 48 MiB: the graph reaches only 24 of them, so it runs),
- *          then, after cuGraphExecKernelNodeSetParams (the interposer must forget what the
- *          graph reaches: the driver may not even implement the call), once more at 48 MiB
- *          (its reach unknown: it runs on what is resident, the rest on host chunks).
- *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M".
+ *          then, after cuGraphExecKernelNodeSetParams_v2 with the same parameters, once more
+ *          (the reach still a and c); then a fourth buffer d, filled, the exec's node set to
+ *          add d instead of c, and ops launches of it, each followed by a fill of the 24 MiB
+ *          buffer that pushes a and d out (footprint 60 MiB: the graph reaches 24 of them).
+ *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M
+ *          host_mapped_after_new_params=H" (H: launches after the new parameters that the fake
+ *          saw pass a pointer into a host chunk: the graph's new reach was not made resident).
  *          With STRESS_EXIT_RELEASE_MS=N set, the cycle ends as a CUDA runtime program exits:
  *          the buffers stay allocated, the primary context is released, and the process
  *          lingers N ms before main returns. With STRESS_EXIT_LINGER_MS=M set, it lingers M ms
@@ -584,17 +587,23 @@ static int load_graph_api(void *h, struct graph_api *g)
     return 0;
 }
 
-static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
+static int graph_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add)
 {
     struct graph_api ga;
     if (load_graph_api(h, &ga))
         return 1;
     CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+    ms_fake_get_stats_fn stats;
     int op = -2;
-    *(void **)&g_setp = dlsym(h, "cuGraphExecKernelNodeSetParams_v2"); /* may be absent */
+    *(void **)&g_setp = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
+    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
+    if (!g_setp || !stats) {
+        printf("FAIL: no cuGraphExecKernelNodeSetParams_v2 or ms_fake_get_stats\n");
+        return 1;
+    }
     uint64_t n = 3u * MIB, nb = 6u * MIB; /* words: 12 MiB and 24 MiB */
-    CUdeviceptr a, c, big;
-    uint32_t sa = 11, sc = 22, sb = 33;
+    CUdeviceptr a, c, d, big;
+    uint32_t sa = 11, sc = 22, sb = 33, sd = 44;
     CK(p_alloc(&a, n * 4));
     CK(p_alloc(&c, n * 4));
     CK(p_alloc(&big, nb * 4));
@@ -616,7 +625,7 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     CK(ga.create(&g, 0));
     CK(ga.add(&node, g, NULL, 0, &kp));
     CK(ga.inst(&x, g, 0));
-    uint32_t ran = 0;
+    uint32_t ran = 0, ran_d = 0;
     for (op = 0; op < rounds; op++, ran++)
         CK(ga.launch(x, NULL));
     CK(p_sync());
@@ -624,27 +633,46 @@ static int graph_mode(int rounds, void *h, CUfunction f_fill, CUfunction f_add)
     CK(p_alloc(&big, nb * 4));
     CUresult refused = ga.launch(x, NULL);
     ran += refused == CUDA_SUCCESS;
-    /* Changed after instantiation (same parameters): what it reaches is no longer known. */
-    if (g_setp)
-        (void)g_setp(x, node, &kp);
+    /* The same parameters set on the exec: its reach is still a and c. */
+    CK(g_setp(x, node, &kp));
     CUresult after = ga.launch(x, NULL);
     ran += after == CUDA_SUCCESS;
+    /* New parameters naming a new buffer d (footprint 60 MiB, the reach a and d: 24 MiB), as
+     * XLA's command buffers do before every run: those launches find a and d resident. */
+    CK(p_alloc(&d, n * 4));
+    void *fd[] = {&d, &n, &sd};
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fd, NULL));
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fb, NULL)); /* pushes a or d out */
+    CK(p_sync());
+    addp[1] = &d;
+    CK(g_setp(x, node, &kp));
+    struct ms_fake_stats s0, s1;
+    stats(&s0);
+    for (op = 0; op < rounds; op++, ran_d++) {
+        CK(ga.launch(x, NULL));
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fb, NULL)); /* and again */
+    }
+    CK(p_sync());
+    stats(&s1);
     CK(p_free(big));
     CK(ga.launch(x, NULL));
-    ran++;
+    ran_d++;
     CK(p_sync());
     uint32_t *va = malloc(n * 4);
     CK(p_d2h(va, a, n * 4));
     uint64_t mismatches = 0;
     for (uint64_t k = 0; k < n; k++)
-        mismatches += va[k] != pattern(k, sa) + ran * pattern(k, sc);
+        mismatches += va[k] != pattern(k, sa) + ran * pattern(k, sc) + ran_d * pattern(k, sd);
     free(va);
     CK(ga.xdestroy(x));
     CK(ga.destroy(g));
     CK(p_free(a));
     CK(p_free(c));
-    printf("ENGINE_GRAPH launches=%u refused=%d after_update=%d mismatches=%llu\n", ran,
-           (int)refused, (int)after, (unsigned long long)mismatches);
+    CK(p_free(d));
+    printf("ENGINE_GRAPH launches=%u refused=%d after_update=%d mismatches=%llu "
+           "host_mapped_after_new_params=%llu\n",
+           ran + ran_d, (int)refused, (int)after, (unsigned long long)mismatches,
+           (unsigned long long)(s1.host_mapped_launches - s0.host_mapped_launches));
     return mismatches == 0 ? 0 : 1;
 }
 
@@ -1237,7 +1265,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc > 3 && strcmp(argv[3], "graph") == 0)
-        return graph_mode(ops, h, f_fill, f_add);
+        return graph_mode(ops, h, fh, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "vmm") == 0)
         return vmm_mode(ops, h, fh, f_fill);
     uint64_t mismatches = 0, launches = 0, ooms = 0;
