@@ -14,12 +14,13 @@
  *   What each top-level node reaches is tagged with it. Calls that change an executable graph
  *   after instantiation are followed where they can be: a kernel, copy or memset node's new
  *   parameters (cuGraphExec{Kernel,Memcpy,Memset}NodeSetParams, cuGraphExecNodeSetParams for
- *   a kernel node) replace that node's part of the record; a whole-graph update
+ *   a kernel node) and a child graph node's new graph (cuGraphExecChildGraphNodeSetParams,
+ *   walked) replace that node's part of the record; a whole-graph update
  *   (cuGraphExecUpdate(_v2)) walks the new graph again. XLA's command buffers set their
  *   kernels' parameters before every run: before this, each such graph was unbounded and, under
  *   a budget below the footprint, ran with most of its memory on the host (jax_platform at half
- *   its footprint on an H100: 155 s, 18 s without command buffers). Other changes (child
- *   graphs, batch memory operations, a refused update) make the engine forget the exec: it is
+ *   its footprint on an H100: 155 s, 18 s without command buffers). Other changes (batch
+ *   memory operations, a refused update) make the engine forget the exec: it is
  *   then unbounded (its whole footprint resident at launch), never under-predicted.
  *   Executable graphs made by entry points not hooked here (the legacy cuGraphInstantiate) are
  *   unbounded the same way.
@@ -276,8 +277,19 @@ CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hN
     return rc;
 }
 
-CHANGES_EXEC(cuGraphExecChildGraphNodeSetParams,
-             (CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph child), (hGraphExec, hNode, child))
+/* A child graph node given another graph (XLA's traced commands, such as cuBLAS calls captured
+ * into a graph, are updated this way): that node's part is the new child graph, walked. */
+CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUgraph child)
+{
+    CUresult rc = MS_REAL(cuGraphExecChildGraphNodeSetParams)(hGraphExec, hNode, child);
+    if (rc == CUDA_SUCCESS && ms_engine_active()) {
+        ms_engine_graph_node_reset(hGraphExec, hNode);
+        walk(child, hGraphExec, 1, hNode);
+    }
+    return rc;
+}
+
 CHANGES_EXEC(cuGraphExecBatchMemOpNodeSetParams,
              (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p),
              (hGraphExec, hNode, p))

@@ -8,10 +8,13 @@
  *   (as the driver does), copies and memsets (added by a capture, ms__fk_graph_add_copy /
  *   _fill); dependencies are accepted and ignored (the fake runs nodes in the order they were
  *   added, synchronously, which is one valid order for a graph built in that order).
- *   cuGraphInstantiateWithFlags snapshots the nodes (cuGraphExecKernelNodeSetParams_v2 replaces
- *   a kernel node's parameters in the snapshot); cuGraphLaunch(_ptsz) runs the snapshot's
- *   kernels through the ordinary launch path and its copies and memsets through the ordinary
- *   copy and memset paths (so they count, and fault on non-resident memory, like any
+ *   Child graph nodes (cuGraphAddChildGraphNode) hold their own copy of the child graph, a live
+ *   graph whose nodes have handles (cuGraphChildGraphNodeGetGraph).
+ *   cuGraphInstantiateWithFlags snapshots the nodes, children included
+ *   (cuGraphExecKernelNodeSetParams_v2 replaces a kernel node's parameters in the snapshot,
+ *   cuGraphExecChildGraphNodeSetParams a child's snapshot); cuGraphLaunch(_ptsz) runs the
+ * snapshot's kernels through the ordinary launch path and its copies and memsets through the
+ * ordinary copy and memset paths (so they count, and fault on non-resident memory, like any
  *   command). Handles are checked against live lists. Nodes can be listed (cuGraphGetNodes),
  *   typed (cuGraphNodeGetType) and read back (cuGraphKernelNodeGetParams_v2: kernelParams
  *   point into the graph's copy; cuGraphMemcpyNodeGetParams, cuGraphMemsetNodeGetParams), as
@@ -28,7 +31,7 @@
 
 #define MAX_GRAPHS 256u
 
-enum node_kind { NODE_KERNEL, NODE_COPY, NODE_FILL };
+enum node_kind { NODE_KERNEL, NODE_COPY, NODE_FILL, NODE_CHILD };
 
 struct node {
     enum node_kind kind;
@@ -40,6 +43,10 @@ struct node {
     void *buf;
     size_t bytes;
     void **ptrs; /* kernelParams for cuGraphKernelNodeGetParams: into buf (graphs only) */
+    size_t nptrs;
+    struct fk_graph *child; /* NODE_CHILD: the node's own copy of the child graph (in a graph:
+                               a live graph of its own, whose nodes have handles; in an exec:
+                               a snapshot in no list) */
 };
 
 struct fk_graph {
@@ -67,17 +74,81 @@ static bool put(struct fk_graph **list, struct fk_graph *g)
     return false;
 }
 
+/* Free g, its nodes' buffers and their child graphs (taken off the graph list if on it). */
+static void graph_free(struct fk_graph *g)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        free(g->nodes[i].buf);
+        free(g->nodes[i].ptrs);
+        if (g->nodes[i].child) {
+            for (unsigned k = 0; k < MAX_GRAPHS; k++)
+                if (graphs[k] == g->nodes[i].child)
+                    graphs[k] = NULL;
+            graph_free(g->nodes[i].child);
+        }
+    }
+    free(g->nodes);
+    free(g);
+}
+
 static void drop(struct fk_graph **list, struct fk_graph *g)
 {
     for (unsigned i = 0; i < MAX_GRAPHS; i++)
         if (list[i] == g)
             list[i] = NULL;
-    for (size_t i = 0; i < g->n; i++) {
-        free(g->nodes[i].buf);
-        free(g->nodes[i].ptrs);
+    graph_free(g);
+}
+
+/*
+ * A deep copy of graph g (ms__fk_lock held): buffers copied, children copied too. `listed`: the
+ * copy and its children go on the graph list (a child graph node's own graph, walked through
+ * node handles; kernel nodes get their kernelParams back); else a snapshot for an exec. NULL
+ * when memory or list slots run out.
+ */
+static struct fk_graph *graph_copy(const struct fk_graph *g, bool listed)
+{
+    struct fk_graph *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->nodes = calloc(g->n ? g->n : 1, sizeof(*c->nodes));
+    if (!c->nodes) {
+        free(c);
+        return NULL;
     }
-    free(g->nodes);
-    free(g);
+    c->cap = g->n ? g->n : 1;
+    bool ok = true;
+    for (size_t i = 0; ok && i < g->n; i++) {
+        struct node *d = &c->nodes[i];
+        *d = g->nodes[i];
+        d->buf = NULL;
+        d->ptrs = NULL;
+        d->child = NULL;
+        c->n = i + 1;
+        if (g->nodes[i].buf && (d->buf = malloc(g->nodes[i].bytes)) == NULL)
+            ok = false;
+        else if (g->nodes[i].buf)
+            memcpy(d->buf, g->nodes[i].buf, g->nodes[i].bytes);
+        /* the parameters' offsets from the source's kernelParams (no kernel lookup: the
+         * fake's lock is held) */
+        const struct node *o = &g->nodes[i];
+        if (ok && listed && o->ptrs && o->nptrs) {
+            if ((d->ptrs = calloc(o->nptrs, sizeof(*d->ptrs))) == NULL)
+                ok = false;
+            for (size_t k = 0; ok && k < o->nptrs; k++)
+                d->ptrs[k] = (char *)d->buf + ((char *)o->ptrs[k] - (char *)o->buf);
+        }
+        if (!d->ptrs)
+            d->nptrs = 0;
+        if (ok && g->nodes[i].child && (d->child = graph_copy(g->nodes[i].child, listed)) == NULL)
+            ok = false;
+    }
+    if (ok && listed && !put(graphs, c))
+        ok = false;
+    if (!ok) {
+        graph_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 static int slot_of(struct fk_graph *g)
@@ -175,6 +246,7 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
         }
         for (size_t i = 0; i < np; i++)
             nd.ptrs[i] = (char *)nd.buf + off[i];
+        nd.nptrs = np;
     }
     rc = append(hGraph, &nd, phGraphNode);
     if (rc != CUDA_SUCCESS) {
@@ -182,6 +254,50 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
         free(nd.ptrs);
     }
     return rc;
+}
+
+/* A child graph node: the node gets its own copy of childGraph, as the driver clones it. */
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode *dependencies, size_t numDependencies,
+                                          CUgraph childGraph)
+{
+    (void)dependencies;
+    (void)numDependencies;
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phGraphNode || childGraph == hGraph)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    const struct fk_graph *src = (const struct fk_graph *)childGraph;
+    struct fk_graph *copy = live(graphs, src) ? graph_copy(src, true) : NULL;
+    rc = live(graphs, src) ? (copy ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY)
+                           : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&ms__fk_lock);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct node nd = {.kind = NODE_CHILD, .child = copy};
+    rc = append(hGraph, &nd, phGraphNode);
+    if (rc != CUDA_SUCCESS) {
+        pthread_mutex_lock(&ms__fk_lock);
+        drop(graphs, copy);
+        pthread_mutex_unlock(&ms__fk_lock);
+    }
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct node *nd = phGraph ? node_of(hNode) : NULL;
+    bool ok = nd && nd->kind == NODE_CHILD;
+    if (ok)
+        *phGraph = (CUgraph)nd->child;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult ms__fk_graph_add_copy(CUgraph g, uint64_t dst, uint64_t src, uint64_t bytes)
@@ -230,9 +346,10 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     pthread_mutex_lock(&ms__fk_lock);
     struct node *nd = type ? node_of(hNode) : NULL;
     if (nd)
-        *type = nd->kind == NODE_COPY   ? CU_GRAPH_NODE_TYPE_MEMCPY
-                : nd->kind == NODE_FILL ? CU_GRAPH_NODE_TYPE_MEMSET
-                                        : CU_GRAPH_NODE_TYPE_KERNEL;
+        *type = nd->kind == NODE_COPY    ? CU_GRAPH_NODE_TYPE_MEMCPY
+                : nd->kind == NODE_FILL  ? CU_GRAPH_NODE_TYPE_MEMSET
+                : nd->kind == NODE_CHILD ? CU_GRAPH_NODE_TYPE_GRAPH
+                                         : CU_GRAPH_NODE_TYPE_KERNEL;
     pthread_mutex_unlock(&ms__fk_lock);
     return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -318,36 +435,18 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
         return rc;
     if (!phGraphExec || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    struct fk_graph *e = calloc(1, sizeof(*e));
-    if (!e)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct fk_graph *e = NULL;
     pthread_mutex_lock(&ms__fk_lock);
     struct fk_graph *g = (struct fk_graph *)hGraph;
-    if (!live(graphs, g)) {
+    if (!live(graphs, g))
         rc = CUDA_ERROR_INVALID_VALUE;
-    } else {
-        e->nodes = calloc(g->n ? g->n : 1, sizeof(*e->nodes));
-        for (size_t i = 0; e->nodes && i < g->n; i++) {
-            e->nodes[i] = g->nodes[i];
-            e->nodes[i].buf = NULL;
-            e->nodes[i].ptrs = NULL;
-            if (g->nodes[i].buf && (e->nodes[i].buf = malloc(g->nodes[i].bytes)) != NULL)
-                memcpy(e->nodes[i].buf, g->nodes[i].buf, g->nodes[i].bytes);
-            else if (g->nodes[i].buf)
-                rc = CUDA_ERROR_OUT_OF_MEMORY;
-            e->n = i + 1;
-        }
-        if (!e->nodes || rc != CUDA_SUCCESS || !put(execs, e))
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    else if ((e = graph_copy(g, false)) == NULL || !put(execs, e))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc != CUDA_SUCCESS && e)
+        graph_free(e);
     pthread_mutex_unlock(&ms__fk_lock);
-    if (rc != CUDA_SUCCESS) {
-        for (size_t i = 0; i < e->n; i++)
-            free(e->nodes[i].buf);
-        free(e->nodes);
-        free(e);
+    if (rc != CUDA_SUCCESS)
         return rc;
-    }
     *phGraphExec = (CUgraphExec)e;
     return CUDA_SUCCESS;
 }
@@ -395,6 +494,55 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
     return rc;
 }
 
+/* A child graph node of an executable graph given another graph: its snapshot replaced. */
+CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUgraph childGraph)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct fk_graph *e = (struct fk_graph *)hGraphExec;
+    uint64_t idx = ((uint64_t)(uintptr_t)hNode & 0xffffffffu) - 1;
+    if (!live(execs, e) || !node_of(hNode) || idx >= e->n || e->nodes[idx].kind != NODE_CHILD ||
+        !live(graphs, childGraph)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        struct fk_graph *snap = graph_copy((const struct fk_graph *)childGraph, false);
+        if (!snap) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            graph_free(e->nodes[idx].child);
+            e->nodes[idx].child = snap;
+        }
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return rc;
+}
+
+/* Run a snapshot's nodes in order (children within). */
+static CUresult run_nodes(const struct fk_graph *e, CUstream hStream)
+{
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t i = 0; i < e->n && rc == CUDA_SUCCESS; i++) {
+        const struct node *nd = &e->nodes[i];
+        if (nd->kind == NODE_CHILD)
+            rc = run_nodes(nd->child, hStream);
+        else if (nd->kind == NODE_COPY)
+            rc = cuMemcpyDtoDAsync_v2(nd->dst, nd->src, nd->n, hStream);
+        else if (nd->kind == NODE_FILL && nd->elem == 1)
+            rc = cuMemsetD8Async(nd->dst, (unsigned char)nd->value, nd->n, hStream);
+        else if (nd->kind == NODE_FILL && nd->elem == 2)
+            rc = cuMemsetD16Async(nd->dst, (unsigned short)nd->value, nd->n, hStream);
+        else if (nd->kind == NODE_FILL)
+            rc = cuMemsetD32Async(nd->dst, nd->value, nd->n, hStream);
+        else
+            rc = ms__fk_launch_packed(nd->f, nd->grid, nd->block, nd->smem, hStream, nd->buf,
+                                      nd->bytes);
+    }
+    return rc;
+}
+
 static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream)
 {
     CUresult rc = ms__fk_ready();
@@ -412,21 +560,7 @@ static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream)
         return CUDA_ERROR_INVALID_VALUE;
     /* The exec is not destroyed while it runs (destroying a launched exec is the caller's
      * error with the real driver too). */
-    for (size_t i = 0; i < e->n && rc == CUDA_SUCCESS; i++) {
-        const struct node *nd = &e->nodes[i];
-        if (nd->kind == NODE_COPY)
-            rc = cuMemcpyDtoDAsync_v2(nd->dst, nd->src, nd->n, hStream);
-        else if (nd->kind == NODE_FILL && nd->elem == 1)
-            rc = cuMemsetD8Async(nd->dst, (unsigned char)nd->value, nd->n, hStream);
-        else if (nd->kind == NODE_FILL && nd->elem == 2)
-            rc = cuMemsetD16Async(nd->dst, (unsigned short)nd->value, nd->n, hStream);
-        else if (nd->kind == NODE_FILL)
-            rc = cuMemsetD32Async(nd->dst, nd->value, nd->n, hStream);
-        else
-            rc = ms__fk_launch_packed(nd->f, nd->grid, nd->block, nd->smem, hStream, nd->buf,
-                                      nd->bytes);
-    }
-    return rc;
+    return run_nodes(e, hStream);
 }
 
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)

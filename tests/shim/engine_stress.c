@@ -25,6 +25,13 @@
  *          Prints "ENGINE_GRAPH launches=N refused=R after_update=U mismatches=M
  *          host_mapped_after_new_params=H" (H: launches after the new parameters that the fake
  *          saw pass a pointer into a host chunk: the graph's new reach was not made resident).
+ *   graph-child: a graph of one child graph node whose graph adds c (12 MiB) to a, launched ops
+ *          times, each launch followed by a fill of a 24 MiB buffer that pushes a and c out
+ *          (under a 40 MiB budget); then the exec's child node given a graph that adds d
+ *          instead (cuGraphExecChildGraphNodeSetParams, as XLA updates traced commands), ops
+ *          times the same. Prints "ENGINE_GRAPH_CHILD launches=N mismatches=M host_mapped=H"
+ *          (H: kernel launches with a pointer on a host chunk: 0 when the graph's reach,
+ *          child included, was followed).
  *          With STRESS_EXIT_RELEASE_MS=N set, the cycle ends as a CUDA runtime program exits:
  *          the buffers stay allocated, the primary context is released, and the process
  *          lingers N ms before main returns. With STRESS_EXIT_LINGER_MS=M set, it lingers M ms
@@ -676,6 +683,89 @@ static int graph_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfuncti
     return mismatches == 0 ? 0 : 1;
 }
 
+/* The "graph-child" mode (see the header). */
+static int graph_child_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add)
+{
+    struct graph_api ga;
+    if (load_graph_api(h, &ga))
+        return 1;
+    CUresult (*add_child)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph);
+    CUresult (*set_child)(CUgraphExec, CUgraphNode, CUgraph);
+    ms_fake_get_stats_fn stats;
+    int op = -2;
+    *(void **)&add_child = dlsym(h, "cuGraphAddChildGraphNode");
+    *(void **)&set_child = dlsym(h, "cuGraphExecChildGraphNodeSetParams");
+    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
+    if (!add_child || !set_child || !stats) {
+        printf("FAIL: no child graph calls or ms_fake_get_stats\n");
+        return 1;
+    }
+    uint64_t n = 3u * MIB, nb = 6u * MIB; /* words: 12 MiB and 24 MiB */
+    CUdeviceptr a, c, d, big;
+    uint32_t sa = 11, sc = 22, sd = 44, sb = 33;
+    CK(p_alloc(&a, n * 4));
+    CK(p_alloc(&c, n * 4));
+    CK(p_alloc(&d, n * 4));
+    CK(p_alloc(&big, nb * 4));
+    void *fa[] = {&a, &n, &sa}, *fc[] = {&c, &n, &sc}, *fd[] = {&d, &n, &sd},
+         *fb[] = {&big, &nb, &sb};
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL));
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fc, NULL));
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fd, NULL));
+    /* A child graph adding c to a, in a parent graph of that one node. */
+    void *addc[] = {&a, &c, &n}, *addd[] = {&a, &d, &n};
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof(kp));
+    kp.func = f_add;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = addc;
+    CUgraph child_c, child_d, parent;
+    CUgraphNode kn, cn;
+    CUgraphExec x;
+    CK(ga.create(&child_c, 0));
+    CK(ga.add(&kn, child_c, NULL, 0, &kp));
+    kp.kernelParams = addd;
+    CK(ga.create(&child_d, 0));
+    CK(ga.add(&kn, child_d, NULL, 0, &kp));
+    CK(ga.create(&parent, 0));
+    CK(add_child(&cn, parent, NULL, 0, child_c));
+    CK(ga.inst(&x, parent, 0));
+    uint32_t ran_c = 0, ran_d = 0;
+    struct ms_fake_stats s0, s1;
+    stats(&s0);
+    for (op = 0; op < rounds; op++, ran_c++) {
+        CK(ga.launch(x, NULL));
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fb, NULL)); /* pushes a, c out */
+    }
+    /* The exec's child node given the graph that adds d: its reach is a and d now. */
+    CK(set_child(x, cn, child_d));
+    for (op = 0; op < rounds; op++, ran_d++) {
+        CK(ga.launch(x, NULL));
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fb, NULL));
+    }
+    CK(p_sync());
+    stats(&s1);
+    uint32_t *va = malloc(n * 4);
+    CK(p_d2h(va, a, n * 4));
+    uint64_t mismatches = 0;
+    for (uint64_t k = 0; k < n; k++)
+        mismatches += va[k] != pattern(k, sa) + ran_c * pattern(k, sc) + ran_d * pattern(k, sd);
+    free(va);
+    CK(ga.xdestroy(x));
+    CK(ga.destroy(parent));
+    CK(ga.destroy(child_c));
+    CK(ga.destroy(child_d));
+    CK(p_free(a));
+    CK(p_free(c));
+    CK(p_free(d));
+    CK(p_free(big));
+    printf("ENGINE_GRAPH_CHILD launches=%u mismatches=%llu host_mapped=%llu\n", ran_c + ran_d,
+           (unsigned long long)mismatches,
+           (unsigned long long)(s1.host_mapped_launches - s0.host_mapped_launches));
+    return mismatches == 0 ? 0 : 1;
+}
+
 static long release_linger_ms = -1; /* STRESS_EXIT_RELEASE_MS */
 static long exit_linger_ms;         /* STRESS_EXIT_LINGER_MS */
 
@@ -1266,6 +1356,8 @@ int main(int argc, char **argv)
     }
     if (argc > 3 && strcmp(argv[3], "graph") == 0)
         return graph_mode(ops, h, fh, f_fill, f_add);
+    if (argc > 3 && strcmp(argv[3], "graph-child") == 0)
+        return graph_child_mode(ops, h, fh, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "vmm") == 0)
         return vmm_mode(ops, h, fh, f_fill);
     uint64_t mismatches = 0, launches = 0, ooms = 0;

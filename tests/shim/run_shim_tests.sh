@@ -741,6 +741,22 @@ else
     fail engine/graph-budget "rc=$rc $(grep -E 'ENGINE|engine|FAIL|refused' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# A graph of one child graph node, the exec's child given another graph (cuGraphExecChildGraph-
+# NodeSetParams, as XLA updates the commands it traced into child graphs): the reach follows
+# the new child, so no launch runs with a pointer on a host chunk while a fill pushes its
+# buffers out between launches (before: 5 unbounded launches, 5 on the host). Direct too.
+out=$(env LD_LIBRARY_PATH="$FAKEDIR" timeout 60 "$T/engine_stress" 5 1 graph-child 2>&1)
+out2=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 timeout 120 "$T/engine_stress" 5 1 graph-child 2>&1)
+rc=$?
+if grep -q "ENGINE_GRAPH_CHILD launches=10 mismatches=0 host_mapped=0" <<<"$out" && [ $rc -eq 0 ] &&
+    grep -q "ENGINE_GRAPH_CHILD launches=10 mismatches=0 host_mapped=0" <<<"$out2" &&
+    grep -q " 0 unbounded launches" <<<"$out2"; then
+    pass "engine/graph-child (a child graph node given a new graph: its reach followed)"
+else
+    fail engine/graph-child "rc=$rc $(grep -E 'ENGINE|engine \(|FAIL' <<<"$out$out2" | tail -n 3 | tr '\n' ' ')"
+fi
+
 # The application's own VMM memory (reserve, cuMemCreate, cuMemMap, cuMemSetAccess over many
 # mappings at once): 96 MiB of mappings under the 40 MiB budget are virtualized (faults and
 # evictions happen; a chunk off the device is mapped to its host chunk), the data is
