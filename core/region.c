@@ -7,8 +7,9 @@
  * leaves the table as it was.
  *
  * The state machine is one transition table: next[state][event], MS_CS_COUNT where refused.
- * Residency accounting (resident_bytes, count[]) is updated only in ms_chunk_apply and
- * ms_region_add/remove, so I5 and I6 hold by construction; ms_rtable_check recomputes them.
+ * Residency accounting (resident_bytes, count[]) is updated only in ms_chunk_apply, its inline
+ * TOUCH ms_chunk_touch (region.h) and ms_region_add/remove, so I5 and I6 hold by construction;
+ * ms_rtable_check recomputes them.
  */
 #include "region.h"
 

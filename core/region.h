@@ -247,6 +247,22 @@ static inline bool ms_chunk_state_ready(enum ms_chunk_state s)
 }
 const char *ms_chunk_state_name(enum ms_chunk_state s);
 
+/* TOUCH of a CLEAN or DIRTY chunk (every admitted command's, per chunk it names), inline:
+ * exactly what ms_chunk_apply(rt, id, MS_CE_TOUCH) does for those states; MS_E_STATE and no
+ * change for any other state. */
+static inline int ms_chunk_touch(struct ms_rtable *rt, struct ms_chunk *c)
+{
+    if (c->state == MS_CS_CLEAN) {
+        rt->count[MS_CS_CLEAN]--;
+        rt->count[MS_CS_DIRTY]++;
+        c->state = MS_CS_DIRTY;
+    } else if (c->state != MS_CS_DIRTY) {
+        return MS_E_STATE;
+    }
+    c->last_use = ++rt->clock;
+    return MS_OK;
+}
+
 /* Advance the logical clock and return its new value. */
 uint64_t ms_rtable_tick(struct ms_rtable *rt);
 

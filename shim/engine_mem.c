@@ -278,16 +278,16 @@ void ms__eng_admitted(const struct ms_chunk_set *need)
     uint64_t missed = 0;
     uint32_t last = UINT32_MAX;
     for (size_t i = 0; i < need->n; i++) {
-        const struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
-        if (c && !ms_chunk_state_ready((enum ms_chunk_state)c->state)) {
-            /* Always mapped (a chunk that must be resident was made so): runs on the host. */
+        struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
+        /* Ready: touched (inline, one pass). Otherwise always mapped (a chunk that must be
+         * resident was made so): runs on the host, a miss; TOUCH does not apply. */
+        if (c && ms_chunk_touch(&E.rt, c) != MS_OK) {
             missed++;
             uint32_t reg = MS_CHUNK_REGION(need->ids[i]);
             if (reg != last && reg < E.nrefs)
                 E.refs[reg].misses++;
             last = reg;
         }
-        ms_chunk_apply(&E.rt, need->ids[i], MS_CE_TOUCH);
     }
     if (missed) {
         E.st.miss_cmds++;
