@@ -59,6 +59,25 @@ void ms_history_append(struct ms_history *h, const struct ms_chunk_set *s)
         ms_chunk_id id = s->ids[i];
         if (i > 0 && id <= s->ids[i - 1])
             from_s = 0; /* not ascending: scan again from here on */
+        if (from_s >= win) {
+            /* The rest of this ascending run cannot be among recent[]: copied as a block. */
+            size_t j = i + 1;
+            while (j < s->n && s->ids[j] > s->ids[j - 1])
+                j++;
+            for (size_t k = i; k < j;) {
+                size_t m = MS_MIN(j - k, (size_t)(h->cap - pos));
+                memcpy(&h->ring[pos], &s->ids[k], m * sizeof(*h->ring));
+                k += m;
+                pos = pos + m == h->cap ? 0 : (uint32_t)(pos + m);
+            }
+            h->seq += j - i;
+            for (size_t k = j - MS_MIN(j - i, win); k < j; k++) {
+                recent[top] = s->ids[k];
+                top = top + 1 == win ? 0 : top + 1;
+            }
+            i = j - 1;
+            continue;
+        }
         bool seen = false;
         for (size_t k = 0; from_s < win && k < nrecent; k++)
             seen |= recent[k] == id;

@@ -217,37 +217,41 @@ static void held_key_create(void)
         held_key = (pthread_key_t)-1;
 }
 
-/* Pin `need` for this thread's command (lock held). */
+/* Pin `need` for this thread's command (lock held). `held` is reached once per call (a
+ * thread-local of a shared library costs a __tls_get_addr per access). */
 static int pin_held(const struct ms_chunk_set *need)
 {
-    if (!held.ids && need->n) {
+    struct ms_chunk_set *h = &held;
+    if (!h->ids && need->n) {
         pthread_once(&held_once, held_key_create);
         if (held_key != (pthread_key_t)-1)
-            pthread_setspecific(held_key, &held);
+            pthread_setspecific(held_key, h);
     }
+    if (ms_grow((void **)&h->ids, &h->cap, h->n + need->n, sizeof(*h->ids)) != MS_OK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t n0 = h->n;
     for (size_t i = 0; i < need->n; i++) {
         struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
         if (!c)
             continue;
-        if (ms_chunk_set_add(&held, need->ids[i]) != MS_OK)
-            return CUDA_ERROR_OUT_OF_MEMORY;
+        h->ids[h->n++] = need->ids[i];
         c->pins++;
-        E.pinned++;
     }
+    E.pinned += h->n - n0;
     return CUDA_SUCCESS;
 }
 
 /* Drop this thread's pins (lock held). */
 static void unpin_held(void)
 {
-    for (size_t i = 0; i < held.n; i++) {
-        struct ms_chunk *c = ms_chunk_get(&E.rt, held.ids[i]);
+    struct ms_chunk_set *h = &held;
+    for (size_t i = 0; i < h->n; i++) {
+        struct ms_chunk *c = ms_chunk_get(&E.rt, h->ids[i]);
         if (c && c->pins)
             c->pins--;
-        if (E.pinned)
-            E.pinned--;
     }
-    ms_chunk_set_clear(&held);
+    E.pinned -= MS_MIN(E.pinned, (uint64_t)h->n);
+    ms_chunk_set_clear(h);
     pthread_cond_broadcast(&E.unpinned);
 }
 
@@ -336,16 +340,20 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
     /* A command on a stream being captured is recorded into a graph, not run: nothing to make
      * resident now (the graph's launches are gated on its reach), and a fault's synchronization
      * would invalidate the capture (on the H200: cuBLAS inside torch.cuda.graph failed). */
-    if ((E.strict || !ms__eng_all_ready(need)) && ms_client_capturing(s))
+    bool ready = ms__eng_all_ready(need);
+    if ((E.strict || !ready) && ms_client_capturing(s))
         return ms__eng_cuerr(ms__eng_map_empty_host(need));
-    if (E.strict && (rc = strict_evict(need)) != CUDA_SUCCESS)
-        return rc;
+    if (E.strict) {
+        if ((rc = strict_evict(need)) != CUDA_SUCCESS)
+            return rc;
+        ready = ms__eng_all_ready(need);
+    }
     /* Waiting for another thread's pins releases the lock, and `need` may be the shared
      * scratch: wait with a copy of it. */
     struct ms_chunk_set own;
     ms_chunk_set_init(&own);
     for (int tries = 0;; tries++) {
-        rc = ms__eng_all_ready(need) ? CUDA_SUCCESS : fault(need, unbounded);
+        rc = ready ? CUDA_SUCCESS : fault(need, unbounded);
         if (rc != RETRY_AFTER_UNPIN)
             break;
         if (need != &own) {
@@ -357,6 +365,7 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
             need = &own;
         }
         wait_unpinned();
+        ready = ms__eng_all_ready(need);
     }
     if (rc == CUDA_SUCCESS) {
         ms__eng_admitted(need);

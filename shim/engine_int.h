@@ -235,6 +235,9 @@ MS_HIDDEN int ms__eng_host_trim(void);
 /* The host memory limit (MSCHED_HOST_LIMIT, default half the RAM; 0: none). */
 MS_HIDDEN uint64_t ms__eng_host_limit(void);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
+/* Add to a normalized set the VMM mappings near its VMM mappings / the regions its pointer
+ * tables reference; normalized again on return (not re-sorted when nothing was added: a launch
+ * naming a large allocation pays no extra pass). Lock held; MS_E_NOMEM. */
 MS_HIDDEN int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s);
 MS_HIDDEN int ms__eng_add_refs(struct ms_chunk_set *s);
 MS_HIDDEN int ms__eng_need_everything(void);

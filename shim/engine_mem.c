@@ -199,17 +199,31 @@ static bool has_empty(const struct ms_region *r)
     return false;
 }
 
+/* End of the run of ids of one region that starts at s->ids[i] (s normalized up to n): one
+ * binary search, so a set naming a large allocation is walked region by region, not id by id. */
+static size_t region_run_end(const struct ms_chunk_set *s, size_t i, size_t n)
+{
+    uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
+    size_t lo = i + 1, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (MS_CHUNK_REGION(s->ids[mid]) == reg)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
 {
     size_t n = s->n;
-    uint32_t last = UINT32_MAX;
     uint64_t reach = E.budget ? MS_MIN(VMM_REACH, E.budget / 8) : VMM_REACH;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i = region_run_end(s, i, n)) {
         uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
         const struct ms_region *r = ms_region_get(&E.rt, reg);
-        if (reg == last || !r || r->kind != MS_RK_VMM)
+        if (!r || r->kind != MS_RK_VMM)
             continue;
-        last = reg;
         uint64_t end = r->base + MS_ROUND_UP(r->size, MS_GRAN);
         /* Running alone without fallback mappings (the common case) only the reach is walked: a
          * launch costs a few lookups, not one per mapping of a segment that may hold thousands.
@@ -239,7 +253,8 @@ int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
             }
         }
     }
-    ms_chunk_set_normalize(s);
+    if (s->n > n)
+        ms_chunk_set_normalize(s);
     return MS_OK;
 }
 
@@ -247,19 +262,18 @@ int ms__eng_add_vmm_neighbors(struct ms_chunk_set *s)
 int ms__eng_add_refs(struct ms_chunk_set *s)
 {
     size_t n = s->n;
-    uint32_t last = UINT32_MAX;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i = region_run_end(s, i, n)) {
         uint32_t reg = MS_CHUNK_REGION(s->ids[i]);
-        if (reg == last || reg >= E.nrefs)
+        if (reg >= E.nrefs)
             continue;
-        last = reg;
         for (uint32_t k = 0; k < E.refs[reg].n; k++) {
             int e = ms__eng_add_region_chunks(s, E.refs[reg].region[k]);
             if (e)
                 return e;
         }
     }
-    ms_chunk_set_normalize(s);
+    if (s->n > n)
+        ms_chunk_set_normalize(s);
     return MS_OK;
 }
 
