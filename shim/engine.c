@@ -708,6 +708,18 @@ void ms_engine_exit(bool verbose)
             (unsigned long long)s.unbounded, (unsigned long long)(s.bytes_in / MS_MIB),
             (unsigned long long)(s.bytes_out / MS_MIB),
             (unsigned long long)(s.bytes_dropped / MS_MIB), (double)s.migrate_ns / 1e9);
+    ms_lock(&E.lock);
+    uint64_t gnorec = E.graph_norec, gunb = E.graph_unb, gfreed = E.graph_freed;
+    if (gnorec + gunb + gfreed)
+        fprintf(stderr,
+                "msched[%d]: graphs: %llu launches gated, %llu records made; of unknown reach: "
+                "%llu without a record (last dropped by %s), %llu with a node not followed "
+                "(first: %s), %llu reaching memory freed since\n",
+                (int)getpid(), (unsigned long long)E.graph_gates, (unsigned long long)E.graph_walks,
+                (unsigned long long)gnorec, E.forget_why ? E.forget_why : "none",
+                (unsigned long long)gunb, E.graph_why[0] ? E.graph_why : "none",
+                (unsigned long long)gfreed);
+    ms_unlock(&E.lock);
     if (s.small_allocs)
         fprintf(stderr,
                 "msched[%d]: small allocations: %llu packed into slabs of 2 MiB, at most %llu "

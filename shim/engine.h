@@ -84,7 +84,7 @@ int ms_engine_gate_unbounded(struct ms_shim_stream s);
  * CUDA graphs. At instantiation the hooks walk the graph and tell the engine what its nodes
  * reach: ms_engine_graph_begin(exec) starts (or restarts) the record, then one call per kernel
  * node (its launch, as a launch hook would build it) or per device address of a copy or memset
- * node, or ms_engine_graph_unbounded(exec) for a node whose reach cannot be known. The record
+ * node, or ms_engine_graph_unbounded(exec, ...) for a node whose reach cannot be known. The record
  * keeps the regions reached (the whole region, as for launches, plus what their pointer tables
  * reference at launch time). ms_engine_gate_graph gates a launch of exec on that union; an exec
  * without a record (instantiated before the engine started, by an entry point not hooked, or
@@ -101,8 +101,10 @@ void ms_engine_graph_begin(const void *exec);
 void ms_engine_graph_add_launch(const void *exec, const void *node, const struct ms_shim_launch *l);
 void ms_engine_graph_add_addr(const void *exec, const void *node, uint64_t addr);
 void ms_engine_graph_node_reset(const void *exec, const void *node);
-void ms_engine_graph_unbounded(const void *exec);
-void ms_engine_graph_forget(const void *exec);
+/* why: what could not be followed (a static string, or NULL for a destroyed exec; code: a node
+ * type, or -1), kept for the exit summary. */
+void ms_engine_graph_unbounded(const void *exec, const char *why, int code);
+void ms_engine_graph_forget(const void *exec, const char *why);
 int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s);
 /* Two ranges resident at once (a device-to-device copy's both sides). */
 int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,

@@ -22,6 +22,18 @@ static struct graph_reach *graph_find(const void *exec)
     return NULL;
 }
 
+/* g cannot be bounded: the first reason is kept for the exit summary (lock held). */
+static void graph_unbound(struct graph_reach *g, const char *why, int code)
+{
+    if (!g->unbounded && !E.graph_why[0]) {
+        if (code >= 0)
+            snprintf(E.graph_why, sizeof(E.graph_why), "%s %d", why, code);
+        else
+            snprintf(E.graph_why, sizeof(E.graph_why), "%s", why);
+    }
+    g->unbounded = true;
+}
+
 /* Note region id in the graph's reach for `node`: whole, or (whole false) through the chunks
  * its template predicted, appended to g->chunks by the caller. A region a node names whole
  * stays whole. A node's entries are appended together (one walk step, or a node's new
@@ -40,7 +52,7 @@ static void graph_add_region_as(struct graph_reach *g, const void *node, uint32_
         uint32_t cap = g->cap ? g->cap * 2 : 8;
         void *p = ms_realloc(g->reg, cap * sizeof(*g->reg));
         if (!p) {
-            g->unbounded = true; /* cannot remember: fall back to everything */
+            graph_unbound(g, "out of memory", -1); /* cannot remember: fall back to everything */
             return;
         }
         g->reg = p;
@@ -102,6 +114,7 @@ void ms_engine_graph_begin(const void *exec)
         g->n = 0;
         g->nchunks = 0;
         g->unbounded = false;
+        E.graph_walks++;
     }
     ms_unlock(&E.lock);
 }
@@ -113,7 +126,10 @@ void ms_engine_graph_add_launch(const void *exec, const void *node, const struct
     ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
     if (g && (!l->params_known || !l->layout || l->kind == MS_SHIM_LAUNCH_COOP)) {
-        g->unbounded = true;
+        graph_unbound(g,
+                      l->kind == MS_SHIM_LAUNCH_COOP ? "a cooperative kernel node"
+                                                     : "a kernel node of unknown parameters",
+                      -1);
     } else if (g) {
         struct ms_launch ml = {.task = 0,
                                .params = l->params,
@@ -125,7 +141,7 @@ void ms_engine_graph_add_launch(const void *exec, const void *node, const struct
         int n = tk ? ms_predict_launch_tmpl(&E.rt, &ml, tk, &E.scratch)
                    : ms_predict_launch(&E.rt, &ml, &E.scratch);
         if (n < 0)
-            g->unbounded = true;
+            graph_unbound(g, "a kernel node's prediction failed", -1);
         /* per region in the (sorted) set: whole when every chunk is named, else its chunks */
         for (size_t i = 0, j; !g->unbounded && i < E.scratch.n; i = j) {
             uint32_t id = MS_CHUNK_REGION(E.scratch.ids[i]);
@@ -177,23 +193,25 @@ void ms_engine_graph_node_reset(const void *exec, const void *node)
     ms_unlock(&E.lock);
 }
 
-void ms_engine_graph_unbounded(const void *exec)
+void ms_engine_graph_unbounded(const void *exec, const char *why, int code)
 {
     if (!ms__eng_is_active())
         return;
     ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
     if (g)
-        g->unbounded = true;
+        graph_unbound(g, why, code);
     ms_unlock(&E.lock);
 }
 
-void ms_engine_graph_forget(const void *exec)
+void ms_engine_graph_forget(const void *exec, const char *why)
 {
     if (!ms__eng_is_active())
         return;
     ms_lock(&E.lock);
     struct graph_reach *g = graph_find(exec);
+    if (g && why)
+        E.forget_why = why;
     if (g) {
         ms_free(g->reg);
         ms_free(g->chunks);
@@ -210,6 +228,9 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
     ms_chunk_set_clear(&E.need);
     struct graph_reach *g = graph_find(exec);
     bool unbounded = !g || g->unbounded;
+    E.graph_gates++;
+    E.graph_norec += !g;
+    E.graph_unb += g && g->unbounded;
     for (uint32_t i = 0; g && !unbounded && i < g->n; i++) {
         const struct ms_region *r = ms_region_get(&E.rt, g->reg[i].id);
         if (!r || !r->live || r->base != g->reg[i].base) {
@@ -223,6 +244,7 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
                 g->reg[i].id = id;
                 g->reg[i].whole = true; /* the template's chunks were the old region's */
             } else {
+                E.graph_freed++;
                 unbounded = true;
                 break;
             }

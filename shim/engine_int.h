@@ -132,6 +132,12 @@ struct ms_engine_state {
     struct ms_plan plan;
     struct graph_reach *graphs;
     size_t ngraphs, capgraphs;
+    /* Graph launches gated, and of those of unknown reach, why (the exit summary's "graphs"
+     * line): without a record, with a record that could not bound a node (graph_why: the first
+     * such node), reaching memory freed since; forget_why: the last call that dropped a record. */
+    uint64_t graph_gates, graph_walks, graph_norec, graph_unb, graph_freed;
+    char graph_why[96];
+    const char *forget_why;
     struct ms_engine_stats st;
     int acc_state; /* 0 not asked, 1 to start (outside the lock), 2 started or refused */
     /* Running alone: chunks an admitted command uses stay pinned (ms_chunk.pins) until its

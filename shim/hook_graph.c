@@ -60,20 +60,23 @@ static void walk(CUgraph g, const void *exec, int depth, const void *top)
 {
     size_t n = 0;
     if (depth > MAX_DEPTH || MS_REAL(cuGraphGetNodes)(g, NULL, &n) != CUDA_SUCCESS) {
-        ms_engine_graph_unbounded(exec);
+        ms_engine_graph_unbounded(exec,
+                                  depth > MAX_DEPTH ? "child graphs nested deeper than"
+                                                    : "cuGraphGetNodes failed at depth",
+                                  depth);
         return;
     }
     CUgraphNode *nodes = n ? ms_calloc(n, sizeof(*nodes)) : NULL;
     if (n && (!nodes || MS_REAL(cuGraphGetNodes)(g, nodes, &n) != CUDA_SUCCESS)) {
         ms_free(nodes);
-        ms_engine_graph_unbounded(exec);
+        ms_engine_graph_unbounded(exec, "cuGraphGetNodes failed at depth", depth);
         return;
     }
     for (size_t i = 0; i < n; i++) {
         const void *tag = top ? top : (const void *)nodes[i];
         CUgraphNodeType t;
         if (MS_REAL(cuGraphNodeGetType)(nodes[i], &t) != CUDA_SUCCESS) {
-            ms_engine_graph_unbounded(exec);
+            ms_engine_graph_unbounded(exec, "cuGraphNodeGetType failed", -1);
             break;
         }
         switch (t) {
@@ -82,7 +85,7 @@ static void walk(CUgraph g, const void *exec, int depth, const void *top)
             memset(&p, 0, sizeof(p));
             if (MS_REAL(cuGraphKernelNodeGetParams_v2)(nodes[i], &p) != CUDA_SUCCESS || p.extra ||
                 (!p.func && !p.kern)) {
-                ms_engine_graph_unbounded(exec);
+                ms_engine_graph_unbounded(exec, "a kernel node without readable parameters", -1);
                 break;
             }
             add_kernel(exec, tag, &p);
@@ -92,7 +95,7 @@ static void walk(CUgraph g, const void *exec, int depth, const void *top)
             CUDA_MEMCPY3D c;
             memset(&c, 0, sizeof(c));
             if (MS_REAL(cuGraphMemcpyNodeGetParams)(nodes[i], &c) != CUDA_SUCCESS) {
-                ms_engine_graph_unbounded(exec);
+                ms_engine_graph_unbounded(exec, "cuGraphMemcpyNodeGetParams failed", -1);
                 break;
             }
             if (c.srcMemoryType == CU_MEMORYTYPE_DEVICE || c.srcMemoryType == CU_MEMORYTYPE_UNIFIED)
@@ -105,7 +108,7 @@ static void walk(CUgraph g, const void *exec, int depth, const void *top)
             CUDA_MEMSET_NODE_PARAMS m;
             memset(&m, 0, sizeof(m));
             if (MS_REAL(cuGraphMemsetNodeGetParams)(nodes[i], &m) != CUDA_SUCCESS)
-                ms_engine_graph_unbounded(exec);
+                ms_engine_graph_unbounded(exec, "cuGraphMemsetNodeGetParams failed", -1);
             else
                 ms_engine_graph_add_addr(exec, tag, m.dst);
             break;
@@ -113,7 +116,7 @@ static void walk(CUgraph g, const void *exec, int depth, const void *top)
         case CU_GRAPH_NODE_TYPE_GRAPH: {
             CUgraph child;
             if (MS_REAL(cuGraphChildGraphNodeGetGraph)(nodes[i], &child) != CUDA_SUCCESS)
-                ms_engine_graph_unbounded(exec);
+                ms_engine_graph_unbounded(exec, "cuGraphChildGraphNodeGetGraph failed", -1);
             else
                 walk(child, exec, depth + 1, tag);
             break;
@@ -126,7 +129,7 @@ static void walk(CUgraph g, const void *exec, int depth, const void *top)
         case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
         case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
         case CU_GRAPH_NODE_TYPE_MEM_FREE: break;
-        default: ms_engine_graph_unbounded(exec); break;
+        default: ms_engine_graph_unbounded(exec, "a node of type", (int)t); break;
         }
     }
     ms_free(nodes);
@@ -166,7 +169,7 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUg
 
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
-    ms_engine_graph_forget(hGraphExec);
+    ms_engine_graph_forget(hGraphExec, NULL);
     return MS_REAL(cuGraphExecDestroy)(hGraphExec);
 }
 
@@ -175,7 +178,7 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 #define CHANGES_EXEC(name, params, args)                                                           \
     CUresult CUDAAPI name params                                                                   \
     {                                                                                              \
-        ms_engine_graph_forget(hGraphExec);                                                        \
+        ms_engine_graph_forget(hGraphExec, #name);                                                 \
         return MS_REAL(name) args;                                                                 \
     }
 
@@ -188,7 +191,8 @@ static void kernel_params_set(CUresult rc, CUgraphExec x, CUgraphNode node,
         return;
     ms_engine_graph_node_reset(x, node);
     if (!p || p->extra || (!p->func && !p->kern))
-        ms_engine_graph_unbounded(x);
+        ms_engine_graph_unbounded(x, "new kernel node parameters without a function or with extra",
+                                  -1);
     else
         add_kernel(x, node, p);
 }
@@ -272,7 +276,7 @@ CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hN
                                      .ctx = k->ctx};
         kernel_params_set(rc, hGraphExec, hNode, &q);
     } else {
-        ms_engine_graph_forget(hGraphExec);
+        ms_engine_graph_forget(hGraphExec, "cuGraphExecNodeSetParams of a node not a kernel");
     }
     return rc;
 }
@@ -301,7 +305,7 @@ static void updated(CUresult rc, CUgraphExec x, CUgraph g)
     if (!ms_engine_active())
         return;
     if (rc != CUDA_SUCCESS || !g) {
-        ms_engine_graph_forget(x);
+        ms_engine_graph_forget(x, "a refused cuGraphExecUpdate");
         return;
     }
     ms_engine_graph_begin(x);
