@@ -31,7 +31,8 @@
  *          instead (cuGraphExecChildGraphNodeSetParams, as XLA updates traced commands), ops
  *          times the same. Prints "ENGINE_GRAPH_CHILD launches=N mismatches=M host_mapped=H"
  *          (H: kernel launches with a pointer on a host chunk: 0 when the graph's reach,
- *          child included, was followed).
+ *          child included, was followed). STRESS_GRAPH_FORGET=1 adds one launch after a call
+ *          the shim does not follow (the exit summary says which).
  *          With STRESS_EXIT_RELEASE_MS=N set, the cycle ends as a CUDA runtime program exits:
  *          the buffers stay allocated, the primary context is released, and the process
  *          lingers N ms before main returns. With STRESS_EXIT_LINGER_MS=M set, it lingers M ms
@@ -743,6 +744,17 @@ static int graph_child_mode(int rounds, void *h, void *fh, CUfunction f_fill, CU
     for (op = 0; op < rounds; op++, ran_d++) {
         CK(ga.launch(x, NULL));
         CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fb, NULL));
+    }
+    /* STRESS_GRAPH_FORGET=1: a call the shim does not follow (a batch memory operation node's
+     * new parameters; the fake lacks it) drops the exec's record, and one more launch is of
+     * unknown reach (the exit summary's "graphs" line names the call). */
+    CUresult (*batch_set)(CUgraphExec, CUgraphNode, const void *);
+    *(void **)&batch_set = dlsym(h, "cuGraphExecBatchMemOpNodeSetParams");
+    const char *forget = getenv("STRESS_GRAPH_FORGET");
+    if (forget && *forget == '1' && batch_set) {
+        (void)batch_set(x, cn, NULL);
+        CK(ga.launch(x, NULL));
+        ran_d++;
     }
     CK(p_sync());
     stats(&s1);

@@ -756,6 +756,18 @@ if grep -q "ENGINE_GRAPH_CHILD launches=10 mismatches=0 host_mapped=0" <<<"$out"
 else
     fail engine/graph-child "rc=$rc $(grep -E 'ENGINE|engine \(|FAIL' <<<"$out$out2" | tail -n 3 | tr '\n' ' ')"
 fi
+# ... and after a call the shim does not follow, one launch of unknown reach, which the verbose
+# exit summary attributes to that call (what a user reads to learn why graphs ran unbounded).
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 STRESS_GRAPH_FORGET=1 timeout 120 "$T/engine_stress" 5 1 graph-child 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "ENGINE_GRAPH_CHILD launches=11 mismatches=0" <<<"$out" &&
+    grep -q " 1 unbounded launches" <<<"$out" &&
+    grep -q "graphs: 11 launches gated, 1 records made; of unknown reach: 1 without a record (last dropped by cuGraphExecBatchMemOpNodeSetParams), 0 with a node not followed (first: none), 0 reaching memory freed since" <<<"$out"; then
+    pass "engine/graph-why (the exit summary names the call that left a graph launch of unknown reach)"
+else
+    fail engine/graph-why "rc=$rc $(grep -E 'ENGINE|graphs:|unbounded|FAIL' <<<"$out" | tail -n 3 | tr '\n' ' ')"
+fi
 
 # The application's own VMM memory (reserve, cuMemCreate, cuMemMap, cuMemSetAccess over many
 # mappings at once): 96 MiB of mappings under the 40 MiB budget are virtualized (faults and
