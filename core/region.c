@@ -265,6 +265,18 @@ int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, u
     return MS_OK;
 }
 
+int ms_rtable_lookup_next(const struct ms_rtable *rt, uint32_t task, uint64_t addr,
+                          uint32_t *out_region)
+{
+    if (ms_rtable_lookup(rt, task, addr, out_region, NULL) == MS_OK)
+        return MS_OK;
+    size_t pos = index_lower(rt, task, addr);
+    if (pos >= rt->nindex || rt->index[pos].task != task)
+        return MS_E_NOTFOUND;
+    *out_region = rt->index[pos].region;
+    return MS_OK;
+}
+
 uint32_t ms_region_chunk_at(const struct ms_region *r, uint64_t offset)
 {
     /* All chunks but the last have the first chunk's size. */

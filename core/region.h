@@ -227,6 +227,12 @@ void ms_rtable_clear_marks(struct ms_rtable *rt);
 int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, uint32_t *out_region,
                      uint32_t *out_chunk);
 
+/* The region of `task` containing addr, else the first of `task` starting above addr
+ * (walking the regions that overlap a range: from its start, then from each one's end);
+ * MS_E_NOTFOUND if none. */
+int ms_rtable_lookup_next(const struct ms_rtable *rt, uint32_t task, uint64_t addr,
+                          uint32_t *out_region);
+
 /* Chunk index holding byte `offset` of region r (offset < round_up(size, MS_GRAN)). */
 uint32_t ms_region_chunk_at(const struct ms_region *r, uint64_t offset);
 /* Offset of chunk idx's first byte in region r. */

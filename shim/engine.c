@@ -710,15 +710,16 @@ void ms_engine_exit(bool verbose)
             (unsigned long long)(s.bytes_dropped / MS_MIB), (double)s.migrate_ns / 1e9);
     ms_lock(&E.lock);
     uint64_t gnorec = E.graph_norec, gunb = E.graph_unb, gfreed = E.graph_freed;
-    if (gnorec + gunb + gfreed)
+    if (gnorec + gunb + gfreed + E.graph_overlap)
         fprintf(stderr,
-                "msched[%d]: graphs: %llu launches gated, %llu records made; of unknown reach: "
-                "%llu without a record (last dropped by %s), %llu with a node not followed "
-                "(first: %s), %llu reaching memory freed since\n",
+                "msched[%d]: graphs: %llu launches gated, %llu records made, %llu freed regions "
+                "taken as what is now at their addresses; of unknown reach: %llu without a "
+                "record (last dropped by %s), %llu with a node not followed (first: %s), %llu "
+                "reaching memory freed since\n",
                 (int)getpid(), (unsigned long long)E.graph_gates, (unsigned long long)E.graph_walks,
-                (unsigned long long)gnorec, E.forget_why ? E.forget_why : "none",
-                (unsigned long long)gunb, E.graph_why[0] ? E.graph_why : "none",
-                (unsigned long long)gfreed);
+                (unsigned long long)E.graph_overlap, (unsigned long long)gnorec,
+                E.forget_why ? E.forget_why : "none", (unsigned long long)gunb,
+                E.graph_why[0] ? E.graph_why : "none", (unsigned long long)gfreed);
     ms_unlock(&E.lock);
     if (s.small_allocs)
         fprintf(stderr,

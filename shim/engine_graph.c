@@ -220,6 +220,26 @@ void ms_engine_graph_forget(const void *exec, const char *why)
     ms_unlock(&E.lock);
 }
 
+/* Add the chunks of every live region that overlaps [base, base + size) to out, whole (lock
+ * held). Returns how many regions, or a negative MS_E_*. */
+static int add_overlapping(uint64_t base, uint64_t size, struct ms_chunk_set *out)
+{
+    int found = 0;
+    uint64_t end = base + MS_ROUND_UP(size ? size : 1, MS_GRAN);
+    uint32_t id;
+    for (uint64_t at = base; at < end && ms_rtable_lookup_next(&E.rt, 0, at, &id) == MS_OK;) {
+        const struct ms_region *q = ms_region_get(&E.rt, id);
+        if (!q || q->base >= end)
+            break;
+        int e = ms__eng_add_region_chunks(out, id);
+        if (e)
+            return e;
+        found++;
+        at = q->base + MS_ROUND_UP(q->size ? q->size : 1, MS_GRAN);
+    }
+    return found;
+}
+
 int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
 {
     if (!ms__eng_is_active())
@@ -235,7 +255,11 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
         const struct ms_region *r = ms_region_get(&E.rt, g->reg[i].id);
         if (!r || !r->live || r->base != g->reg[i].base) {
             /* Freed since. The same address given back by the allocator, at least as large:
-             * the node's pointers lie in the new region. Else the reach is no longer known. */
+             * the node's pointers lie in the new region, which takes the entry's place. Else,
+             * when the old range is now allocated again (an allocator that reuses addresses
+             * hands them out in other sizes; a program that kept the graph keeps using them),
+             * every live region overlapping it, whole: what the node can reach through its old
+             * pointers. Nothing there at all: the reach is no longer known. */
             uint32_t id;
             r = ms_rtable_lookup(&E.rt, 0, g->reg[i].base, &id, NULL) == MS_OK
                     ? ms_region_get(&E.rt, id)
@@ -243,6 +267,9 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
             if (r && r->base == g->reg[i].base && r->size >= g->reg[i].size) {
                 g->reg[i].id = id;
                 g->reg[i].whole = true; /* the template's chunks were the old region's */
+            } else if (add_overlapping(g->reg[i].base, g->reg[i].size, &E.need) > 0) {
+                E.graph_overlap++;
+                continue;
             } else {
                 E.graph_freed++;
                 unbounded = true;

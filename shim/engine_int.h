@@ -134,8 +134,10 @@ struct ms_engine_state {
     size_t ngraphs, capgraphs;
     /* Graph launches gated, and of those of unknown reach, why (the exit summary's "graphs"
      * line): without a record, with a record that could not bound a node (graph_why: the first
-     * such node), reaching memory freed since; forget_why: the last call that dropped a record. */
+     * such node), reaching memory freed since with nothing there now; forget_why: the last call
+     * that dropped a record. */
     uint64_t graph_gates, graph_walks, graph_norec, graph_unb, graph_freed;
+    uint64_t graph_overlap; /* entries freed since, taken as the regions now at their range */
     char graph_why[96];
     const char *forget_why;
     struct ms_engine_stats st;

@@ -115,6 +115,19 @@ static void overlap_and_lookup(void **unused)
     assert_int_equal(ms_rtable_lookup(&rt, 9, 0x100000000, &reg, NULL), MS_E_NOTFOUND);
     assert_int_equal(ms_rtable_footprint(&rt, 7), 6 * MS_MIB);
     assert_int_equal(ms_rtable_footprint(&rt, UINT32_MAX), 10 * MS_MIB);
+    /* lookup_next: the containing region, else the next of the task above, else none. */
+    assert_int_equal(ms_rtable_lookup_next(&rt, 7, 0x100000000 + 5, &reg), MS_OK);
+    assert_int_equal(reg, a);
+    assert_int_equal(ms_rtable_lookup_next(&rt, 7, 0x1000, &reg), MS_OK);
+    assert_int_equal(reg, a);
+    assert_int_equal(ms_rtable_lookup_next(&rt, 7, 0x100000000 + 5 * MS_MIB, &reg), MS_OK);
+    assert_int_equal(reg, c);
+    assert_int_equal(ms_rtable_lookup_next(&rt, 7, 0x100000000 + 6 * MS_MIB, &reg),
+                     MS_E_NOTFOUND); /* task 8's region at the same addresses is not 7's */
+    assert_int_equal(ms_rtable_lookup_next(&rt, 8, 0x1000, &reg), MS_OK);
+    assert_int_equal(reg, b);
+    /* task 6 has none: the index's next entry is task 7's */
+    assert_int_equal(ms_rtable_lookup_next(&rt, 6, 0x100000000, &reg), MS_E_NOTFOUND);
 
     assert_int_equal(ms_region_remove(&rt, a), MS_OK);
     assert_int_equal(ms_region_remove(&rt, a), MS_E_NOTFOUND);
