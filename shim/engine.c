@@ -148,6 +148,11 @@ void ms_engine_configure(void)
     E.strict_want = ms__shim_opt(MS_OPT_STRICT) != 0;
     E.slab_on = ms__shim_opt(MS_OPT_PACK_SMALL) != 0;
     E.mispredict = ms__shim_opt(MS_OPT_MISPREDICT);
+    if (ms__shim_verbose() && ms__shim_opt(MS_OPT_PROGRESS_MS)) {
+        E.progress_ns = ms__shim_opt(MS_OPT_PROGRESS_MS) * 1000000ull;
+        E.progress_t0 = now_ns();
+        E.progress_next = E.progress_t0 + E.progress_ns;
+    }
     E.rng = 0x853c49e6748fea9bull;
     E.budget = budget;
     E.want = (budget > 0 || ms_client_allowed()) && engine != MS_ENGINE_OFF;

@@ -377,8 +377,32 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
     return rc;
 }
 
+/* The progress line (lock held): what the exit summary's first lines count so far, for a run
+ * that may never reach its exit summary (cut by a time limit, or killed). */
+static void progress(uint64_t now)
+{
+    E.progress_next = now + E.progress_ns;
+    fprintf(stderr,
+            "msched[%d]: after %.1f s: %llu faults, %llu unbounded launches (graphs: %llu without "
+            "a record, %llu with a node not followed, %llu reaching freed memory), in %llu MiB, "
+            "out %llu MiB, %.3f s migrating, %llu commands with named chunks on the host, %llu of "
+            "%llu MiB resident\n",
+            (int)getpid(), (double)(now - E.progress_t0) / 1e9, (unsigned long long)E.st.faults,
+            (unsigned long long)E.st.unbounded, (unsigned long long)E.graph_norec,
+            (unsigned long long)E.graph_unb, (unsigned long long)E.graph_freed,
+            (unsigned long long)(E.st.bytes_in / MS_MIB),
+            (unsigned long long)(E.st.bytes_out / MS_MIB), (double)E.st.migrate_ns / 1e9,
+            (unsigned long long)E.st.miss_cmds, (unsigned long long)(E.rt.resident_bytes / MS_MIB),
+            (unsigned long long)(E.budget / MS_MIB));
+}
+
 int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s)
 {
+    if (E.progress_ns) {
+        uint64_t now = now_ns();
+        if (now >= E.progress_next)
+            progress(now);
+    }
     bool alone = false;
     int rc = gate(need, unbounded, s, &alone);
     if (rc == CUDA_SUCCESS && alone) {

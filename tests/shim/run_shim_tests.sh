@@ -741,6 +741,22 @@ else
     fail engine/graph-budget "rc=$rc $(grep -E 'ENGINE|engine|FAIL|refused' <<<"$out" | tail -n 3 | tr '\n' ' ')"
 fi
 
+# Progress: with MSCHED_VERBOSE a line of the engine's counters every MSCHED_PROGRESS_MS while
+# commands come (what a run cut by a time limit leaves, having no exit summary); none with 0 or
+# without MSCHED_VERBOSE. The graph mode of 20 rounds runs for a few seconds on the fake driver.
+prog() {
+    env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB "$@" \
+        timeout 120 "$T/engine_stress" 20 1 graph 2>&1 | grep -c "msched\[[0-9]*\]: after [0-9.]* s: [0-9]* faults, [0-9]* unbounded launches (graphs: 0 without a record, 0 with a node not followed, 0 reaching freed memory), in [0-9]* MiB, out [0-9]* MiB, [0-9.]* s migrating, [0-9]* commands with named chunks on the host, [0-9]* of 40 MiB resident"
+}
+p1=$(prog MSCHED_VERBOSE=1 MSCHED_PROGRESS_MS=100)
+p0=$(prog MSCHED_VERBOSE=1 MSCHED_PROGRESS_MS=0)
+pq=$(prog MSCHED_PROGRESS_MS=100)
+if [ "${p1:-0}" -ge 2 ] && [ "${p0:-1}" -eq 0 ] && [ "${pq:-1}" -eq 0 ]; then
+    pass "engine/progress ($p1 progress lines at 100 ms, none with 0 or without MSCHED_VERBOSE)"
+else
+    fail engine/progress "lines: $p1 at 100 ms, $p0 with 0, $pq without verbose"
+fi
+
 # A graph of one child graph node, the exec's child given another graph (cuGraphExecChildGraph-
 # NodeSetParams, as XLA updates the commands it traced into child graphs): the reach follows
 # the new child, so no launch runs with a pointer on a host chunk while a fill pushes its
