@@ -22,6 +22,15 @@
  *   bytes), at the same address or another. Host memory is thus pinned only for chunks that
  *   left the device. The last mapping of a handle already released (CUDA's samples release a
  *   handle right after mapping it) saves nothing at its unmap: nobody can map it again.
+ *   Allocators free the other way round: PyTorch's expandable segments (and XLA's allocator)
+ *   unmap a handle they still hold and release it right after, so saving its contents at the
+ *   unmap copied every freed tensor to the host for nothing. Such an unmap (always mapped, the
+ *   handle still referenced) is *pending* instead: the mapping leaves `maps` at once (the
+ *   application's view), its region stays as it was, and it is carried out when the handle's
+ *   last reference goes (then nothing is saved: the region is dropped), or before anything
+ *   that could use the range or the handle again: any cuMemMap, a cuMemUnmap or
+ *   cuMemAddressFree over its range, or more than MAX_PEND pending at once (then with its
+ *   contents saved, as before).
  *
  *   Anything else (a handle mapped twice at once, a mapping that does not line up, a handle
  *   whose store holds data) is the fallback, as every mapping was before: a region backed by a
@@ -52,11 +61,12 @@
  *   live bytes include them.
  *
  * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is
- *   in `maps`, which is sorted by address; a handle's store and kept host chunks are freed only
- *   when its references and mappings are both zero; a slot's kept token is 0 while an
- *   always-mapped mapping covers it (its region holds the host chunk then); `dhandles` lists
- *   the device memory handles the driver made past the engine that are not released yet.
- *   Lock order: vmm_lock, then the engine's (never the reverse).
+ *   in `maps`, which is sorted by address, or, unmapped by the application but not yet carried
+ *   out, in `pend` (still counted in its handle's nmaps, its region still the engine's); a handle's
+ * store and kept host chunks are freed only when its references and mappings are both zero; a
+ * slot's kept token is 0 while an always-mapped mapping covers it (its region holds the host chunk
+ * then); `dhandles` lists the device memory handles the driver made past the engine that are not
+ * released yet. Lock order: vmm_lock, then the engine's (never the reverse).
  */
 #include "shim/shim_int.h"
 #include "shim/locks.h"
@@ -96,6 +106,9 @@ static struct vhandle **handles;
 static size_t nhandles, caphandles;
 static struct vmap *maps;
 static size_t nmaps, capmaps;
+#define MAX_PEND 64
+static struct vmap pend[MAX_PEND];
+static size_t npend;
 
 /* Device memory handles the driver made past the engine (counted against the budget:
  * ms_engine_driver_mem), until their release. */
@@ -270,6 +283,66 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     return CUDA_SUCCESS;
 }
 
+/* Carry out the unmap of adopted mapping m, no longer in `maps` (vmm_lock held): its contents
+ * saved unless nobody can map them again, its handle's count of mappings down (the caller then
+ * calls vh_maybe_free). On failure the mapping is still there (its region unchanged). */
+static CUresult unmap_adopted(struct vmap m)
+{
+    bool handled = false, kept = false;
+    size_t slot0 = (size_t)(m.offset / m.vh->cb);
+    /* A released handle's last mapping: its contents die with it, nothing to save. */
+    bool keep = m.vh->refs > 0 || m.vh->nmaps > 1;
+    CUresult rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, keep, &handled, m.vh->kept + slot0,
+                                                m.amap ? m.vh->nslots - slot0 : 0, &kept);
+    if (rc == CUDA_SUCCESS && !handled)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    m.vh->nmaps--;
+    /* A fallback mapping's contents are in the store now, unless the handle's contents live in
+     * host chunks (kept, or an always-mapped mapping of it still there): the two never shared
+     * their bytes, and those win, so the next mapping can take them. */
+    if (!kept && !kept_in(m.vh, 0, m.vh->size) && !amap_mapped(m.vh))
+        m.vh->has_data = true;
+    return CUDA_SUCCESS; /* the caller frees the handle's record if it can go */
+}
+
+/* Put m back into `maps`, sorted (vmm_lock held; room was there when it left). */
+static void maps_insert(struct vmap m)
+{
+    size_t i = nmaps;
+    while (i > 0 && maps[i - 1].va > m.va)
+        i--;
+    memmove(&maps[i + 1], &maps[i], (nmaps - i) * sizeof(*maps));
+    maps[i] = m;
+    nmaps++;
+}
+
+/* Carry out the pending unmaps of handle vh (NULL: of any handle) that overlap [lo, hi)
+ * (vmm_lock held). One that fails is an adopted mapping again (the application may unmap it
+ * once more); the first failure is returned. */
+static CUresult settle(const struct vhandle *vh, uint64_t lo, uint64_t hi)
+{
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t i = 0; i < npend;) {
+        struct vmap m = pend[i];
+        if ((vh && m.vh != vh) || (!vh && (m.va >= hi || m.va + m.size <= lo))) {
+            i++;
+            continue;
+        }
+        pend[i] = pend[--npend];
+        CUresult r = unmap_adopted(m);
+        if (r != CUDA_SUCCESS) {
+            maps_insert(m);
+            if (rc == CUDA_SUCCESS)
+                rc = r;
+        } else if (!vh) {
+            vh_maybe_free(m.vh); /* settling vh's own: its caller frees it */
+        }
+    }
+    return rc;
+}
+
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     ms_lock(&vmm_lock);
@@ -279,6 +352,9 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
         rc = CUDA_ERROR_INVALID_VALUE;
     } else if (vh) {
         vh->refs--;
+        /* Its pending unmaps (nobody can map its contents again now): dropped, nothing saved. */
+        if (vh->refs == 0)
+            rc = settle(vh, 0, 0);
         vh_maybe_free(vh);
     }
     ms_unlock(&vmm_lock);
@@ -299,6 +375,12 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     ms_lock(&vmm_lock);
+    /* A range or a handle of a pending unmap may be mapped again: carry them out first. */
+    CUresult sr = settle(NULL, 0, UINT64_MAX);
+    if (sr != CUDA_SUCCESS) {
+        ms_unlock(&vmm_lock);
+        return sr;
+    }
     struct vhandle *vh = virt(handle);
     if (!vh) {
         ms_unlock(&vmm_lock);
@@ -392,8 +474,14 @@ static CUresult real_unmap(uint64_t p, uint64_t n, void *arg)
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     ms_lock(&vmm_lock);
+    /* A pending unmap over this range first (unmapped twice: the driver answers as natively). */
+    CUresult rc = settle(NULL, ptr, ptr + size);
+    if (rc != CUDA_SUCCESS) {
+        ms_unlock(&vmm_lock);
+        return rc;
+    }
     bool adopted;
-    CUresult rc = gaps(ptr, size, real_unmap, NULL, &adopted);
+    rc = gaps(ptr, size, real_unmap, NULL, &adopted);
     if (!adopted) {
         ms_unlock(&vmm_lock);
         struct ms_shim_alloc was;
@@ -410,31 +498,39 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
             i++;
             continue;
         }
-        struct ms_shim_alloc was;
-        bool known = ms_shim_on_free_begin(m.va, &was);
-        bool handled = false, kept = false;
-        size_t slot0 = (size_t)(m.offset / m.vh->cb);
-        /* A released handle's last mapping: its contents die with it, nothing to save. */
-        bool keep = m.vh->refs > 0 || m.vh->nmaps > 1;
-        rc = (CUresult)ms_engine_vmm_unmap(m.va, m.size, keep, &handled, m.vh->kept + slot0,
-                                           m.amap ? m.vh->nslots - slot0 : 0, &kept);
-        if (rc == CUDA_SUCCESS && !handled)
-            rc = CUDA_ERROR_INVALID_VALUE;
-        ms_shim_on_free_end(m.va, known ? &was : NULL, rc == CUDA_SUCCESS);
+        /* Always mapped, of a handle still held: pending (see Design), its contents saved only
+         * if the handle outlives this call's caller's next step. */
+        if (m.amap && m.vh->refs > 0 && npend == MAX_PEND)
+            rc = settle(NULL, 0, UINT64_MAX);
         if (rc != CUDA_SUCCESS)
             break;
+        struct ms_shim_alloc was;
+        bool known = ms_shim_on_free_begin(m.va, &was);
         memmove(&maps[i], &maps[i + 1], (nmaps - i - 1) * sizeof(*maps));
         nmaps--;
-        m.vh->nmaps--;
-        /* A fallback mapping's contents are in the store now, unless the handle's contents
-         * live in host chunks (kept, or an always-mapped mapping of it still there): the two
-         * never shared their bytes, and those win, so the next mapping can take them. */
-        if (!kept && !kept_in(m.vh, 0, m.vh->size) && !amap_mapped(m.vh))
-            m.vh->has_data = true;
-        vh_maybe_free(m.vh);
+        if (m.amap && m.vh->refs > 0) {
+            pend[npend++] = m;
+        } else {
+            rc = unmap_adopted(m);
+            if (rc != CUDA_SUCCESS)
+                maps_insert(m);
+            else
+                vh_maybe_free(m.vh);
+        }
+        ms_shim_on_free_end(m.va, known ? &was : NULL, rc == CUDA_SUCCESS);
     }
     ms_unlock(&vmm_lock);
     return rc;
+}
+
+/* The application frees a reservation: pending unmaps inside it are carried out first (the
+ * driver frees only an unmapped range). */
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    ms_lock(&vmm_lock);
+    CUresult rc = settle(NULL, ptr, ptr + size);
+    ms_unlock(&vmm_lock);
+    return rc == CUDA_SUCCESS ? MS_REAL(cuMemAddressFree)(ptr, size) : rc;
 }
 
 struct access_args {

@@ -77,8 +77,10 @@
  *          it with a 4 MiB hole after each, access set with one call over the whole range,
  *          then ops rounds filling every buffer in turn; then two more handles mapped side by
  *          side (one span, as an expandable segment grows) and one fill over both from a
- *          pointer to the first (its end is in the second); the data checked; one handle
- *          unmapped and mapped again elsewhere (its contents must travel with it); everything
+ *          pointer to the first (its end is in the second); the data checked; a handle
+ *          mapped, filled, unmapped and released right after (an allocator's free: nothing
+ *          saved); one handle unmapped and mapped again elsewhere (its contents must travel
+ *          with it); everything
  *          unmapped and released. The two side by side ask what PyTorch's expandable segments
  *          ask for (an exportable handle type, GPUDirect RDMA capability where the GPU has
  *          it): they are still virtualized, and exporting one must be refused. A 256 MiB
@@ -473,6 +475,23 @@ static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
     CK(p_d2h(v, base + pbase, 2 * sz));
     for (uint64_t k = 0; k < 2 * words; k++)
         mismatches += v[k] != pattern(k, 4242);
+    /* An allocator's free (PyTorch's expandable segments free so): a handle still held is
+     * unmapped, then released right after. Its contents die with the release: nothing may be
+     * saved for it (no host chunk, nothing copied out), and its range is mapped again below. */
+    CUmemGenericAllocationHandle hx;
+    CK(create(&hx, sz, &xprop, 0));
+    CK(map(base + spare, sz, 0, hx, 0));
+    CK(access(base + spare, sz, &acc, 1));
+    {
+        CUdeviceptr d = base + spare;
+        uint64_t n = words;
+        uint32_t seed = 777;
+        void *args[] = {&d, &n, &seed};
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    }
+    CK(p_sync());
+    CK(unmap(base + spare, sz));
+    CK(release(hx));
     /* Move buffer 0's handle to the spare slot: its contents travel with it. */
     CK(unmap(base, sz));
     CK(map(base + spare, sz, 0, hs[0], 0));
