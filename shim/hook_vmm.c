@@ -29,8 +29,8 @@
  *   application's view), its region stays as it was, and it is carried out when the handle's
  *   last reference goes (then nothing is saved: the region is dropped), or before anything
  *   that could use the range or the handle again: any cuMemMap, a cuMemUnmap or
- *   cuMemAddressFree over its range, or more than MAX_PEND pending at once (then with its
- *   contents saved, as before).
+ *   cuMemAddressFree over its range (then with its contents saved, as before). With MAX_PEND
+ *   pending, an unmap is carried out at once, as before.
  *
  *   Anything else (a handle mapped twice at once, a mapping that does not line up, a handle
  *   whose store holds data) is the fallback, as every mapping was before: a region backed by a
@@ -61,12 +61,13 @@
  *   live bytes include them.
  *
  * Invariants (under vmm_lock): every virtual handle is in `handles`; every adopted mapping is
- *   in `maps`, which is sorted by address, or, unmapped by the application but not yet carried
- *   out, in `pend` (still counted in its handle's nmaps, its region still the engine's); a handle's
- * store and kept host chunks are freed only when its references and mappings are both zero; a
- * slot's kept token is 0 while an always-mapped mapping covers it (its region holds the host chunk
- * then); `dhandles` lists the device memory handles the driver made past the engine that are not
- * released yet. Lock order: vmm_lock, then the engine's (never the reverse).
+ *   in `maps`, which is sorted by address, or, unmapped by the application but not carried
+ *   out yet, in `pend` (at most MAX_PEND; still counted in its handle's nmaps, its region
+ *   still the engine's); a handle's store and kept host chunks are freed only when its
+ *   references and mappings are both zero; a slot's kept token is 0 while an always-mapped
+ *   mapping covers it (its region holds the host chunk then); `dhandles` lists the device
+ *   memory handles the driver made past the engine that are not released yet.
+ *   Lock order: vmm_lock, then the engine's (never the reverse).
  */
 #include "shim/shim_int.h"
 #include "shim/locks.h"
@@ -498,17 +499,13 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
             i++;
             continue;
         }
-        /* Always mapped, of a handle still held: pending (see Design), its contents saved only
-         * if the handle outlives this call's caller's next step. */
-        if (m.amap && m.vh->refs > 0 && npend == MAX_PEND)
-            rc = settle(NULL, 0, UINT64_MAX);
-        if (rc != CUDA_SUCCESS)
-            break;
         struct ms_shim_alloc was;
         bool known = ms_shim_on_free_begin(m.va, &was);
         memmove(&maps[i], &maps[i + 1], (nmaps - i - 1) * sizeof(*maps));
         nmaps--;
-        if (m.amap && m.vh->refs > 0) {
+        /* Always mapped, of a handle still held: pending (see Design) while there is room,
+         * else carried out now, its contents saved. */
+        if (m.amap && m.vh->refs > 0 && npend < MAX_PEND) {
             pend[npend++] = m;
         } else {
             rc = unmap_adopted(m);
