@@ -475,10 +475,15 @@ static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
     CK(p_d2h(v, base + pbase, 2 * sz));
     for (uint64_t k = 0; k < 2 * words; k++)
         mismatches += v[k] != pattern(k, 4242);
-    /* An allocator's free (PyTorch's expandable segments free so): a handle still held is
-     * unmapped, then released right after. Its contents die with the release: nothing may be
-     * saved for it (no host chunk, nothing copied out), and its range is mapped again below. */
-    CUmemGenericAllocationHandle hx;
+    /* An allocator's free, as XLA's VMM allocator does it (PyTorch's expandable segments do the
+     * same without the first two steps): the handle retained from the address and released
+     * again, then the mapping of the handle still held unmapped, then the handle released. Its
+     * contents die with the release: nothing may be saved for it (no host chunk, nothing
+     * copied out), and its range is mapped again below. */
+    CUresult (*retain)(CUmemGenericAllocationHandle *, void *);
+    *(void **)&retain =
+        dlsym(h, "cuMemRetainAllocationHandle"); /* libmsched's; the fake lacks it */
+    CUmemGenericAllocationHandle hx, hr = 0;
     CK(create(&hx, sz, &xprop, 0));
     CK(map(base + spare, sz, 0, hx, 0));
     CK(access(base + spare, sz, &acc, 1));
@@ -490,6 +495,8 @@ static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
         CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
     }
     CK(p_sync());
+    if (retain && retain(&hr, (void *)(uintptr_t)(base + spare)) == CUDA_SUCCESS)
+        CK(release(hr));
     CK(unmap(base + spare, sz));
     CK(release(hx));
     /* Move buffer 0's handle to the spare slot: its contents travel with it. */
