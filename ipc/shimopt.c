@@ -107,8 +107,8 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         "1", "allocations of up to 1 MiB share 2 MiB slabs (0: each is a region of\n"
         "its own, 2 MiB of the budget at least)"},
     [MS_OPT_PROGRESS_MS] = {"MSCHED_PROGRESS_MS", NULL, "MS", NULL, MS_OT_UINT, 100, 86400000,
-        true, NULL, "10000", "with MSCHED_VERBOSE, a line of the engine's counters this often\n"
-        "while commands come (0: only the exit summary)"},
+        true, NULL, "0", "with MSCHED_VERBOSE, a line of the engine's counters this often\n"
+        "while commands come (0, the default: only the exit summary)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},
