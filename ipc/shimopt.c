@@ -109,6 +109,10 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
     [MS_OPT_PROGRESS_MS] = {"MSCHED_PROGRESS_MS", NULL, "MS", NULL, MS_OT_UINT, 100, 86400000,
         true, NULL, "0", "with MSCHED_VERBOSE, a line of the engine's counters this often\n"
         "while commands come (0, the default: only the exit summary)"},
+    [MS_OPT_GRAPH_PIECES] = {"MSCHED_GRAPH_PIECES", NULL, "0|1", NULL, MS_OT_FLAG, 0, 0, false,
+        NULL, "1", "a CUDA graph whose nodes name more than the budget runs as\n"
+        "consecutive pieces, each with its own memory made resident first\n"
+        "(0: whole, what does not fit read from host memory)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

@@ -725,6 +725,12 @@ void ms_engine_exit(bool verbose)
                 (unsigned long long)E.graph_overlap, (unsigned long long)gnorec,
                 E.forget_why ? E.forget_why : "none", (unsigned long long)gunb,
                 E.graph_why[0] ? E.graph_why : "none", (unsigned long long)gfreed);
+    if (E.graph_split)
+        fprintf(stderr,
+                "msched[%d]: graphs in pieces: %llu launches naming more than the budget made as "
+                "%llu pieces\n",
+                (int)getpid(), (unsigned long long)E.graph_split,
+                (unsigned long long)E.graph_pieces);
     ms_unlock(&E.lock);
     if (s.small_allocs)
         fprintf(stderr,

@@ -106,6 +106,21 @@ void ms_engine_graph_node_reset(const void *exec, const void *node);
 void ms_engine_graph_unbounded(const void *exec, const char *why, int code);
 void ms_engine_graph_forget(const void *exec, const char *why);
 int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s);
+/*
+ * Graphs in pieces (shim/graph_pieces.c). ms_engine_graph_oversized: exec's record is bounded
+ * and names more than the budget. ms_engine_graph_cut: the top-level nodes of exec's graph in
+ * a topological order (`order`, n of them, as the record tags them) cut into consecutive
+ * pieces, each naming at most half the budget (a node naming more is a piece of its own):
+ * starts[0..*npieces) are the pieces' first positions (starts holds n entries); *npieces is 0
+ * when the record is unknown or unbounded. Returns MS_OK or MS_E_NOMEM.
+ * ms_engine_gate_graph_part gates one piece: what the record reaches through `nodes` (nn of
+ * them, sorted by address); `first` for a launch's first piece (the launch counters).
+ */
+bool ms_engine_graph_oversized(const void *exec);
+int ms_engine_graph_cut(const void *exec, const void *const *order, size_t n, size_t *starts,
+                        size_t *npieces);
+int ms_engine_gate_graph_part(const void *exec, const void *const *nodes, size_t nn, bool first,
+                              struct ms_shim_stream s);
 /* Two ranges resident at once (a device-to-device copy's both sides). */
 int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,
                           struct ms_shim_stream s);

@@ -240,18 +240,31 @@ static int add_overlapping(uint64_t base, uint64_t size, struct ms_chunk_set *ou
     return found;
 }
 
-int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
+/* Nodes are looked up by pointer in a sorted list (graph_need's filter). */
+static int ptr_cmp(const void *a, const void *b)
 {
-    if (!ms__eng_is_active())
-        return CUDA_SUCCESS;
-    ms_lock(&E.lock);
+    uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool node_in(const void *node, const void *const *nodes, size_t nn)
+{
+    return bsearch(&node, nodes, nn, sizeof(*nodes), ptr_cmp) != NULL;
+}
+
+/*
+ * E.need = what record g (NULL: none) reaches through the top-level nodes `nodes` (nn of them,
+ * ascending by address; NULL: every node), before the vmm neighbours and the pointer tables.
+ * count: the launch's counters move (an entry taken as the regions now at its old range, one
+ * reaching freed memory). Lock held. Returns false when the reach is unknown (E.need empty).
+ */
+static bool graph_need(struct graph_reach *g, const void *const *nodes, size_t nn, bool count)
+{
     ms_chunk_set_clear(&E.need);
-    struct graph_reach *g = graph_find(exec);
     bool unbounded = !g || g->unbounded;
-    E.graph_gates++;
-    E.graph_norec += !g;
-    E.graph_unb += g && g->unbounded;
-    for (uint32_t i = 0; g && !unbounded && i < g->n; i++) {
+    for (uint32_t i = 0; !unbounded && i < g->n; i++) {
+        if (nodes && !node_in(g->reg[i].node, nodes, nn))
+            continue;
         const struct ms_region *r = ms_region_get(&E.rt, g->reg[i].id);
         if (!r || !r->live || r->base != g->reg[i].base) {
             /* Freed since. The same address given back by the allocator, at least as large:
@@ -268,10 +281,10 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
                 g->reg[i].id = id;
                 g->reg[i].whole = true; /* the template's chunks were the old region's */
             } else if (add_overlapping(g->reg[i].base, g->reg[i].size, &E.need) > 0) {
-                E.graph_overlap++;
+                E.graph_overlap += count;
                 continue;
             } else {
-                E.graph_freed++;
+                E.graph_freed += count;
                 unbounded = true;
                 break;
             }
@@ -289,11 +302,28 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
                     unbounded = true;
         }
     }
-    if (!unbounded && g && g->nchunks)
+    if (unbounded)
+        ms_chunk_set_clear(&E.need);
+    return !unbounded;
+}
+
+static int gate_graph_nodes(const void *exec, const void *const *nodes, size_t nn, bool first,
+                            struct ms_shim_stream s)
+{
+    if (!ms__eng_is_active())
+        return CUDA_SUCCESS;
+    ms_lock(&E.lock);
+    struct graph_reach *g = graph_find(exec);
+    E.graph_gates += first;
+    E.graph_norec += first && !g;
+    E.graph_unb += first && g && g->unbounded;
+    E.graph_pieces += nodes != NULL;
+    E.graph_split += nodes && first;
+    bool unbounded = !graph_need(g, nodes, nn, true);
+    if (!unbounded && g->nchunks)
         E.st.tmpl_launches++;
     int e = MS_OK;
     if (unbounded) {
-        ms_chunk_set_clear(&E.need);
         e = ms__eng_need_everything();
     } else {
         ms_chunk_set_normalize(&E.need);
@@ -304,4 +334,107 @@ int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
     int rc = e == MS_OK ? ms__eng_gate(&E.need, unbounded, s) : ms__eng_cuerr(e);
     ms_unlock(&E.lock);
     return rc;
+}
+
+int ms_engine_gate_graph(const void *exec, struct ms_shim_stream s)
+{
+    return gate_graph_nodes(exec, NULL, 0, true, s);
+}
+
+int ms_engine_gate_graph_part(const void *exec, const void *const *nodes, size_t nn, bool first,
+                              struct ms_shim_stream s)
+{
+    return gate_graph_nodes(exec, nodes, nn, first, s);
+}
+
+bool ms_engine_graph_oversized(const void *exec)
+{
+    if (!ms__eng_is_active())
+        return false;
+    ms_lock(&E.lock);
+    bool over = graph_need(graph_find(exec), NULL, 0, false) &&
+                ms_chunk_set_bytes(&E.need, &E.rt) > E.budget;
+    ms_chunk_set_clear(&E.need);
+    ms_unlock(&E.lock);
+    return over;
+}
+
+/* An entry of a record, by node (ms_engine_graph_cut's index). */
+struct by_node {
+    const void *node;
+    uint32_t i;
+};
+
+static int by_node_cmp(const void *a, const void *b)
+{
+    const struct by_node *x = a, *y = b;
+    if (x->node != y->node)
+        return (uintptr_t)x->node < (uintptr_t)y->node ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+int ms_engine_graph_cut(const void *exec, const void *const *order, size_t n, size_t *starts,
+                        size_t *npieces)
+{
+    *npieces = 0;
+    if (!ms__eng_is_active() || !n)
+        return MS_OK;
+    ms_lock(&E.lock);
+    struct graph_reach *g = graph_find(exec);
+    if (!g || g->unbounded) {
+        ms_unlock(&E.lock);
+        return MS_OK;
+    }
+    uint64_t limit = MS_MAX(E.budget / 2, (uint64_t)MS_GRAN);
+    struct by_node *idx = g->n ? ms_calloc(g->n, sizeof(*idx)) : NULL;
+    uint32_t *ids = g->n ? ms_calloc(g->n, sizeof(*ids)) : NULL; /* the piece's regions */
+    if (g->n && (!idx || !ids)) {
+        ms_free(idx);
+        ms_free(ids);
+        ms_unlock(&E.lock);
+        return MS_E_NOMEM;
+    }
+    for (uint32_t i = 0; i < g->n; i++)
+        idx[i] = (struct by_node){g->reg[i].node, i};
+    qsort(idx, g->n, sizeof(*idx), by_node_cmp);
+    size_t nids = 0, np = 0;
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < n; k++) {
+        /* this node's entries: a binary search for its first */
+        size_t lo = 0, hi = g->n;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if ((uintptr_t)idx[mid].node < (uintptr_t)order[k])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        uint64_t add = 0;
+        size_t nnew = 0;
+        for (size_t j = lo; j < g->n && idx[j].node == order[k]; j++) {
+            uint32_t id = g->reg[idx[j].i].id;
+            bool seen = false;
+            for (size_t q = 0; q < nids + nnew && !seen; q++)
+                seen = ids[q] == id;
+            if (seen)
+                continue;
+            const struct ms_region *r = ms_region_get(&E.rt, id);
+            add += r && r->live ? r->size : g->reg[idx[j].i].size;
+            ids[nids + nnew++] = id;
+        }
+        if (k == 0 || (nids && bytes + add > limit)) {
+            /* a new piece: this node's regions move to the front */
+            memmove(ids, ids + nids, nnew * sizeof(*ids));
+            nids = 0;
+            bytes = 0;
+            starts[np++] = k;
+        }
+        nids += nnew;
+        bytes += add;
+    }
+    ms_free(idx);
+    ms_free(ids);
+    *npieces = np;
+    ms_unlock(&E.lock);
+    return MS_OK;
 }

@@ -138,6 +138,8 @@ struct ms_engine_state {
      * that dropped a record. */
     uint64_t graph_gates, graph_walks, graph_norec, graph_unb, graph_freed;
     uint64_t graph_overlap; /* entries freed since, taken as the regions now at their range */
+    uint64_t graph_pieces;  /* pieces gated: graphs launched in pieces (shim/graph_pieces.c) */
+    uint64_t graph_split;   /* graph launches made as pieces */
     /* MSCHED_PROGRESS_MS with MSCHED_VERBOSE: a progress line at most every progress_ns (0:
      * none), looked at as commands are gated; the next one is due at progress_next. */
     uint64_t progress_ns, progress_next, progress_t0;

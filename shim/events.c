@@ -260,6 +260,17 @@ int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s)
     return ms_engine_gate_graph(exec, s);
 }
 
+int ms_shim_on_graph_piece(const void *exec, const void *const *nodes, size_t n, bool first,
+                           struct ms_shim_stream s)
+{
+    if (first) {
+        ms_lock(&ms__events_lock);
+        ms__rec_ctr.graph_launches++;
+        ms_unlock(&ms__events_lock);
+    }
+    return ms_engine_gate_graph_part(exec, nodes, n, first, s);
+}
+
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                     struct ms_shim_stream s)
 {

@@ -141,6 +141,7 @@ static void instantiated(CUresult rc, const CUgraphExec *exec, CUgraph g)
         return;
     ms_engine_graph_begin(*exec);
     walk(g, *exec, 0, NULL);
+    ms__graph_pieces_track(*exec, g);
 }
 
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
@@ -170,6 +171,7 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUg
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     ms_engine_graph_forget(hGraphExec, NULL);
+    ms__graph_pieces_forget(hGraphExec);
     return MS_REAL(cuGraphExecDestroy)(hGraphExec);
 }
 
@@ -179,6 +181,7 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
     CUresult CUDAAPI name params                                                                   \
     {                                                                                              \
         ms_engine_graph_forget(hGraphExec, #name);                                                 \
+        ms__graph_pieces_forget(hGraphExec);                                                       \
         return MS_REAL(name) args;                                                                 \
     }
 
@@ -195,6 +198,11 @@ static void kernel_params_set(CUresult rc, CUgraphExec x, CUgraphNode node,
                                   -1);
     else
         add_kernel(x, node, p);
+    struct ms_graph_update u = {.kind = MS_GRAPH_UPD_KERNEL, .p = p};
+    if (p)
+        ms__graph_pieces_update(x, node, &u);
+    else
+        ms__graph_pieces_forget(x);
 }
 
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
@@ -239,6 +247,8 @@ CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphN
         if (p &&
             (p->dstMemoryType == CU_MEMORYTYPE_DEVICE || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED))
             ms_engine_graph_add_addr(hGraphExec, hNode, p->dstDevice);
+        struct ms_graph_update u = {.kind = MS_GRAPH_UPD_COPY, .p = p, .ctx = ctx};
+        ms__graph_pieces_update(hGraphExec, hNode, &u);
     }
     return rc;
 }
@@ -251,6 +261,8 @@ CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphN
         ms_engine_graph_node_reset(hGraphExec, hNode);
         if (p)
             ms_engine_graph_add_addr(hGraphExec, hNode, p->dst);
+        struct ms_graph_update u = {.kind = MS_GRAPH_UPD_SET, .p = p, .ctx = ctx};
+        ms__graph_pieces_update(hGraphExec, hNode, &u);
     }
     return rc;
 }
@@ -277,6 +289,7 @@ CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hN
         kernel_params_set(rc, hGraphExec, hNode, &q);
     } else {
         ms_engine_graph_forget(hGraphExec, "cuGraphExecNodeSetParams of a node not a kernel");
+        ms__graph_pieces_forget(hGraphExec);
     }
     return rc;
 }
@@ -290,6 +303,8 @@ CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgr
     if (rc == CUDA_SUCCESS && ms_engine_active()) {
         ms_engine_graph_node_reset(hGraphExec, hNode);
         walk(child, hGraphExec, 1, hNode);
+        struct ms_graph_update u = {.kind = MS_GRAPH_UPD_CHILD, .p = child};
+        ms__graph_pieces_update(hGraphExec, hNode, &u);
     }
     return rc;
 }
@@ -306,10 +321,12 @@ static void updated(CUresult rc, CUgraphExec x, CUgraph g)
         return;
     if (rc != CUDA_SUCCESS || !g) {
         ms_engine_graph_forget(x, "a refused cuGraphExecUpdate");
+        ms__graph_pieces_forget(x);
         return;
     }
     ms_engine_graph_begin(x);
     walk(g, x, 0, NULL);
+    ms__graph_pieces_track(x, g);
 }
 
 CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *errNode,

@@ -224,6 +224,9 @@ CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height
     CUresult CUDAAPI name(CUgraphExec hGraphExec, CUstream hStream)                                \
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
+        CUresult prc;                                                                              \
+        if (ms__graph_pieces_launch(hGraphExec, (struct ms_shim_stream){hStream, pt}, real, &prc)) \
+            return prc;                                                                            \
         MS_GATED(ms_shim_on_graph_launch(hGraphExec, (struct ms_shim_stream){hStream, pt}));       \
         return real(hGraphExec, hStream);                                                          \
     }

@@ -2,7 +2,7 @@
  * locks.c - the shim's mutexes with their order checked (contract and table: locks.h).
  *
  * Every build keeps, per thread, the locks it holds in acquisition order (a short array: the
- * table has seven levels, and no lock is taken twice), so exit paths can tell whether their
+ * table has eleven levels, and no lock is taken twice), so exit paths can tell whether their
  * thread holds one. With MS_LOCK_CHECK, taking a lock whose level is not above every held one
  * is a violation.
  */

@@ -5,28 +5,31 @@
  * never the same one twice):
  *
  *   level  lock                     file         protects
- *   1      vmm                      hook_vmm.c   the virtual handles and the adopted mappings
- *   2      engine                   engine*.c    the region table, the history, the pointer
+ *   1      pieces                   graph_       the graphs launched in pieces (held across
+ *                                   pieces.c     such a launch, its gates included)
+ *   2      vmm                      hook_vmm.c   the virtual handles and the adopted mappings
+ *   3      engine                   engine*.c    the region table, the history, the pointer
  *                                   client*.c    tables, graph reach, statistics; and the daemon
  *                                                client's state (client.h): the gate's waits and
  *                                                the service thread's orders are condition waits
  *                                                on it, and it is held across a migration
- *   3      acc                      accuracy.c   one measurement at a time
- *   4      acc_rec                  accuracy.c   CUPTI's records, buffers and counts
- *   5      prof                     profile.c    one profiled launch at a time, the profile file,
+ *   4      acc                      accuracy.c   one measurement at a time
+ *   5      acc_rec                  accuracy.c   CUPTI's records, buffers and counts
+ *   6      prof                     profile.c    one profiled launch at a time, the profile file,
  *                                                its region table and sampling counts
- *   6      prof_rec                 profile_san.c the touch source's module table (Sanitizer
+ *   7      prof_rec                 profile_san.c the touch source's module table (Sanitizer
  *                                                callbacks, which may come inside a launch)
- *   7      host_gate                hostmem.c    the migration gate (pins vs. migrations)
- *   8      host                     hostmem.c    the host stores and their statistics
- *   9      events                   events.c,    counters, the allocation list, streams, the
+ *   8      host_gate                hostmem.c    the migration gate (pins vs. migrations)
+ *   9      host                     hostmem.c    the host stores and their statistics
+ *   10     events                   events.c,    counters, the allocation list, streams, the
  *                                   trace.c,     trace recorder, the kernel-facts cache
  *                                   funcinfo.c
- *   10     tmap                     tensormap.c  the tensor maps the program encoded
+ *   11     tmap                     tensormap.c  the tensor maps the program encoded
  *
  *   No lock is held across a call into the driver that may take long (pinning, unpinning,
- *   synchronizing with the GPU) except the engine's across a migration, by design: the service
- *   thread and every launch wait for a migration anyway.
+ *   synchronizing with the GPU) except the engine's across a migration and the pieces lock
+ *   across a launch in pieces (whose gates migrate), by design: the service thread and every
+ *   launch wait for a migration anyway.
  *
  * Checking: in builds with MS_LOCK_CHECK (the default `make`; `make LOCKCHECK=0` leaves it
  * out), every ms_lock records the lock in a per-thread list and an out-of-order or recursive
@@ -45,7 +48,8 @@
 #include <time.h>
 
 enum ms_lock_level {
-    MS_LK_VMM = 1,
+    MS_LK_PIECES = 1,
+    MS_LK_VMM,
     MS_LK_ENGINE,
     MS_LK_ACC,
     MS_LK_ACC_REC,

@@ -137,6 +137,10 @@ void ms_shim_on_host_func(void);
 void ms_shim_on_ipc_open(void);
 /* A graph launch: gated on what the graph reaches (engine.h), everything when unknown. */
 int ms_shim_on_graph_launch(const void *exec, struct ms_shim_stream s);
+/* One piece of a graph launched in pieces (shim/graph_pieces.c): the nodes' reach (nodes
+ * sorted by address); `first` for a launch's first piece (counted as the graph launch). */
+int ms_shim_on_graph_piece(const void *exec, const void *const *nodes, size_t n, bool first,
+                           struct ms_shim_stream s);
 int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                     struct ms_shim_stream s);
 /* The same for a copy whose host side may be smaller than `bytes` (2D: pitches differ): the

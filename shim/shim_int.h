@@ -82,6 +82,32 @@ MS_HIDDEN void ms__shim_funcinfo_flush(void);
 /* A stream capture in global or thread-local mode is open in this process (shim/hook_capture.c):
  * a context synchronization now, from any thread, would invalidate it. Thread-safe. */
 MS_HIDDEN bool ms__shim_capture_open(void);
+
+/*
+ * Graphs in pieces (graph_pieces.c). _track: exec x was made from (or updated to) graph g:
+ * when it names more than the budget, g is cloned to be launched in pieces. _update: a node's
+ * new parameters on x, made on the clone and the pieces too (else the split is dropped).
+ * _forget: x destroyed or changed in a way not followed. _launch: true when x was launched in
+ * pieces through `real` (*rc its result); false: launch it whole. Thread-safe.
+ */
+enum ms_graph_upd_kind {
+    MS_GRAPH_UPD_KERNEL,  /* p: const CUDA_KERNEL_NODE_PARAMS * */
+    MS_GRAPH_UPD_COPY,    /* p: const CUDA_MEMCPY3D *, ctx */
+    MS_GRAPH_UPD_SET,     /* p: const CUDA_MEMSET_NODE_PARAMS *, ctx */
+    MS_GRAPH_UPD_CHILD,   /* p: the child CUgraph */
+    MS_GRAPH_UPD_GENERIC, /* p: CUgraphNodeParams * */
+};
+struct ms_graph_update {
+    enum ms_graph_upd_kind kind;
+    const void *p;
+    CUcontext ctx;
+};
+MS_HIDDEN void ms__graph_pieces_track(CUgraphExec x, CUgraph g);
+MS_HIDDEN void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node,
+                                       const struct ms_graph_update *u);
+MS_HIDDEN void ms__graph_pieces_forget(CUgraphExec x);
+MS_HIDDEN bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,
+                                       CUresult (*real)(CUgraphExec, CUstream), CUresult *rc);
 /* Around a context synchronization that must not invalidate a capture (the daemon client's
  * drain): hold stops captures from beginning (a begin waits until release); quiet says that no
  * capture is beginning or open, so the synchronization may run; release lets begins go on.

@@ -20,6 +20,12 @@
  *   point into the graph's copy; cuGraphMemcpyNodeGetParams, cuGraphMemsetNodeGetParams), as
  *   an interposer walking a graph at instantiation does. A node handle is (graph slot + 1)
  *   << 32 | (index + 1).
+ *   Graphs can be copied as an interposer that launches a graph in pieces does: cuGraphClone
+ *   (a listed deep copy: node i of the clone is node i of the original, so
+ *   cuGraphNodeFindInClone maps a handle by its index), cuGraphDestroyNode (the node becomes
+ *   NODE_GONE: not listed, not run, and no other handle moves), cuGraphGetEdges (none: the
+ *   fake keeps no edges), and a graph node's new parameters (cuGraphKernelNodeSetParams_v2; a
+ *   child graph through cuGraphNodeSetParams).
  *
  * Invariants (under ms__fk_lock): every live graph and exec is in its list; an exec owns copies
  * of its nodes' parameter buffers, independent of the graph.
@@ -31,7 +37,7 @@
 
 #define MAX_GRAPHS 256u
 
-enum node_kind { NODE_KERNEL, NODE_COPY, NODE_FILL, NODE_CHILD };
+enum node_kind { NODE_KERNEL, NODE_COPY, NODE_FILL, NODE_CHILD, NODE_GONE };
 
 struct node {
     enum node_kind kind;
@@ -164,7 +170,8 @@ static struct node *node_of(CUgraphNode h)
 {
     uint64_t v = (uint64_t)(uintptr_t)h;
     uint64_t slot = (v >> 32) - 1, idx = (v & 0xffffffffu) - 1;
-    if ((v >> 32) == 0 || slot >= MAX_GRAPHS || !graphs[slot] || idx >= graphs[slot]->n)
+    if ((v >> 32) == 0 || slot >= MAX_GRAPHS || !graphs[slot] || idx >= graphs[slot]->n ||
+        graphs[slot]->nodes[idx].kind == NODE_GONE)
         return NULL;
     return &graphs[slot]->nodes[idx];
 }
@@ -325,14 +332,17 @@ CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *num
     struct fk_graph *g = (struct fk_graph *)hGraph;
     if (!live(graphs, g)) {
         rc = CUDA_ERROR_INVALID_VALUE;
-    } else if (!nodes) {
-        *numNodes = g->n;
     } else {
-        size_t n = *numNodes < g->n ? *numNodes : g->n;
+        size_t k = 0;
         uint64_t slot = (uint64_t)slot_of(g) + 1;
-        for (size_t i = 0; i < n; i++)
-            nodes[i] = (CUgraphNode)(uintptr_t)(slot << 32 | (i + 1));
-        *numNodes = n;
+        for (size_t i = 0; i < g->n; i++) {
+            if (g->nodes[i].kind == NODE_GONE)
+                continue;
+            if (nodes && k < *numNodes)
+                nodes[k] = (CUgraphNode)(uintptr_t)(slot << 32 | (i + 1));
+            k++;
+        }
+        *numNodes = nodes && k > *numNodes ? *numNodes : k;
     }
     pthread_mutex_unlock(&ms__fk_lock);
     return rc;
@@ -526,6 +536,8 @@ static CUresult run_nodes(const struct fk_graph *e, CUstream hStream)
     CUresult rc = CUDA_SUCCESS;
     for (size_t i = 0; i < e->n && rc == CUDA_SUCCESS; i++) {
         const struct node *nd = &e->nodes[i];
+        if (nd->kind == NODE_GONE)
+            continue;
         if (nd->kind == NODE_CHILD)
             rc = run_nodes(nd->child, hStream);
         else if (nd->kind == NODE_COPY)
@@ -540,6 +552,153 @@ static CUresult run_nodes(const struct fk_graph *e, CUstream hStream)
             rc = ms__fk_launch_packed(nd->f, nd->grid, nd->block, nd->smem, hStream, nd->buf,
                                       nd->bytes);
     }
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phGraphClone)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct fk_graph *g = (struct fk_graph *)originalGraph, *c = NULL;
+    if (!live(graphs, g))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if ((c = graph_copy(g, true)) == NULL)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&ms__fk_lock);
+    if (rc == CUDA_SUCCESS)
+        *phGraphClone = (CUgraph)c;
+    return rc;
+}
+
+/* Node i of a clone is node i of its original (graph_copy keeps positions). */
+CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode,
+                                        CUgraph hClonedGraph)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct fk_graph *c = (struct fk_graph *)hClonedGraph;
+    uint64_t idx = ((uint64_t)(uintptr_t)hOriginalNode & 0xffffffffu) - 1;
+    bool ok = phNode && node_of(hOriginalNode) && live(graphs, c) && idx < c->n &&
+              c->nodes[idx].kind != NODE_GONE;
+    if (ok)
+        *phNode = (CUgraphNode)(uintptr_t)(((uint64_t)slot_of(c) + 1) << 32 | (idx + 1));
+    pthread_mutex_unlock(&ms__fk_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct node *nd = node_of(hNode);
+    if (nd) {
+        free(nd->buf);
+        free(nd->ptrs);
+        if (nd->child)
+            drop(graphs, nd->child);
+        memset(nd, 0, sizeof(*nd));
+        nd->kind = NODE_GONE;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The fake keeps no dependencies (nodes run in the order they were added). */
+CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
+                                 size_t *numEdges)
+{
+    (void)from;
+    (void)to;
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&ms__fk_lock);
+    bool ok = numEdges && live(graphs, hGraph);
+    if (ok)
+        *numEdges = 0;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A kernel node of a graph given new parameters (copied, as at cuGraphAddKernelNode). */
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *p)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!p || !p->func || p->extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *buf = NULL;
+    size_t bytes = 0, np = 0;
+    const size_t *off = NULL;
+    rc = ms__fk_pack_params(p->func, p->kernelParams, &buf, &bytes);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    void **ptrs = NULL;
+    if (ms__fk_param_offsets(p->func, &np, &off) == CUDA_SUCCESS && np) {
+        if ((ptrs = calloc(np, sizeof(*ptrs))) == NULL) {
+            free(buf);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        for (size_t i = 0; i < np; i++)
+            ptrs[i] = (char *)buf + off[i];
+    }
+    pthread_mutex_lock(&ms__fk_lock);
+    struct node *nd = node_of(hNode);
+    if (!nd || nd->kind != NODE_KERNEL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        free(nd->buf);
+        free(nd->ptrs);
+        nd->buf = buf;
+        nd->bytes = bytes;
+        nd->ptrs = ptrs;
+        nd->nptrs = ptrs ? np : 0;
+        nd->f = p->func;
+        nd->grid[0] = p->gridDimX;
+        nd->grid[1] = p->gridDimY;
+        nd->grid[2] = p->gridDimZ;
+        nd->block[0] = p->blockDimX;
+        nd->block[1] = p->blockDimY;
+        nd->block[2] = p->blockDimZ;
+        nd->smem = p->sharedMemBytes;
+        buf = NULL;
+        ptrs = NULL;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
+    free(buf);
+    free(ptrs);
+    return rc;
+}
+
+/* The generic setter, for child graph nodes only (their own copy of the new graph). */
+CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *p)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!p || p->type != CU_GRAPH_NODE_TYPE_GRAPH)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&ms__fk_lock);
+    struct node *nd = node_of(hNode);
+    struct fk_graph *copy = NULL;
+    if (!nd || nd->kind != NODE_CHILD || !live(graphs, p->graph.graph))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if ((copy = graph_copy((const struct fk_graph *)p->graph.graph, true)) == NULL)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else {
+        drop(graphs, nd->child);
+        nd->child = copy;
+    }
+    pthread_mutex_unlock(&ms__fk_lock);
     return rc;
 }
 

@@ -56,6 +56,12 @@
  *          pass a pointer into memory on a host chunk). After the arena's free a 2 MiB
  *          allocation takes its slot (STRESS_ARENA_REUSE=0: not), so the exit summary's
  *          most-missed regions are checked across a reused slot and a freed one.
+ *   graph-pieces: five 12 MiB buffers b0..b4 and a 12 MiB a, under a 40 MiB budget; a CUDA
+ *          graph of four dependent nodes a += b0, a += b1, a += b2, a += b3 (60 MiB in all, 24
+ *          per node), launched ops times; then the second node given b4 instead of b1 on the
+ *          exec and the graph destroyed, ops times more. Prints
+ *          "ENGINE_GRAPH_PIECES launches=N mismatches=M host_mapped=H" (H: kernels the fake saw
+ *          pass a pointer into a host chunk: 0 when each piece's memory was made resident).
  *   arena-graph: the same, the adds launched as a CUDA graph of one add node
  * ("ENGINE_ARENA_GRAPH"). tma: a 512 MiB arena with a 16 MiB tensor at 256 MiB, read through a
  * TMA tensor map (cuTensorMapEncodeTiled) by ops launches of tma_add (one 128-byte map, an
@@ -804,6 +810,83 @@ static int graph_child_mode(int rounds, void *h, void *fh, CUfunction f_fill, CU
     return mismatches == 0 ? 0 : 1;
 }
 
+/* The "graph-pieces" mode (see the header). */
+static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add)
+{
+    struct graph_api ga;
+    if (load_graph_api(h, &ga))
+        return 1;
+    CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+    ms_fake_get_stats_fn stats;
+    int op = -2;
+    *(void **)&g_setp = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
+    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
+    if (!g_setp || !stats) {
+        printf("FAIL: no cuGraphExecKernelNodeSetParams_v2 or ms_fake_get_stats\n");
+        return 1;
+    }
+    uint64_t n = 3u * MIB; /* words: 12 MiB */
+    CUdeviceptr a, b[5];
+    uint32_t sa = 11, sb[5] = {21, 22, 23, 24, 25};
+    CK(p_alloc(&a, n * 4));
+    void *fa[] = {&a, &n, &sa};
+    CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL));
+    for (int k = 0; k < 5; k++) {
+        CK(p_alloc(&b[k], n * 4));
+        void *fb[] = {&b[k], &n, &sb[k]};
+        CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fb, NULL));
+    }
+    /* a += b[0]; a += b[1]; a += b[2]; a += b[3]: four nodes of 24 MiB each, 60 MiB in all */
+    void *addp[4][3];
+    CUDA_KERNEL_NODE_PARAMS kp[4];
+    CUgraph g;
+    CUgraphNode node[4];
+    CUgraphExec x;
+    CK(ga.create(&g, 0));
+    for (int k = 0; k < 4; k++) {
+        addp[k][0] = &a;
+        addp[k][1] = &b[k];
+        addp[k][2] = &n;
+        memset(&kp[k], 0, sizeof(kp[k]));
+        kp[k].func = f_add;
+        kp[k].gridDimX = kp[k].gridDimY = kp[k].gridDimZ = 1;
+        kp[k].blockDimX = kp[k].blockDimY = kp[k].blockDimZ = 1;
+        kp[k].kernelParams = addp[k];
+        CK(ga.add(&node[k], g, k ? &node[k - 1] : NULL, k ? 1 : 0, &kp[k]));
+    }
+    CK(ga.inst(&x, g, 0));
+    uint32_t ran = 0, ran5 = 0;
+    struct ms_fake_stats s0, s1;
+    CK(p_sync());
+    stats(&s0);
+    for (op = 0; op < rounds; op++, ran++)
+        CK(ga.launch(x, NULL));
+    /* The second node given new parameters on the exec: a += b[4] instead of b[1]. */
+    addp[1][1] = &b[4];
+    CK(g_setp(x, node[1], &kp[1]));
+    CK(ga.destroy(g)); /* the exec outlives the application's graph */
+    for (op = 0; op < rounds; op++, ran5++)
+        CK(ga.launch(x, NULL));
+    CK(p_sync());
+    stats(&s1);
+    uint32_t *va = malloc(n * 4);
+    CK(p_d2h(va, a, n * 4));
+    uint64_t mismatches = 0;
+    for (uint64_t k = 0; k < n; k++)
+        mismatches += va[k] != pattern(k, sa) + (ran + ran5) * (pattern(k, sb[0]) + pattern(k, sb[2]) +
+                                                              pattern(k, sb[3])) +
+                                   ran * pattern(k, sb[1]) + ran5 * pattern(k, sb[4]);
+    free(va);
+    CK(ga.xdestroy(x));
+    CK(p_free(a));
+    for (int k = 0; k < 5; k++)
+        CK(p_free(b[k]));
+    printf("ENGINE_GRAPH_PIECES launches=%u mismatches=%llu host_mapped=%llu\n", ran + ran5,
+           (unsigned long long)mismatches,
+           (unsigned long long)(s1.host_mapped_launches - s0.host_mapped_launches));
+    return mismatches == 0 ? 0 : 1;
+}
+
 static long release_linger_ms = -1; /* STRESS_EXIT_RELEASE_MS */
 static long exit_linger_ms;         /* STRESS_EXIT_LINGER_MS */
 
@@ -1396,6 +1479,8 @@ int main(int argc, char **argv)
         return graph_mode(ops, h, fh, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "graph-child") == 0)
         return graph_child_mode(ops, h, fh, f_fill, f_add);
+    if (argc > 3 && strcmp(argv[3], "graph-pieces") == 0)
+        return graph_pieces_mode(ops, h, fh, f_fill, f_add);
     if (argc > 3 && strcmp(argv[3], "vmm") == 0)
         return vmm_mode(ops, h, fh, f_fill);
     uint64_t mismatches = 0, launches = 0, ooms = 0;

@@ -772,6 +772,26 @@ if grep -q "ENGINE_GRAPH_CHILD launches=10 mismatches=0 host_mapped=0" <<<"$out"
 else
     fail engine/graph-child "rc=$rc $(grep -E 'ENGINE|engine \(|FAIL' <<<"$out$out2" | tail -n 3 | tr '\n' ' ')"
 fi
+# A graph whose nodes name more than the budget (four dependent adds of 24 MiB each, 60 MiB
+# under 40) runs in pieces, each gated on its own nodes: no kernel with a pointer on a host
+# chunk, through a node's new parameters on the exec and with the application's graph
+# destroyed; MSCHED_GRAPH_PIECES=0 launches it whole, with what does not fit on the host (20
+# kernels). The data is right either way.
+out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 timeout 120 "$T/engine_stress" 5 1 graph-pieces 2>&1)
+rc=$?
+out0=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 MSCHED_GRAPH_PIECES=0 timeout 120 "$T/engine_stress" 5 1 graph-pieces 2>&1)
+rc0=$?
+h0=$(grep -o "ENGINE_GRAPH_PIECES launches=10 mismatches=0 host_mapped=[0-9]*" <<<"$out0" | grep -o "[0-9]*$")
+if [ $rc -eq 0 ] && [ $rc0 -eq 0 ] &&
+    grep -q "ENGINE_GRAPH_PIECES launches=10 mismatches=0 host_mapped=0" <<<"$out" &&
+    grep -q "graphs in pieces: 10 launches naming more than the budget made as 40 pieces" <<<"$out" &&
+    [ "${h0:-0}" -gt 0 ] && ! grep -q "graphs in pieces" <<<"$out0"; then
+    pass "engine/graph-pieces (a graph naming more than the budget runs in 4 pieces: 0 kernels on host chunks, $h0 launched whole)"
+else
+    fail engine/graph-pieces "rc=$rc/$rc0 $(grep -E 'ENGINE|pieces|FAIL' <<<"$out$out0" | tail -n 4 | tr '\n' ' ')"
+fi
 # ... and after a call the shim does not follow, one launch of unknown reach, which the verbose
 # exit summary attributes to that call (what a user reads to learn why graphs ran unbounded).
 out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \

@@ -1,0 +1,375 @@
+/*
+ * graph_pieces.c - a CUDA graph that names more than the budget, launched in pieces.
+ *
+ * Design
+ *   A graph launch is one command: the engine can move memory before it, never inside it. A
+ *   graph whose nodes together name more than the budget (XLA runs a whole training step as
+ *   one graph, its command buffer) therefore ran with what did not fit on host chunks for the
+ *   whole launch, its GEMMs reading their operands over PCIe again and again (jax_platform at
+ *   half its footprint on an H100: 12.7x native, bench/results/gpu/compat-h100-20261207c/).
+ *   Here such a graph runs as consecutive pieces, each gated on its own nodes' reach:
+ *
+ *   - At instantiation or update (hook_graph.c), when the engine's record of the exec names
+ *     more than the budget (ms_engine_graph_oversized), the graph is cloned (cuGraphClone):
+ *     the application may change or destroy its own graph, the clone stays. Its top-level
+ *     nodes are paired with the application's (cuGraphNodeFindInClone), the node handles the
+ *     record is tagged with and that later calls on the exec name.
+ *   - Calls that give the exec's nodes new parameters (kernel, child graph) are made on the
+ *     clone's node too and, when pieces are built, on the piece's exec; anything else that
+ *     changes the exec drops the clone (the launch is whole again, as before).
+ *   - At the first launch the top-level nodes are put in a topological order (Kahn's, over
+ *     cuGraphGetEdges, ties by position) and cut into consecutive runs each naming at most
+ *     half the budget (ms_engine_graph_cut). A run of a topological order is convex: every
+ *     path between two of its nodes stays inside it, so a copy of the clone with every other
+ *     node destroyed keeps all the ordering among the run's nodes. Each piece is such a copy,
+ *     instantiated with the exec's flags.
+ *   - A launch then launches the pieces in order on the launch's stream, each after its own
+ *     gate: stream order puts all of piece k before piece k + 1, which is stricter than the
+ *     graph's own edges and so correct, and loses only concurrency between the pieces.
+ *
+ *   Graphs with memory nodes (an allocation and its free may not be split apart), device-launch
+ *   graphs, and graphs whose record is unbounded are never split; a failure anywhere (clone,
+ *   edges, instantiation, a mirrored update) drops the clone and the launch is whole.
+ *   MSCHED_GRAPH_PIECES=0 turns splitting off.
+ *
+ * Invariants (under `lock`): a split's pieces, when built, partition its nodes in a
+ * topological order; pnode[i] is node i in its piece's graph; a split whose pieces are stale
+ * (built == false) has none. Lock order: `lock` is taken before the vmm and engine locks
+ * (shim/locks.h) and held across a split launch (its gates included).
+ */
+#include "shim/shim_int.h"
+
+#include "shim/config.h"
+#include "shim/engine.h"
+#include "shim/locks.h"
+#include "shim/shim_events.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct piece {
+    CUgraph graph; /* a copy of the clone holding only this piece's nodes */
+    CUgraphExec exec;
+    size_t first, n;     /* positions in order[] */
+    const void **tags;   /* its nodes as the record tags them, sorted (the engine's filter) */
+};
+
+struct split {
+    CUgraphExec exec; /* the application's */
+    CUgraph clone;
+    size_t n;                     /* top-level nodes */
+    CUgraphNode *orig, *copy;     /* node i: the application's handle, the clone's */
+    CUgraphNode *pnode;           /* node i in its piece's graph (built) */
+    uint32_t *piece_of;           /* node i's piece (built) */
+    size_t *order;                /* a topological order (built) */
+    unsigned long long flags;     /* the exec's instantiation flags */
+    struct piece *pieces;
+    size_t npieces;
+    bool built, whole;            /* whole: cut once into one piece, launched whole */
+};
+
+static struct ms_lock lock = MS_LOCK_INIT(MS_LK_PIECES, "pieces");
+static struct split *splits;
+static size_t nsplits, capsplits;
+
+static struct split *find(CUgraphExec x)
+{
+    for (size_t i = 0; i < nsplits; i++)
+        if (splits[i].exec == x)
+            return &splits[i];
+    return NULL;
+}
+
+static void pieces_free(struct split *p)
+{
+    for (size_t k = 0; k < p->npieces; k++) {
+        if (p->pieces[k].exec)
+            MS_REAL(cuGraphExecDestroy)(p->pieces[k].exec);
+        if (p->pieces[k].graph)
+            MS_REAL(cuGraphDestroy)(p->pieces[k].graph);
+        ms_free(p->pieces[k].tags);
+    }
+    ms_free(p->pieces);
+    p->pieces = NULL;
+    p->npieces = 0;
+    p->built = false;
+    p->whole = false;
+}
+
+/* Drop split p (lock held). */
+static void drop(struct split *p)
+{
+    pieces_free(p);
+    if (p->clone)
+        MS_REAL(cuGraphDestroy)(p->clone);
+    ms_free(p->orig);
+    ms_free(p->copy);
+    ms_free(p->pnode);
+    ms_free(p->piece_of);
+    ms_free(p->order);
+    *p = splits[--nsplits];
+}
+
+void ms__graph_pieces_forget(CUgraphExec x)
+{
+    ms_lock(&lock);
+    struct split *p = find(x);
+    if (p)
+        drop(p);
+    ms_unlock(&lock);
+}
+
+/* Node types a piece may not be cut around: an allocation and its free belong together. */
+static bool splittable(CUgraph g, const CUgraphNode *nodes, size_t n)
+{
+    (void)g;
+    for (size_t i = 0; i < n; i++) {
+        CUgraphNodeType t;
+        if (MS_REAL(cuGraphNodeGetType)(nodes[i], &t) != CUDA_SUCCESS ||
+            t == CU_GRAPH_NODE_TYPE_MEM_ALLOC || t == CU_GRAPH_NODE_TYPE_MEM_FREE)
+            return false;
+    }
+    return true;
+}
+
+void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
+{
+    ms__graph_pieces_forget(x);
+    if (!ms__shim_opt(MS_OPT_GRAPH_PIECES) || !ms_engine_graph_oversized(x))
+        return;
+    unsigned long long flags = 0;
+    cuuint64_t f64 = 0;
+    if (MS_REAL(cuGraphExecGetFlags)(x, &f64) == CUDA_SUCCESS)
+        flags = f64;
+    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+        return;
+    flags &= CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY; /* the rest: memory nodes, upload */
+    size_t n = 0;
+    if (MS_REAL(cuGraphGetNodes)(g, NULL, &n) != CUDA_SUCCESS || n < 2)
+        return;
+    struct split s = {.exec = x, .n = n, .flags = flags};
+    s.orig = ms_calloc(n, sizeof(*s.orig));
+    s.copy = ms_calloc(n, sizeof(*s.copy));
+    s.pnode = ms_calloc(n, sizeof(*s.pnode));
+    s.piece_of = ms_calloc(n, sizeof(*s.piece_of));
+    s.order = ms_calloc(n, sizeof(*s.order));
+    bool ok = s.orig && s.copy && s.pnode && s.piece_of && s.order &&
+              MS_REAL(cuGraphGetNodes)(g, s.orig, &n) == CUDA_SUCCESS && n == s.n &&
+              splittable(g, s.orig, n) && MS_REAL(cuGraphClone)(&s.clone, g) == CUDA_SUCCESS;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = MS_REAL(cuGraphNodeFindInClone)(&s.copy[i], s.orig[i], s.clone) == CUDA_SUCCESS;
+    ms_lock(&lock);
+    if (ok && nsplits == capsplits) {
+        size_t cap = capsplits ? capsplits * 2 : 8;
+        void *q = ms_realloc(splits, cap * sizeof(*splits));
+        ok = q != NULL;
+        if (ok) {
+            splits = q;
+            capsplits = cap;
+        }
+    }
+    if (ok) {
+        splits[nsplits++] = s;
+    } else {
+        if (s.clone)
+            MS_REAL(cuGraphDestroy)(s.clone);
+        ms_free(s.orig);
+        ms_free(s.copy);
+        ms_free(s.pnode);
+        ms_free(s.piece_of);
+        ms_free(s.order);
+    }
+    ms_unlock(&lock);
+}
+
+static size_t index_of(const struct split *p, CUgraphNode node)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->orig[i] == node)
+            return i;
+    return p->n;
+}
+
+/* Update u made on graph node n (of the clone) or, with x, on node n of exec x. */
+static CUresult apply(const struct ms_graph_update *u, CUgraphExec x, CUgraphNode n)
+{
+    switch (u->kind) {
+    case MS_GRAPH_UPD_KERNEL:
+        return x ? MS_REAL(cuGraphExecKernelNodeSetParams_v2)(x, n, u->p)
+                 : MS_REAL(cuGraphKernelNodeSetParams_v2)(n, u->p);
+    case MS_GRAPH_UPD_COPY:
+        return x ? MS_REAL(cuGraphExecMemcpyNodeSetParams)(x, n, u->p, u->ctx)
+                 : MS_REAL(cuGraphMemcpyNodeSetParams)(n, u->p);
+    case MS_GRAPH_UPD_SET:
+        return x ? MS_REAL(cuGraphExecMemsetNodeSetParams)(x, n, u->p, u->ctx)
+                 : MS_REAL(cuGraphMemsetNodeSetParams)(n, u->p);
+    case MS_GRAPH_UPD_CHILD: {
+        /* no graph-level setter of its own: the generic one (a refusal drops the split) */
+        CUgraphNodeParams np;
+        memset(&np, 0, sizeof(np));
+        np.type = CU_GRAPH_NODE_TYPE_GRAPH;
+        np.graph.graph = (CUgraph)u->p;
+        return x ? MS_REAL(cuGraphExecChildGraphNodeSetParams)(x, n, (CUgraph)u->p)
+                 : MS_REAL(cuGraphNodeSetParams)(n, &np);
+    }
+    case MS_GRAPH_UPD_GENERIC:
+        return x ? MS_REAL(cuGraphExecNodeSetParams)(x, n, (CUgraphNodeParams *)u->p)
+                 : MS_REAL(cuGraphNodeSetParams)(n, (CUgraphNodeParams *)u->p);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node, const struct ms_graph_update *u)
+{
+    ms_lock(&lock);
+    struct split *p = find(x);
+    size_t i = p ? index_of(p, node) : 0;
+    if (p && (i == p->n || apply(u, NULL, p->copy[i]) != CUDA_SUCCESS))
+        drop(p);
+    else if (p && p->built && !p->whole &&
+             apply(u, p->pieces[p->piece_of[i]].exec, p->pnode[i]) != CUDA_SUCCESS)
+        pieces_free(p); /* built again at the next launch, from the clone */
+    ms_unlock(&lock);
+}
+
+/* p->order = a topological order of the clone's nodes (Kahn's, ties by position). */
+static bool topo(struct split *p)
+{
+    size_t ne = 0;
+    if (MS_REAL(cuGraphGetEdges)(p->clone, NULL, NULL, &ne) != CUDA_SUCCESS)
+        return false;
+    CUgraphNode *from = ne ? ms_calloc(ne, sizeof(*from)) : NULL;
+    CUgraphNode *to = ne ? ms_calloc(ne, sizeof(*to)) : NULL;
+    uint32_t *indeg = ms_calloc(p->n, sizeof(*indeg));
+    size_t *fi = ne ? ms_calloc(ne, sizeof(*fi)) : NULL, *ti = ne ? ms_calloc(ne, sizeof(*ti)) : NULL;
+    bool ok = indeg && (!ne || (from && to && fi && ti));
+    size_t got = ne;
+    if (ok && ne)
+        ok = MS_REAL(cuGraphGetEdges)(p->clone, from, to, &got) == CUDA_SUCCESS && got == ne;
+    for (size_t e = 0; ok && e < ne; e++) {
+        fi[e] = ti[e] = p->n;
+        for (size_t i = 0; i < p->n; i++) {
+            if (p->copy[i] == from[e])
+                fi[e] = i;
+            if (p->copy[i] == to[e])
+                ti[e] = i;
+        }
+        ok = fi[e] < p->n && ti[e] < p->n;
+        if (ok)
+            indeg[ti[e]]++;
+    }
+    size_t done = 0;
+    /* repeatedly take the first node, by position, whose predecessors are all placed */
+    bool *placed = ok ? ms_calloc(p->n, sizeof(*placed)) : NULL;
+    ok = ok && placed;
+    while (ok && done < p->n) {
+        size_t i = 0;
+        while (i < p->n && (placed[i] || indeg[i]))
+            i++;
+        if (i == p->n) {
+            ok = false; /* a cycle: not a graph the driver accepts */
+            break;
+        }
+        placed[i] = true;
+        p->order[done++] = i;
+        for (size_t e = 0; e < ne; e++)
+            if (fi[e] == i)
+                indeg[ti[e]]--;
+    }
+    ms_free(placed);
+    ms_free(from);
+    ms_free(to);
+    ms_free(indeg);
+    ms_free(fi);
+    ms_free(ti);
+    return ok;
+}
+
+static int tag_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Build p's pieces (lock held). false: the split cannot be made (drop it). */
+static bool build(struct split *p)
+{
+    if (!topo(p))
+        return false;
+    const void **tags = ms_calloc(p->n, sizeof(*tags));
+    size_t *starts = ms_calloc(p->n, sizeof(*starts));
+    size_t np = 0;
+    bool ok = tags && starts;
+    for (size_t k = 0; ok && k < p->n; k++)
+        tags[k] = p->orig[p->order[k]];
+    ok = ok && ms_engine_graph_cut(p->exec, tags, p->n, starts, &np) == MS_OK && np > 0;
+    if (ok && np == 1) {
+        p->whole = p->built = true; /* fits now: launched whole */
+        ms_free(tags);
+        ms_free(starts);
+        return true;
+    }
+    p->pieces = ok ? ms_calloc(np, sizeof(*p->pieces)) : NULL;
+    ok = ok && p->pieces;
+    if (ok)
+        p->npieces = np;
+    for (size_t k = 0; ok && k < np; k++) {
+        struct piece *q = &p->pieces[k];
+        q->first = starts[k];
+        q->n = (k + 1 < np ? starts[k + 1] : p->n) - q->first;
+        q->tags = ms_calloc(q->n, sizeof(*q->tags));
+        ok = q->tags && MS_REAL(cuGraphClone)(&q->graph, p->clone) == CUDA_SUCCESS;
+        for (size_t j = 0; ok && j < p->n; j++) {
+            size_t i = p->order[j];
+            bool in = j >= q->first && j < q->first + q->n;
+            CUgraphNode c;
+            ok = MS_REAL(cuGraphNodeFindInClone)(&c, p->copy[i], q->graph) == CUDA_SUCCESS;
+            if (ok && in) {
+                p->pnode[i] = c;
+                p->piece_of[i] = (uint32_t)k;
+                q->tags[j - q->first] = p->orig[i];
+            } else if (ok) {
+                ok = MS_REAL(cuGraphDestroyNode)(c) == CUDA_SUCCESS;
+            }
+        }
+        if (ok)
+            qsort(q->tags, q->n, sizeof(*q->tags), tag_cmp);
+        ok = ok && MS_REAL(cuGraphInstantiateWithFlags)(&q->exec, q->graph, p->flags) ==
+                       CUDA_SUCCESS;
+    }
+    ms_free(tags);
+    ms_free(starts);
+    if (!ok) {
+        pieces_free(p);
+        return false;
+    }
+    p->built = true;
+    return true;
+}
+
+bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,
+                             CUresult (*real)(CUgraphExec, CUstream), CUresult *rc)
+{
+    /* A capture records the launch, it does not run it: the whole graph goes in. */
+    if (!ms_engine_active() || ms__shim_capture_open())
+        return false;
+    ms_lock(&lock);
+    struct split *p = find(x);
+    if (p && !p->built && !build(p)) {
+        drop(p);
+        p = NULL;
+    }
+    if (!p || p->whole) {
+        ms_unlock(&lock);
+        return false;
+    }
+    *rc = CUDA_SUCCESS;
+    for (size_t k = 0; k < p->npieces && *rc == CUDA_SUCCESS; k++) {
+        struct piece *q = &p->pieces[k];
+        int gate = ms_shim_on_graph_piece(x, q->tags, q->n, k == 0, s);
+        *rc = gate ? (CUresult)gate : real(q->exec, (CUstream)s.handle);
+        ms__shim_gate_end(&gate);
+    }
+    ms_unlock(&lock);
+    return true;
+}
