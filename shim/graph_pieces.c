@@ -69,6 +69,14 @@ struct split {
 };
 
 static struct ms_lock lock = MS_LOCK_INIT(MS_LK_PIECES, "pieces");
+static unsigned said; /* verbose lines on graphs launched whole after all (at most 8) */
+
+/* With MSCHED_VERBOSE: why a graph naming more than the budget is launched whole. */
+static void whole(const char *why, int code)
+{
+    if (__atomic_fetch_add(&said, 1, __ATOMIC_RELAXED) < 8)
+        ms__shim_log("a graph naming more than the budget is launched whole: %s (%d)", why, code);
+}
 static struct split *splits;
 static size_t nsplits, capsplits;
 
@@ -141,12 +149,17 @@ void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
     cuuint64_t f64 = 0;
     if (MS_REAL(cuGraphExecGetFlags)(x, &f64) == CUDA_SUCCESS)
         flags = f64;
-    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
+        whole("instantiated for device launch", -1);
         return;
+    }
     flags &= CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY; /* the rest: memory nodes, upload */
     size_t n = 0;
-    if (MS_REAL(cuGraphGetNodes)(g, NULL, &n) != CUDA_SUCCESS || n < 2)
+    CUresult e = MS_REAL(cuGraphGetNodes)(g, NULL, &n);
+    if (e != CUDA_SUCCESS || n < 2) {
+        whole(e ? "cuGraphGetNodes failed" : "one top-level node", e ? (int)e : (int)n);
         return;
+    }
     struct split s = {.exec = x, .n = n, .flags = flags};
     s.orig = ms_calloc(n, sizeof(*s.orig));
     s.copy = ms_calloc(n, sizeof(*s.copy));
@@ -154,8 +167,15 @@ void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
     s.piece_of = ms_calloc(n, sizeof(*s.piece_of));
     s.order = ms_calloc(n, sizeof(*s.order));
     bool ok = s.orig && s.copy && s.pnode && s.piece_of && s.order &&
-              MS_REAL(cuGraphGetNodes)(g, s.orig, &n) == CUDA_SUCCESS && n == s.n &&
-              splittable(g, s.orig, n) && MS_REAL(cuGraphClone)(&s.clone, g) == CUDA_SUCCESS;
+              MS_REAL(cuGraphGetNodes)(g, s.orig, &n) == CUDA_SUCCESS && n == s.n;
+    if (ok && !splittable(g, s.orig, n)) {
+        whole("memory allocation or free nodes", -1);
+        ok = false;
+    }
+    if (ok && (e = MS_REAL(cuGraphClone)(&s.clone, g)) != CUDA_SUCCESS) {
+        whole("cuGraphClone failed", (int)e);
+        ok = false;
+    }
     for (size_t i = 0; ok && i < n; i++)
         ok = MS_REAL(cuGraphNodeFindInClone)(&s.copy[i], s.orig[i], s.clone) == CUDA_SUCCESS;
     ms_lock(&lock);
@@ -224,8 +244,13 @@ void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node, const struct ms_gr
     ms_lock(&lock);
     struct split *p = find(x);
     size_t i = p ? index_of(p, node) : 0;
-    if (p && (i == p->n || apply(u, NULL, p->copy[i]) != CUDA_SUCCESS))
+    CUresult e = CUDA_SUCCESS;
+    if (p && (i == p->n || (e = apply(u, NULL, p->copy[i])) != CUDA_SUCCESS)) {
+        whole(i == p->n ? "new parameters for a node not in the clone"
+                        : "new node parameters not taken by the clone",
+              (int)e);
         drop(p);
+    }
     else if (p && p->built && !p->whole &&
              apply(u, p->pieces[p->piece_of[i]].exec, p->pnode[i]) != CUDA_SUCCESS)
         pieces_free(p); /* built again at the next launch, from the clone */
@@ -294,8 +319,10 @@ static int tag_cmp(const void *a, const void *b)
 /* Build p's pieces (lock held). false: the split cannot be made (drop it). */
 static bool build(struct split *p)
 {
-    if (!topo(p))
+    if (!topo(p)) {
+        whole("no topological order of its nodes", -1);
         return false;
+    }
     const void **tags = ms_calloc(p->n, sizeof(*tags));
     size_t *starts = ms_calloc(p->n, sizeof(*starts));
     size_t np = 0;
@@ -334,8 +361,12 @@ static bool build(struct split *p)
         }
         if (ok)
             qsort(q->tags, q->n, sizeof(*q->tags), tag_cmp);
-        ok = ok && MS_REAL(cuGraphInstantiateWithFlags)(&q->exec, q->graph, p->flags) ==
-                       CUDA_SUCCESS;
+        CUresult e = ok ? MS_REAL(cuGraphInstantiateWithFlags)(&q->exec, q->graph, p->flags)
+                        : CUDA_SUCCESS;
+        if (e != CUDA_SUCCESS) {
+            whole("a piece's instantiation failed", (int)e);
+            ok = false;
+        }
     }
     ms_free(tags);
     ms_free(starts);
