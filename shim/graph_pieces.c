@@ -257,32 +257,55 @@ void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node, const struct ms_gr
     ms_unlock(&lock);
 }
 
-/* p->order = a topological order of the clone's nodes (Kahn's, ties by position). */
-static bool topo(struct split *p)
+/* The graph's edges (CUDA 12.3's call, with their data: without it the driver refuses to list
+ * edges that carry any, CUDA_ERROR_LOSSY_QUERY; the data itself is not needed, as a piece
+ * keeps its edges and pieces run in stream order). */
+static CUresult edges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *data,
+                      size_t *n)
+{
+    PFN_cuGraphGetEdges_v12030 v2 =
+        (PFN_cuGraphGetEdges_v12030)ms__shim_real(MS_SYM_cuGraphGetEdges_v2);
+    CUresult e = v2(g, from, to, data, n);
+    if (e == CUDA_ERROR_NOT_FOUND || e == CUDA_ERROR_NOT_SUPPORTED)
+        e = MS_REAL(cuGraphGetEdges)(g, from, to, n); /* a driver older than 12.3 */
+    return e;
+}
+
+/* p->order = a topological order of the clone's nodes (Kahn's, ties by position). Returns a
+ * CUresult (CUDA_ERROR_INVALID_VALUE for an edge or a cycle it cannot place). */
+static CUresult topo(struct split *p)
 {
     size_t ne = 0;
-    if (MS_REAL(cuGraphGetEdges)(p->clone, NULL, NULL, &ne) != CUDA_SUCCESS)
-        return false;
+    CUresult e = edges(p->clone, NULL, NULL, NULL, &ne);
+    if (e != CUDA_SUCCESS)
+        return e;
     CUgraphNode *from = ne ? ms_calloc(ne, sizeof(*from)) : NULL;
     CUgraphNode *to = ne ? ms_calloc(ne, sizeof(*to)) : NULL;
+    CUgraphEdgeData *data = ne ? ms_calloc(ne, sizeof(*data)) : NULL;
     uint32_t *indeg = ms_calloc(p->n, sizeof(*indeg));
     size_t *fi = ne ? ms_calloc(ne, sizeof(*fi)) : NULL, *ti = ne ? ms_calloc(ne, sizeof(*ti)) : NULL;
-    bool ok = indeg && (!ne || (from && to && fi && ti));
+    bool ok = indeg && (!ne || (from && to && data && fi && ti));
     size_t got = ne;
-    if (ok && ne)
-        ok = MS_REAL(cuGraphGetEdges)(p->clone, from, to, &got) == CUDA_SUCCESS && got == ne;
-    for (size_t e = 0; ok && e < ne; e++) {
-        fi[e] = ti[e] = p->n;
-        for (size_t i = 0; i < p->n; i++) {
-            if (p->copy[i] == from[e])
-                fi[e] = i;
-            if (p->copy[i] == to[e])
-                ti[e] = i;
-        }
-        ok = fi[e] < p->n && ti[e] < p->n;
-        if (ok)
-            indeg[ti[e]]++;
+    if (!ok)
+        e = CUDA_ERROR_OUT_OF_MEMORY;
+    if (ok && ne) {
+        e = edges(p->clone, from, to, data, &got);
+        ok = e == CUDA_SUCCESS && got == ne;
     }
+    for (size_t k = 0; ok && k < ne; k++) {
+        fi[k] = ti[k] = p->n;
+        for (size_t i = 0; i < p->n; i++) {
+            if (p->copy[i] == from[k])
+                fi[k] = i;
+            if (p->copy[i] == to[k])
+                ti[k] = i;
+        }
+        ok = fi[k] < p->n && ti[k] < p->n;
+        if (ok)
+            indeg[ti[k]]++;
+    }
+    if (!ok && e == CUDA_SUCCESS)
+        e = CUDA_ERROR_INVALID_VALUE;
     size_t done = 0;
     /* repeatedly take the first node, by position, whose predecessors are all placed */
     bool *placed = ok ? ms_calloc(p->n, sizeof(*placed)) : NULL;
@@ -293,21 +316,23 @@ static bool topo(struct split *p)
             i++;
         if (i == p->n) {
             ok = false; /* a cycle: not a graph the driver accepts */
+            e = CUDA_ERROR_INVALID_VALUE;
             break;
         }
         placed[i] = true;
         p->order[done++] = i;
-        for (size_t e = 0; e < ne; e++)
-            if (fi[e] == i)
-                indeg[ti[e]]--;
+        for (size_t k = 0; k < ne; k++)
+            if (fi[k] == i)
+                indeg[ti[k]]--;
     }
     ms_free(placed);
     ms_free(from);
     ms_free(to);
+    ms_free(data);
     ms_free(indeg);
     ms_free(fi);
     ms_free(ti);
-    return ok;
+    return ok ? CUDA_SUCCESS : (e != CUDA_SUCCESS ? e : CUDA_ERROR_OUT_OF_MEMORY);
 }
 
 static int tag_cmp(const void *a, const void *b)
@@ -319,8 +344,9 @@ static int tag_cmp(const void *a, const void *b)
 /* Build p's pieces (lock held). false: the split cannot be made (drop it). */
 static bool build(struct split *p)
 {
-    if (!topo(p)) {
-        whole("no topological order of its nodes", -1);
+    CUresult e = topo(p);
+    if (e != CUDA_SUCCESS) {
+        whole("no topological order of its nodes", (int)e);
         return false;
     }
     const void **tags = ms_calloc(p->n, sizeof(*tags));
@@ -329,7 +355,11 @@ static bool build(struct split *p)
     bool ok = tags && starts;
     for (size_t k = 0; ok && k < p->n; k++)
         tags[k] = p->orig[p->order[k]];
-    ok = ok && ms_engine_graph_cut(p->exec, tags, p->n, starts, &np) == MS_OK && np > 0;
+    ok = ok && ms_engine_graph_cut(p->exec, tags, p->n, starts, &np) == MS_OK;
+    if (ok && np == 0) {
+        whole("its reach is unknown now", -1);
+        ok = false;
+    }
     if (ok && np == 1) {
         p->whole = p->built = true; /* fits now: launched whole */
         ms_free(tags);
@@ -361,7 +391,7 @@ static bool build(struct split *p)
         }
         if (ok)
             qsort(q->tags, q->n, sizeof(*q->tags), tag_cmp);
-        CUresult e = ok ? MS_REAL(cuGraphInstantiateWithFlags)(&q->exec, q->graph, p->flags)
+        e = ok ? MS_REAL(cuGraphInstantiateWithFlags)(&q->exec, q->graph, p->flags)
                         : CUDA_SUCCESS;
         if (e != CUDA_SUCCESS) {
             whole("a piece's instantiation failed", (int)e);

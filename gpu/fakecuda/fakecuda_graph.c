@@ -23,8 +23,8 @@
  *   Graphs can be copied as an interposer that launches a graph in pieces does: cuGraphClone
  *   (a listed deep copy: node i of the clone is node i of the original, so
  *   cuGraphNodeFindInClone maps a handle by its index), cuGraphDestroyNode (the node becomes
- *   NODE_GONE: not listed, not run, and no other handle moves), cuGraphGetEdges (none: the
- *   fake keeps no edges), and a graph node's new parameters (cuGraphKernelNodeSetParams_v2; a
+ *   NODE_GONE: not listed, not run, and no other handle moves), cuGraphGetEdges(_v2) (none:
+ *   the fake keeps no edges), and a graph node's new parameters (cuGraphKernelNodeSetParams_v2; a
  *   child graph through cuGraphNodeSetParams).
  *
  * Invariants (under ms__fk_lock): every live graph and exec is in its list; an exec owns copies
@@ -626,6 +626,16 @@ CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode 
         *numEdges = 0;
     pthread_mutex_unlock(&ms__fk_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* CUDA 12.3's form, with edge data (none). */
+CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
+                                    CUgraphEdgeData *edgeData, size_t *numEdges);
+CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
+                                    CUgraphEdgeData *edgeData, size_t *numEdges)
+{
+    (void)edgeData;
+    return cuGraphGetEdges(hGraph, from, to, numEdges);
 }
 
 /* A kernel node of a graph given new parameters (copied, as at cuGraphAddKernelNode). */
