@@ -50,22 +50,22 @@
 struct piece {
     CUgraph graph; /* a copy of the clone holding only this piece's nodes */
     CUgraphExec exec;
-    size_t first, n;     /* positions in order[] */
-    const void **tags;   /* its nodes as the record tags them, sorted (the engine's filter) */
+    size_t first, n;   /* positions in order[] */
+    const void **tags; /* its nodes as the record tags them, sorted (the engine's filter) */
 };
 
 struct split {
     CUgraphExec exec; /* the application's */
     CUgraph clone;
-    size_t n;                     /* top-level nodes */
-    CUgraphNode *orig, *copy;     /* node i: the application's handle, the clone's */
-    CUgraphNode *pnode;           /* node i in its piece's graph (built) */
-    uint32_t *piece_of;           /* node i's piece (built) */
-    size_t *order;                /* a topological order (built) */
-    unsigned long long flags;     /* the exec's instantiation flags */
+    size_t n;                 /* top-level nodes */
+    CUgraphNode *orig, *copy; /* node i: the application's handle, the clone's */
+    CUgraphNode *pnode;       /* node i in its piece's graph (built) */
+    uint32_t *piece_of;       /* node i's piece (built) */
+    size_t *order;            /* a topological order (built) */
+    unsigned long long flags; /* the exec's instantiation flags */
     struct piece *pieces;
     size_t npieces;
-    bool built, whole;            /* whole: cut once into one piece, launched whole */
+    bool built, whole; /* whole: cut once into one piece, launched whole */
 };
 
 static struct ms_lock lock = MS_LOCK_INIT(MS_LK_PIECES, "pieces");
@@ -250,9 +250,8 @@ void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node, const struct ms_gr
                         : "new node parameters not taken by the clone",
               (int)e);
         drop(p);
-    }
-    else if (p && p->built && !p->whole &&
-             apply(u, p->pieces[p->piece_of[i]].exec, p->pnode[i]) != CUDA_SUCCESS)
+    } else if (p && p->built && !p->whole &&
+               apply(u, p->pieces[p->piece_of[i]].exec, p->pnode[i]) != CUDA_SUCCESS)
         pieces_free(p); /* built again at the next launch, from the clone */
     ms_unlock(&lock);
 }
@@ -283,7 +282,8 @@ static CUresult topo(struct split *p)
     CUgraphNode *to = ne ? ms_calloc(ne, sizeof(*to)) : NULL;
     CUgraphEdgeData *data = ne ? ms_calloc(ne, sizeof(*data)) : NULL;
     uint32_t *indeg = ms_calloc(p->n, sizeof(*indeg));
-    size_t *fi = ne ? ms_calloc(ne, sizeof(*fi)) : NULL, *ti = ne ? ms_calloc(ne, sizeof(*ti)) : NULL;
+    size_t *fi = ne ? ms_calloc(ne, sizeof(*fi)) : NULL,
+           *ti = ne ? ms_calloc(ne, sizeof(*ti)) : NULL;
     bool ok = indeg && (!ne || (from && to && data && fi && ti));
     size_t got = ne;
     if (!ok)
@@ -391,8 +391,7 @@ static bool build(struct split *p)
         }
         if (ok)
             qsort(q->tags, q->n, sizeof(*q->tags), tag_cmp);
-        e = ok ? MS_REAL(cuGraphInstantiateWithFlags)(&q->exec, q->graph, p->flags)
-                        : CUDA_SUCCESS;
+        e = ok ? MS_REAL(cuGraphInstantiateWithFlags)(&q->exec, q->graph, p->flags) : CUDA_SUCCESS;
         if (e != CUDA_SUCCESS) {
             whole("a piece's instantiation failed", (int)e);
             ok = false;

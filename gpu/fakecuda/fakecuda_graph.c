@@ -23,9 +23,11 @@
  *   Graphs can be copied as an interposer that launches a graph in pieces does: cuGraphClone
  *   (a listed deep copy: node i of the clone is node i of the original, so
  *   cuGraphNodeFindInClone maps a handle by its index), cuGraphDestroyNode (the node becomes
- *   NODE_GONE: not listed, not run, and no other handle moves), cuGraphGetEdges(_v2) (none:
- *   the fake keeps no edges), and a graph node's new parameters (cuGraphKernelNodeSetParams_v2; a
- *   child graph through cuGraphNodeSetParams).
+ *   NODE_GONE: not listed, not run, its edges gone, and no other handle moves),
+ *   cuGraphGetEdges(_v2) (the dependencies kernel and child graph nodes were added with; with
+ *   MSCHED_FAKE_EDGE_DATA=1 every edge carries data, so the CUDA 10 form refuses to list them,
+ *   CUDA_ERROR_LOSSY_QUERY, as the driver does for XLA's graphs), and a graph node's new
+ *   parameters (cuGraphKernelNodeSetParams_v2; a child graph through cuGraphNodeSetParams).
  *
  * Invariants (under ms__fk_lock): every live graph and exec is in its list; an exec owns copies
  * of its nodes' parameter buffers, independent of the graph.
@@ -58,6 +60,8 @@ struct node {
 struct fk_graph {
     struct node *nodes;
     size_t n, cap;
+    uint32_t (*edges)[2]; /* (from, to) node positions, as the dependencies were given */
+    size_t nedges;
 };
 
 static struct fk_graph *graphs[MAX_GRAPHS], *execs[MAX_GRAPHS];
@@ -94,6 +98,7 @@ static void graph_free(struct fk_graph *g)
         }
     }
     free(g->nodes);
+    free(g->edges);
     free(g);
 }
 
@@ -123,6 +128,14 @@ static struct fk_graph *graph_copy(const struct fk_graph *g, bool listed)
     }
     c->cap = g->n ? g->n : 1;
     bool ok = true;
+    if (g->nedges) {
+        c->edges = malloc(g->nedges * sizeof(*c->edges));
+        ok = c->edges != NULL;
+        if (ok) {
+            memcpy(c->edges, g->edges, g->nedges * sizeof(*c->edges));
+            c->nedges = g->nedges;
+        }
+    }
     for (size_t i = 0; ok && i < g->n; i++) {
         struct node *d = &c->nodes[i];
         *d = g->nodes[i];
@@ -197,8 +210,18 @@ CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
-/* Append a node to a live graph (its buffers become the graph's on success). */
+/* Append a node to a live graph (its buffers become the graph's on success), with edges from
+ * deps[0..ndeps) (nodes of the same graph). */
+static CUresult append_deps(CUgraph hGraph, const struct node *nd, const CUgraphNode *deps,
+                            size_t ndeps, CUgraphNode *out);
+
 static CUresult append(CUgraph hGraph, const struct node *nd, CUgraphNode *out)
+{
+    return append_deps(hGraph, nd, NULL, 0, out);
+}
+
+static CUresult append_deps(CUgraph hGraph, const struct node *nd, const CUgraphNode *deps,
+                            size_t ndeps, CUgraphNode *out)
 {
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&ms__fk_lock);
@@ -215,6 +238,24 @@ static CUresult append(CUgraph hGraph, const struct node *nd, CUgraphNode *out)
             g->cap = cap;
         }
     }
+    uint64_t slot = (uint64_t)slot_of(g) + 1;
+    for (size_t k = 0; rc == CUDA_SUCCESS && k < ndeps; k++) {
+        uint64_t v = (uint64_t)(uintptr_t)deps[k];
+        if ((v >> 32) != slot || (v & 0xffffffffu) == 0 || (v & 0xffffffffu) > g->n)
+            rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (rc == CUDA_SUCCESS && ndeps) {
+        void *q = realloc(g->edges, (g->nedges + ndeps) * sizeof(*g->edges));
+        if (!q)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            g->edges = q;
+    }
+    for (size_t k = 0; rc == CUDA_SUCCESS && k < ndeps; k++) {
+        g->edges[g->nedges][0] = (uint32_t)(((uint64_t)(uintptr_t)deps[k] & 0xffffffffu) - 1);
+        g->edges[g->nedges][1] = (uint32_t)g->n;
+        g->nedges++;
+    }
     if (rc == CUDA_SUCCESS) {
         g->nodes[g->n] = *nd;
         *out = (CUgraphNode)(uintptr_t)(((uint64_t)slot_of(g) + 1) << 32 | (g->n + 1));
@@ -228,8 +269,6 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
                                          const CUgraphNode *dependencies, size_t numDependencies,
                                          const CUDA_KERNEL_NODE_PARAMS_v2 *p)
 {
-    (void)dependencies;
-    (void)numDependencies;
     CUresult rc = ms__fk_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
@@ -255,7 +294,7 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
             nd.ptrs[i] = (char *)nd.buf + off[i];
         nd.nptrs = np;
     }
-    rc = append(hGraph, &nd, phGraphNode);
+    rc = append_deps(hGraph, &nd, dependencies, numDependencies, phGraphNode);
     if (rc != CUDA_SUCCESS) {
         free(nd.buf);
         free(nd.ptrs);
@@ -268,8 +307,6 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGra
                                           const CUgraphNode *dependencies, size_t numDependencies,
                                           CUgraph childGraph)
 {
-    (void)dependencies;
-    (void)numDependencies;
     CUresult rc = ms__fk_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
@@ -284,7 +321,7 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGra
     if (rc != CUDA_SUCCESS)
         return rc;
     struct node nd = {.kind = NODE_CHILD, .child = copy};
-    rc = append(hGraph, &nd, phGraphNode);
+    rc = append_deps(hGraph, &nd, dependencies, numDependencies, phGraphNode);
     if (rc != CUDA_SUCCESS) {
         pthread_mutex_lock(&ms__fk_lock);
         drop(graphs, copy);
@@ -606,26 +643,62 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode)
             drop(graphs, nd->child);
         memset(nd, 0, sizeof(*nd));
         nd->kind = NODE_GONE;
+        struct fk_graph *g = graphs[((uint64_t)(uintptr_t)hNode >> 32) - 1];
+        uint32_t idx = (uint32_t)(((uint64_t)(uintptr_t)hNode & 0xffffffffu) - 1);
+        size_t w = 0;
+        for (size_t k = 0; k < g->nedges; k++)
+            if (g->edges[k][0] != idx && g->edges[k][1] != idx) {
+                g->edges[w][0] = g->edges[k][0];
+                g->edges[w][1] = g->edges[k][1];
+                w++;
+            }
+        g->nedges = w;
     }
     pthread_mutex_unlock(&ms__fk_lock);
     return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* The fake keeps no dependencies (nodes run in the order they were added). */
-CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
-                                 size_t *numEdges)
+/* The graph's edges (the fake runs nodes in the order they were added, which the edges, all
+ * from an earlier node to a later one, allow). `lossy`: the CUDA 10 form, which cannot list
+ * edges that carry data. */
+static CUresult get_edges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *data,
+                          size_t *numEdges, bool lossy)
 {
-    (void)from;
-    (void)to;
     CUresult rc = ms__fk_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
+    const char *ed = getenv("MSCHED_FAKE_EDGE_DATA");
+    bool with_data = ed && *ed == '1';
     pthread_mutex_lock(&ms__fk_lock);
-    bool ok = numEdges && live(graphs, hGraph);
-    if (ok)
-        *numEdges = 0;
+    struct fk_graph *g = (struct fk_graph *)hGraph;
+    if (!numEdges || !live(graphs, g) || (!from) != (!to)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (!from) {
+        *numEdges = g->nedges;
+    } else if (lossy && with_data && g->nedges) {
+        rc = CUDA_ERROR_LOSSY_QUERY;
+    } else {
+        uint64_t slot = (uint64_t)slot_of(g) + 1;
+        size_t n = *numEdges < g->nedges ? *numEdges : g->nedges;
+        for (size_t k = 0; k < n; k++) {
+            from[k] = (CUgraphNode)(uintptr_t)(slot << 32 | (g->edges[k][0] + 1));
+            to[k] = (CUgraphNode)(uintptr_t)(slot << 32 | (g->edges[k][1] + 1));
+            if (data) {
+                memset(&data[k], 0, sizeof(data[k]));
+                data[k].type = CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
+                data[k].from_port = with_data ? 1 : 0; /* any port but the default is data */
+            }
+        }
+        *numEdges = n;
+    }
     pthread_mutex_unlock(&ms__fk_lock);
-    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return rc;
+}
+
+CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
+                                 size_t *numEdges)
+{
+    return get_edges(hGraph, from, to, NULL, numEdges, true);
 }
 
 /* CUDA 12.3's form, with edge data (none). */
@@ -634,12 +707,12 @@ CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNo
 CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to,
                                     CUgraphEdgeData *edgeData, size_t *numEdges)
 {
-    (void)edgeData;
-    return cuGraphGetEdges(hGraph, from, to, numEdges);
+    return get_edges(hGraph, from, to, edgeData, numEdges, false);
 }
 
 /* A kernel node of a graph given new parameters (copied, as at cuGraphAddKernelNode). */
-CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *p)
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
+                                               const CUDA_KERNEL_NODE_PARAMS_v2 *p)
 {
     CUresult rc = ms__fk_ready();
     if (rc != CUDA_SUCCESS)

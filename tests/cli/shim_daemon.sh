@@ -73,6 +73,18 @@ wait_shim lone 0 "$LIMIT"
 ok lone
 pass "a lone client with twice the budget finishes"
 
+# A CUDA graph naming more than the daemon's budget (60 MiB of adds under 48) runs in pieces,
+# each gated through the daemon: no kernel with a pointer on a host chunk, the data right.
+client gpieces MSCHED_FAKE_EDGE_DATA=1 -- 5 1 graph-pieces
+wait_shim gpieces 0 "$LIMIT"
+grep -q "ENGINE_GRAPH_PIECES launches=10 mismatches=0 host_mapped=0" "$T/gpieces.out" ||
+    fail "graph-pieces under the daemon: $(grep -E 'ENGINE|pieces|whole' "$T/gpieces.out" | tail -n 3)"
+grep -q "graphs in pieces: 10 launches" "$T/gpieces.out" ||
+    fail "graph-pieces under the daemon did not run in pieces: $(grep msched "$T/gpieces.out" | tail -n 3)"
+grep -q "daemon: connected, [1-9][0-9]* slices" "$T/gpieces.out" ||
+    fail "graph-pieces did not run under the daemon: $(grep msched "$T/gpieces.out" | tail -n 3)"
+pass "a graph naming more than the daemon's budget runs in pieces under it"
+
 # ---- three -----------------------------------------------------------------------------------
 client a -- "$OPS" 7
 client b MSCHED_BUDGET=32MiB -- "$OPS" 11

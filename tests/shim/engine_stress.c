@@ -873,8 +873,9 @@ static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, C
     CK(p_d2h(va, a, n * 4));
     uint64_t mismatches = 0;
     for (uint64_t k = 0; k < n; k++)
-        mismatches += va[k] != pattern(k, sa) + (ran + ran5) * (pattern(k, sb[0]) + pattern(k, sb[2]) +
-                                                              pattern(k, sb[3])) +
+        mismatches += va[k] != pattern(k, sa) +
+                                   (ran + ran5) *
+                                       (pattern(k, sb[0]) + pattern(k, sb[2]) + pattern(k, sb[3])) +
                                    ran * pattern(k, sb[1]) + ran5 * pattern(k, sb[4]);
     free(va);
     CK(ga.xdestroy(x));
