@@ -189,6 +189,47 @@ static struct node *node_of(CUgraphNode h)
     return &graphs[slot]->nodes[idx];
 }
 
+/* A kernel node's parameters packed as the launch path takes them (*buf, *bytes) and, for a
+ * graph's node, kernelParams pointing into them (*ptrs, *nptrs: NULL, 0 when the kernel's
+ * layout is unknown). */
+static CUresult pack_kernel(const CUDA_KERNEL_NODE_PARAMS_v2 *p, void **buf, size_t *bytes,
+                            void ***ptrs, size_t *nptrs)
+{
+    *ptrs = NULL;
+    *nptrs = 0;
+    CUresult rc = ms__fk_pack_params(p->func, p->kernelParams, buf, bytes);
+    size_t np = 0;
+    const size_t *off = NULL;
+    if (rc != CUDA_SUCCESS || ms__fk_param_offsets(p->func, &np, &off) != CUDA_SUCCESS || !np)
+        return rc;
+    if ((*ptrs = calloc(np, sizeof(**ptrs))) == NULL) {
+        free(*buf);
+        *buf = NULL;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < np; i++)
+        (*ptrs)[i] = (char *)*buf + off[i];
+    *nptrs = np;
+    return CUDA_SUCCESS;
+}
+
+/* Node nd takes kernel parameters p, packed in buf (bytes), its old buffer freed. */
+static void take_kernel(struct node *nd, const CUDA_KERNEL_NODE_PARAMS_v2 *p, void *buf,
+                        size_t bytes)
+{
+    free(nd->buf);
+    nd->buf = buf;
+    nd->bytes = bytes;
+    nd->f = p->func;
+    nd->grid[0] = p->gridDimX;
+    nd->grid[1] = p->gridDimY;
+    nd->grid[2] = p->gridDimZ;
+    nd->block[0] = p->blockDimX;
+    nd->block[1] = p->blockDimY;
+    nd->block[2] = p->blockDimZ;
+    nd->smem = p->sharedMemBytes;
+}
+
 CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
     CUresult rc = ms__fk_ready();
@@ -274,26 +315,13 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
         return rc;
     if (!phGraphNode || !p || !p->func || p->extra)
         return CUDA_ERROR_INVALID_VALUE;
-    struct node nd = {.kind = NODE_KERNEL,
-                      .f = p->func,
-                      .grid = {p->gridDimX, p->gridDimY, p->gridDimZ},
-                      .block = {p->blockDimX, p->blockDimY, p->blockDimZ},
-                      .smem = p->sharedMemBytes};
-    rc = ms__fk_pack_params(p->func, p->kernelParams, &nd.buf, &nd.bytes);
+    struct node nd = {.kind = NODE_KERNEL};
+    void *buf = NULL;
+    size_t bytes = 0;
+    rc = pack_kernel(p, &buf, &bytes, &nd.ptrs, &nd.nptrs);
     if (rc != CUDA_SUCCESS)
         return rc;
-    size_t np = 0;
-    const size_t *off = NULL;
-    if (ms__fk_param_offsets(p->func, &np, &off) == CUDA_SUCCESS && np) {
-        nd.ptrs = calloc(np, sizeof(*nd.ptrs));
-        if (!nd.ptrs) {
-            free(nd.buf);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        for (size_t i = 0; i < np; i++)
-            nd.ptrs[i] = (char *)nd.buf + off[i];
-        nd.nptrs = np;
-    }
+    take_kernel(&nd, p, buf, bytes);
     rc = append_deps(hGraph, &nd, dependencies, numDependencies, phGraphNode);
     if (rc != CUDA_SUCCESS) {
         free(nd.buf);
@@ -522,18 +550,7 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
     if (!live(execs, e) || !node_of(hNode) || idx >= e->n || e->nodes[idx].kind != NODE_KERNEL) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
-        struct node *nd = &e->nodes[idx];
-        free(nd->buf);
-        nd->buf = buf;
-        nd->bytes = bytes;
-        nd->f = p->func;
-        nd->grid[0] = p->gridDimX;
-        nd->grid[1] = p->gridDimY;
-        nd->grid[2] = p->gridDimZ;
-        nd->block[0] = p->blockDimX;
-        nd->block[1] = p->blockDimY;
-        nd->block[2] = p->blockDimZ;
-        nd->smem = p->sharedMemBytes;
+        take_kernel(&e->nodes[idx], p, buf, bytes);
         buf = NULL;
     }
     pthread_mutex_unlock(&ms__fk_lock);
@@ -720,39 +737,20 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
     if (!p || !p->func || p->extra)
         return CUDA_ERROR_INVALID_VALUE;
     void *buf = NULL;
+    void **ptrs = NULL;
     size_t bytes = 0, np = 0;
-    const size_t *off = NULL;
-    rc = ms__fk_pack_params(p->func, p->kernelParams, &buf, &bytes);
+    rc = pack_kernel(p, &buf, &bytes, &ptrs, &np);
     if (rc != CUDA_SUCCESS)
         return rc;
-    void **ptrs = NULL;
-    if (ms__fk_param_offsets(p->func, &np, &off) == CUDA_SUCCESS && np) {
-        if ((ptrs = calloc(np, sizeof(*ptrs))) == NULL) {
-            free(buf);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        for (size_t i = 0; i < np; i++)
-            ptrs[i] = (char *)buf + off[i];
-    }
     pthread_mutex_lock(&ms__fk_lock);
     struct node *nd = node_of(hNode);
     if (!nd || nd->kind != NODE_KERNEL) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
-        free(nd->buf);
+        take_kernel(nd, p, buf, bytes);
         free(nd->ptrs);
-        nd->buf = buf;
-        nd->bytes = bytes;
         nd->ptrs = ptrs;
-        nd->nptrs = ptrs ? np : 0;
-        nd->f = p->func;
-        nd->grid[0] = p->gridDimX;
-        nd->grid[1] = p->gridDimY;
-        nd->grid[2] = p->gridDimZ;
-        nd->block[0] = p->blockDimX;
-        nd->block[1] = p->blockDimY;
-        nd->block[2] = p->blockDimZ;
-        nd->smem = p->sharedMemBytes;
+        nd->nptrs = np;
         buf = NULL;
         ptrs = NULL;
     }

@@ -607,6 +607,9 @@ static int vmm_mode(int rounds, void *h, void *fh, CUfunction f_fill)
 /* The "graph" mode (see the header). h: the driver as the program sees it. */
 /* The graph calls the graph modes use, from the driver libmsched loaded (h). */
 struct graph_api {
+    /* the exec's kernel node setter and the fake's statistics (NULL when missing) */
+    CUresult (*setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+    ms_fake_get_stats_fn stats;
     CUresult (*create)(CUgraph *, unsigned);
     CUresult (*add)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                     const CUDA_KERNEL_NODE_PARAMS *);
@@ -616,8 +619,14 @@ struct graph_api {
     CUresult (*destroy)(CUgraph);
 };
 
-static int load_graph_api(void *h, struct graph_api *g)
+static int load_graph_api(void *h, void *fh, struct graph_api *g)
 {
+    *(void **)&g->setp = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
+    *(void **)&g->stats = dlsym(fh, "ms_fake_get_stats");
+    if (!g->setp || !g->stats) {
+        printf("FAIL: no cuGraphExecKernelNodeSetParams_v2 or ms_fake_get_stats\n");
+        return 1;
+    }
     LOAD(g->create, "cuGraphCreate");
     LOAD(g->add, "cuGraphAddKernelNode_v2");
     LOAD(g->inst, "cuGraphInstantiateWithFlags");
@@ -630,17 +639,11 @@ static int load_graph_api(void *h, struct graph_api *g)
 static int graph_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add)
 {
     struct graph_api ga;
-    if (load_graph_api(h, &ga))
+    if (load_graph_api(h, fh, &ga))
         return 1;
-    CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
-    ms_fake_get_stats_fn stats;
+    CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *) = ga.setp;
+    ms_fake_get_stats_fn stats = ga.stats;
     int op = -2;
-    *(void **)&g_setp = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
-    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
-    if (!g_setp || !stats) {
-        printf("FAIL: no cuGraphExecKernelNodeSetParams_v2 or ms_fake_get_stats\n");
-        return 1;
-    }
     uint64_t n = 3u * MIB, nb = 6u * MIB; /* words: 12 MiB and 24 MiB */
     CUdeviceptr a, c, d, big;
     uint32_t sa = 11, sc = 22, sb = 33, sd = 44;
@@ -720,17 +723,16 @@ static int graph_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfuncti
 static int graph_child_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add)
 {
     struct graph_api ga;
-    if (load_graph_api(h, &ga))
+    if (load_graph_api(h, fh, &ga))
         return 1;
     CUresult (*add_child)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph);
     CUresult (*set_child)(CUgraphExec, CUgraphNode, CUgraph);
-    ms_fake_get_stats_fn stats;
+    ms_fake_get_stats_fn stats = ga.stats;
     int op = -2;
     *(void **)&add_child = dlsym(h, "cuGraphAddChildGraphNode");
     *(void **)&set_child = dlsym(h, "cuGraphExecChildGraphNodeSetParams");
-    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
-    if (!add_child || !set_child || !stats) {
-        printf("FAIL: no child graph calls or ms_fake_get_stats\n");
+    if (!add_child || !set_child) {
+        printf("FAIL: no child graph calls\n");
         return 1;
     }
     uint64_t n = 3u * MIB, nb = 6u * MIB; /* words: 12 MiB and 24 MiB */
@@ -814,17 +816,11 @@ static int graph_child_mode(int rounds, void *h, void *fh, CUfunction f_fill, CU
 static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add)
 {
     struct graph_api ga;
-    if (load_graph_api(h, &ga))
+    if (load_graph_api(h, fh, &ga))
         return 1;
-    CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
-    ms_fake_get_stats_fn stats;
+    CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *) = ga.setp;
+    ms_fake_get_stats_fn stats = ga.stats;
     int op = -2;
-    *(void **)&g_setp = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
-    *(void **)&stats = dlsym(fh, "ms_fake_get_stats");
-    if (!g_setp || !stats) {
-        printf("FAIL: no cuGraphExecKernelNodeSetParams_v2 or ms_fake_get_stats\n");
-        return 1;
-    }
     uint64_t n = 3u * MIB; /* words: 12 MiB */
     CUdeviceptr a, b[5];
     uint32_t sa = 11, sb[5] = {21, 22, 23, 24, 25};
@@ -1059,7 +1055,7 @@ static int arena(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_
     } else {
         /* the adds as launches of a graph of one add node */
         struct graph_api ga;
-        if (load_graph_api(h, &ga))
+        if (load_graph_api(h, fh, &ga))
             return 1;
         CUDA_KERNEL_NODE_PARAMS kp;
         memset(&kp, 0, sizeof(kp));
