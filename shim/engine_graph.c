@@ -352,8 +352,9 @@ bool ms_engine_graph_oversized(const void *exec)
     if (!ms__eng_is_active())
         return false;
     ms_lock(&E.lock);
-    bool over = graph_need(graph_find(exec), NULL, 0, false) &&
-                ms_chunk_set_bytes(&E.need, &E.rt) > E.budget;
+    bool over = graph_need(graph_find(exec), NULL, 0, false);
+    ms_chunk_set_normalize(&E.need); /* nodes naming the same region name it once */
+    over = over && ms_chunk_set_bytes(&E.need, &E.rt) > E.budget;
     ms_chunk_set_clear(&E.need);
     ms_unlock(&E.lock);
     return over;

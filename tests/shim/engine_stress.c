@@ -56,10 +56,11 @@
  *          pass a pointer into memory on a host chunk). After the arena's free a 2 MiB
  *          allocation takes its slot (STRESS_ARENA_REUSE=0: not), so the exit summary's
  *          most-missed regions are checked across a reused slot and a freed one.
- *   graph-pieces: five 12 MiB buffers b0..b4 and a 12 MiB a, under a 40 MiB budget; a CUDA
- *          graph of four dependent nodes a += b0, a += b1, a += b2, a += b3 (60 MiB in all, 24
- *          per node), launched ops times; then the second node given b4 instead of b1 on the
- *          exec and the graph destroyed, ops times more. Prints
+ *   graph-pieces: a and b0..b4, 12 MiB each, under a 40 MiB budget; a CUDA graph of four
+ *          nodes a += b0 .. a += b3 (60 MiB in all, 24 per node; node k after node k - 2),
+ *          launched ops times; then the second node given b4 instead of b1 on the exec and the
+ *          graph destroyed, ops times more (STRESS_PIECES_NODES and STRESS_PIECES_MIB change
+ *          the four nodes and the 12 MiB). Prints
  *          "ENGINE_GRAPH_PIECES launches=N mismatches=M host_mapped=H" (H: kernels the fake saw
  *          pass a pointer into a host chunk: 0 when each piece's memory was made resident).
  *   arena-graph: the same, the adds launched as a CUDA graph of one add node
@@ -821,25 +822,34 @@ static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, C
     CUresult (*g_setp)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *) = ga.setp;
     ms_fake_get_stats_fn stats = ga.stats;
     int op = -2;
-    uint64_t n = 3u * MIB; /* words: 12 MiB */
-    CUdeviceptr a, b[5];
-    uint32_t sa = 11, sb[5] = {21, 22, 23, 24, 25};
+    /* STRESS_PIECES_NODES adds (2..16, default 4) of STRESS_PIECES_MIB each (default 12) */
+    const char *en = getenv("STRESS_PIECES_NODES"), *em = getenv("STRESS_PIECES_MIB");
+    int nn = en ? atoi(en) : 4, mib = em ? atoi(em) : 12;
+    if (nn < 2 || nn > 16 || mib < 1 || mib > 64) {
+        printf("FAIL: STRESS_PIECES_NODES 2..16, STRESS_PIECES_MIB 1..64\n");
+        return 1;
+    }
+    uint64_t n = (uint64_t)mib * MIB / 4; /* words */
+    CUdeviceptr a, b[17];
+    uint32_t sa = 11, sb[17];
     CK(p_alloc(&a, n * 4));
     void *fa[] = {&a, &n, &sa};
     CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL));
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k <= nn; k++) {
+        sb[k] = 21u + (uint32_t)k;
         CK(p_alloc(&b[k], n * 4));
         void *fb[] = {&b[k], &n, &sb[k]};
         CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fb, NULL));
     }
-    /* a += b[0]; a += b[1]; a += b[2]; a += b[3]: four nodes of 24 MiB each, 60 MiB in all */
-    void *addp[4][3];
-    CUDA_KERNEL_NODE_PARAMS kp[4];
+    /* node k: a += b[k], after node k - 2 (two interleaved chains: two roots, and positions
+     * that are one topological order among several) */
+    void *addp[16][3];
+    CUDA_KERNEL_NODE_PARAMS kp[16];
     CUgraph g;
-    CUgraphNode node[4];
+    CUgraphNode node[16];
     CUgraphExec x;
     CK(ga.create(&g, 0));
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < nn; k++) {
         addp[k][0] = &a;
         addp[k][1] = &b[k];
         addp[k][2] = &n;
@@ -848,37 +858,40 @@ static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, C
         kp[k].gridDimX = kp[k].gridDimY = kp[k].gridDimZ = 1;
         kp[k].blockDimX = kp[k].blockDimY = kp[k].blockDimZ = 1;
         kp[k].kernelParams = addp[k];
-        CK(ga.add(&node[k], g, k ? &node[k - 1] : NULL, k ? 1 : 0, &kp[k]));
+        CK(ga.add(&node[k], g, k >= 2 ? &node[k - 2] : NULL, k >= 2 ? 1 : 0, &kp[k]));
     }
     CK(ga.inst(&x, g, 0));
-    uint32_t ran = 0, ran5 = 0;
+    uint32_t ran = 0, ran2 = 0;
     struct ms_fake_stats s0, s1;
     CK(p_sync());
     stats(&s0);
     for (op = 0; op < rounds; op++, ran++)
         CK(ga.launch(x, NULL));
-    /* The second node given new parameters on the exec: a += b[4] instead of b[1]. */
-    addp[1][1] = &b[4];
+    /* The second node given new parameters on the exec: a += b[nn] instead of b[1]. */
+    addp[1][1] = &b[nn];
     CK(g_setp(x, node[1], &kp[1]));
     CK(ga.destroy(g)); /* the exec outlives the application's graph */
-    for (op = 0; op < rounds; op++, ran5++)
+    for (op = 0; op < rounds; op++, ran2++)
         CK(ga.launch(x, NULL));
     CK(p_sync());
     stats(&s1);
     uint32_t *va = malloc(n * 4);
+    if (!va)
+        return printf("FAIL: malloc\n"), 1;
     CK(p_d2h(va, a, n * 4));
     uint64_t mismatches = 0;
-    for (uint64_t k = 0; k < n; k++)
-        mismatches += va[k] != pattern(k, sa) +
-                                   (ran + ran5) *
-                                       (pattern(k, sb[0]) + pattern(k, sb[2]) + pattern(k, sb[3])) +
-                                   ran * pattern(k, sb[1]) + ran5 * pattern(k, sb[4]);
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t want = pattern(i, sa) + ran * pattern(i, sb[1]) + ran2 * pattern(i, sb[nn]);
+        for (int k = 0; k < nn; k++)
+            want += k == 1 ? 0 : (ran + ran2) * pattern(i, sb[k]);
+        mismatches += va[i] != want;
+    }
     free(va);
     CK(ga.xdestroy(x));
     CK(p_free(a));
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k <= nn; k++)
         CK(p_free(b[k]));
-    printf("ENGINE_GRAPH_PIECES launches=%u mismatches=%llu host_mapped=%llu\n", ran + ran5,
+    printf("ENGINE_GRAPH_PIECES launches=%u mismatches=%llu host_mapped=%llu\n", ran + ran2,
            (unsigned long long)mismatches,
            (unsigned long long)(s1.host_mapped_launches - s0.host_mapped_launches));
     return mismatches == 0 ? 0 : 1;
