@@ -118,6 +118,12 @@ static void drop(struct split *p)
     *p = splits[--nsplits];
 }
 
+void ms__graph_pieces_atfork_child(void)
+{
+    ms_lock_reset(&lock);
+    nsplits = 0; /* the parent's graphs are not the child's (their memory is left) */
+}
+
 void ms__graph_pieces_forget(CUgraphExec x)
 {
     ms_lock(&lock);

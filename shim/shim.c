@@ -96,6 +96,7 @@ static void atfork_child(void)
     ms_prof_atfork_child();
     ms__shim_capture_atfork_child();
     ms__tmap_atfork_child();
+    ms__graph_pieces_atfork_child();
 }
 
 /* The process's initialisation (driver.h runs it once, at the first driver call). */

@@ -106,6 +106,8 @@ MS_HIDDEN void ms__graph_pieces_track(CUgraphExec x, CUgraph g);
 MS_HIDDEN void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node,
                                        const struct ms_graph_update *u);
 MS_HIDDEN void ms__graph_pieces_forget(CUgraphExec x);
+/* In a forked child: the lock re-initialised, the table emptied. */
+MS_HIDDEN void ms__graph_pieces_atfork_child(void);
 MS_HIDDEN bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,
                                        CUresult (*real)(CUgraphExec, CUstream), CUresult *rc);
 /* Around a context synchronization that must not invalidate a capture (the daemon client's
