@@ -54,11 +54,17 @@ struct piece {
     const void **tags; /* its nodes as the record tags them, sorted (the engine's filter) */
 };
 
+struct by_handle {
+    CUgraphNode node;
+    size_t i;
+};
+
 struct split {
     CUgraphExec exec; /* the application's */
     CUgraph clone;
     size_t n;                 /* top-level nodes */
     CUgraphNode *orig, *copy; /* node i: the application's handle, the clone's */
+    struct by_handle *index;  /* (orig[i], i) sorted by handle: the setters' lookup */
     CUgraphNode *pnode;       /* node i in its piece's graph (built) */
     uint32_t *piece_of;       /* node i's piece (built) */
     size_t *order;            /* a topological order (built) */
@@ -70,6 +76,8 @@ struct split {
 
 static struct ms_lock lock = MS_LOCK_INIT(MS_LK_PIECES, "pieces");
 static unsigned said; /* verbose lines on graphs launched whole after all (at most 8) */
+static struct split *splits;
+static size_t nsplits, capsplits;
 
 /* With MSCHED_VERBOSE: why a graph naming more than the budget is launched whole. */
 static void whole(const char *why, int code)
@@ -77,8 +85,6 @@ static void whole(const char *why, int code)
     if (__atomic_fetch_add(&said, 1, __ATOMIC_RELAXED) < 8)
         ms__shim_log("a graph naming more than the budget is launched whole: %s (%d)", why, code);
 }
-static struct split *splits;
-static size_t nsplits, capsplits;
 
 static struct split *find(CUgraphExec x)
 {
@@ -86,6 +92,21 @@ static struct split *find(CUgraphExec x)
         if (splits[i].exec == x)
             return &splits[i];
     return NULL;
+}
+
+static int handle_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const struct by_handle *)a)->node,
+              y = (uintptr_t)((const struct by_handle *)b)->node;
+    return x < y ? -1 : x > y;
+}
+
+/* The position of the application's node `node` in p (p->n when it is not one of them). */
+static size_t index_of(const struct split *p, CUgraphNode node)
+{
+    struct by_handle key = {node, 0};
+    const struct by_handle *h = bsearch(&key, p->index, p->n, sizeof(key), handle_cmp);
+    return h ? h->i : p->n;
 }
 
 static void pieces_free(struct split *p)
@@ -111,6 +132,7 @@ static void drop(struct split *p)
     if (p->clone)
         MS_REAL(cuGraphDestroy)(p->clone);
     ms_free(p->orig);
+    ms_free(p->index);
     ms_free(p->copy);
     ms_free(p->pnode);
     ms_free(p->piece_of);
@@ -134,9 +156,8 @@ void ms__graph_pieces_forget(CUgraphExec x)
 }
 
 /* Node types a piece may not be cut around: an allocation and its free belong together. */
-static bool splittable(CUgraph g, const CUgraphNode *nodes, size_t n)
+static bool splittable(const CUgraphNode *nodes, size_t n)
 {
-    (void)g;
     for (size_t i = 0; i < n; i++) {
         CUgraphNodeType t;
         if (MS_REAL(cuGraphNodeGetType)(nodes[i], &t) != CUDA_SUCCESS ||
@@ -172,9 +193,14 @@ void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
     s.pnode = ms_calloc(n, sizeof(*s.pnode));
     s.piece_of = ms_calloc(n, sizeof(*s.piece_of));
     s.order = ms_calloc(n, sizeof(*s.order));
-    bool ok = s.orig && s.copy && s.pnode && s.piece_of && s.order &&
+    s.index = ms_calloc(n, sizeof(*s.index));
+    bool ok = s.orig && s.copy && s.pnode && s.piece_of && s.order && s.index &&
               MS_REAL(cuGraphGetNodes)(g, s.orig, &n) == CUDA_SUCCESS && n == s.n;
-    if (ok && !splittable(g, s.orig, n)) {
+    for (size_t i = 0; ok && i < n; i++)
+        s.index[i] = (struct by_handle){s.orig[i], i};
+    if (ok)
+        qsort(s.index, n, sizeof(*s.index), handle_cmp);
+    if (ok && !splittable(s.orig, n)) {
         whole("memory allocation or free nodes", -1);
         ok = false;
     }
@@ -200,20 +226,13 @@ void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
         if (s.clone)
             MS_REAL(cuGraphDestroy)(s.clone);
         ms_free(s.orig);
+        ms_free(s.index);
         ms_free(s.copy);
         ms_free(s.pnode);
         ms_free(s.piece_of);
         ms_free(s.order);
     }
     ms_unlock(&lock);
-}
-
-static size_t index_of(const struct split *p, CUgraphNode node)
-{
-    for (size_t i = 0; i < p->n; i++)
-        if (p->orig[i] == node)
-            return i;
-    return p->n;
 }
 
 /* Update u made on graph node n (of the clone) or, with x, on node n of exec x. */
@@ -276,7 +295,7 @@ static CUresult edges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdge
     return e;
 }
 
-/* p->order = a topological order of the clone's nodes (Kahn's, ties by position). Returns a
+/* p->order = a topological order of the clone's nodes (ties by position). Returns a
  * CUresult (CUDA_ERROR_INVALID_VALUE for an edge or a cycle it cannot place). */
 static CUresult topo(struct split *p)
 {
@@ -298,40 +317,79 @@ static CUresult topo(struct split *p)
         e = edges(p->clone, from, to, data, &got);
         ok = e == CUDA_SUCCESS && got == ne;
     }
+    struct by_handle *cix = ok ? ms_calloc(p->n, sizeof(*cix)) : NULL; /* the clone's nodes */
+    ok = ok && cix;
+    for (size_t i = 0; ok && i < p->n; i++)
+        cix[i] = (struct by_handle){p->copy[i], i};
+    if (ok)
+        qsort(cix, p->n, sizeof(*cix), handle_cmp);
     for (size_t k = 0; ok && k < ne; k++) {
-        fi[k] = ti[k] = p->n;
-        for (size_t i = 0; i < p->n; i++) {
-            if (p->copy[i] == from[k])
-                fi[k] = i;
-            if (p->copy[i] == to[k])
-                ti[k] = i;
-        }
-        ok = fi[k] < p->n && ti[k] < p->n;
-        if (ok)
+        struct by_handle kf = {from[k], 0}, kt = {to[k], 0};
+        const struct by_handle *hf = bsearch(&kf, cix, p->n, sizeof(kf), handle_cmp),
+                               *ht = bsearch(&kt, cix, p->n, sizeof(kt), handle_cmp);
+        ok = hf && ht;
+        if (ok) {
+            fi[k] = hf->i;
+            ti[k] = ht->i;
             indeg[ti[k]]++;
+        }
     }
+    ms_free(cix);
     if (!ok && e == CUDA_SUCCESS)
         e = CUDA_ERROR_INVALID_VALUE;
-    size_t done = 0;
-    /* repeatedly take the first node, by position, whose predecessors are all placed */
-    bool *placed = ok ? ms_calloc(p->n, sizeof(*placed)) : NULL;
-    ok = ok && placed;
-    while (ok && done < p->n) {
-        size_t i = 0;
-        while (i < p->n && (placed[i] || indeg[i]))
-            i++;
-        if (i == p->n) {
-            ok = false; /* a cycle: not a graph the driver accepts */
-            e = CUDA_ERROR_INVALID_VALUE;
-            break;
+    /* Kahn's with a min-heap of ready positions (the smallest first: nodes stay near the order
+     * they were recorded in, which is the order they touch memory in) over the edges sorted
+     * by their source (first[i]..first[i + 1] are node i's). */
+    size_t *first = ok ? ms_calloc(p->n + 1, sizeof(*first)) : NULL;
+    size_t *succ = ok && ne ? ms_calloc(ne, sizeof(*succ)) : NULL;
+    size_t *heap = ok ? ms_calloc(p->n, sizeof(*heap)) : NULL;
+    ok = ok && first && heap && (!ne || succ);
+    for (size_t k = 0; ok && k < ne; k++)
+        first[fi[k] + 1]++;
+    for (size_t i = 0; ok && i < p->n; i++)
+        first[i + 1] += first[i];
+    for (size_t k = 0; ok && k < ne; k++)
+        succ[first[fi[k]]++] = ti[k]; /* first[i] ends as i's end: shifted back below */
+    for (size_t i = p->n; ok && i > 0; i--)
+        first[i] = first[i - 1];
+    if (ok)
+        first[0] = 0;
+    size_t nh = 0, done = 0;
+    for (size_t i = 0; ok && i < p->n; i++)
+        if (!indeg[i])
+            heap[nh++] = i; /* ascending: already a heap */
+    while (ok && nh) {
+        size_t i = heap[0];
+        heap[0] = heap[--nh];
+        for (size_t c = 0, m; (m = 2 * c + 1) < nh; c = m) { /* sift down */
+            if (m + 1 < nh && heap[m + 1] < heap[m])
+                m++;
+            if (heap[c] <= heap[m])
+                break;
+            size_t t = heap[c];
+            heap[c] = heap[m];
+            heap[m] = t;
         }
-        placed[i] = true;
         p->order[done++] = i;
-        for (size_t k = 0; k < ne; k++)
-            if (fi[k] == i)
-                indeg[ti[k]]--;
+        for (size_t k = first[i]; k < first[i + 1]; k++)
+            if (--indeg[succ[k]] == 0) {
+                size_t c = nh++;
+                heap[c] = succ[k];
+                while (c && heap[(c - 1) / 2] > heap[c]) { /* sift up */
+                    size_t t = heap[c];
+                    heap[c] = heap[(c - 1) / 2];
+                    heap[(c - 1) / 2] = t;
+                    c = (c - 1) / 2;
+                }
+            }
     }
-    ms_free(placed);
+    if (ok && done < p->n) {
+        ok = false; /* a cycle: not a graph the driver accepts */
+        e = CUDA_ERROR_INVALID_VALUE;
+    }
+    ms_free(first);
+    ms_free(succ);
+    ms_free(heap);
     ms_free(from);
     ms_free(to);
     ms_free(data);
