@@ -388,10 +388,12 @@ int ms_engine_graph_cut(const void *exec, const void *const *order, size_t n, si
     }
     uint64_t limit = MS_MAX(E.budget / 2, (uint64_t)MS_GRAN);
     struct by_node *idx = g->n ? ms_calloc(g->n, sizeof(*idx)) : NULL;
-    uint32_t *ids = g->n ? ms_calloc(g->n, sizeof(*ids)) : NULL; /* the piece's regions */
-    if (g->n && (!idx || !ids)) {
+    uint32_t *ids = g->n ? ms_calloc(g->n, sizeof(*ids)) : NULL;   /* the piece's regions */
+    uint32_t *mine = g->n ? ms_calloc(g->n, sizeof(*mine)) : NULL; /* one node's */
+    if (g->n && (!idx || !ids || !mine)) {
         ms_free(idx);
         ms_free(ids);
+        ms_free(mine);
         ms_unlock(&E.lock);
         return MS_E_NOMEM;
     }
@@ -410,31 +412,46 @@ int ms_engine_graph_cut(const void *exec, const void *const *order, size_t n, si
             else
                 hi = mid;
         }
-        uint64_t add = 0;
-        size_t nnew = 0;
+        /* this node's regions (each once: mine[0..nmine)), its bytes, and the bytes of those
+         * the piece does not hold yet */
+        uint64_t own = 0, add = 0;
+        size_t nmine = 0;
         for (size_t j = lo; j < g->n && idx[j].node == order[k]; j++) {
             uint32_t id = g->reg[idx[j].i].id;
-            bool seen = false;
-            for (size_t q = 0; q < nids + nnew && !seen; q++)
-                seen = ids[q] == id;
-            if (seen)
+            bool dup = false;
+            for (size_t q = 0; q < nmine && !dup; q++)
+                dup = mine[q] == id;
+            if (dup)
                 continue;
+            mine[nmine++] = id;
             const struct ms_region *r = ms_region_get(&E.rt, id);
-            add += r && r->live ? r->size : g->reg[idx[j].i].size;
-            ids[nids + nnew++] = id;
+            uint64_t b = r && r->live ? r->size : g->reg[idx[j].i].size;
+            own += b;
+            bool held = false;
+            for (size_t q = 0; q < nids && !held; q++)
+                held = ids[q] == id;
+            add += held ? 0 : b;
         }
         if (k == 0 || (nids && bytes + add > limit)) {
-            /* a new piece: this node's regions move to the front */
-            memmove(ids, ids + nids, nnew * sizeof(*ids));
-            nids = 0;
-            bytes = 0;
+            /* a new piece, of this node's regions */
+            memcpy(ids, mine, nmine * sizeof(*ids));
+            nids = nmine;
+            bytes = own;
             starts[np++] = k;
+            continue;
         }
-        nids += nnew;
+        for (size_t q = 0; q < nmine; q++) {
+            bool held = false;
+            for (size_t w = 0; w < nids && !held; w++)
+                held = ids[w] == mine[q];
+            if (!held)
+                ids[nids++] = mine[q];
+        }
         bytes += add;
     }
     ms_free(idx);
     ms_free(ids);
+    ms_free(mine);
     *npieces = np;
     ms_unlock(&E.lock);
     return MS_OK;

@@ -67,17 +67,38 @@ struct split {
     struct by_handle *index;  /* (orig[i], i) sorted by handle: the setters' lookup */
     CUgraphNode *pnode;       /* node i in its piece's graph (built) */
     uint32_t *piece_of;       /* node i's piece (built) */
+    bool *off;                /* node i disabled on the exec (cuGraphNodeSetEnabled) */
     size_t *order;            /* a topological order (built) */
     unsigned long long flags; /* the exec's instantiation flags */
     struct piece *pieces;
     size_t npieces;
     bool built, whole; /* whole: cut once into one piece, launched whole */
+    /* A launch issues the pieces with the lock released (its gates may wait on a migration or
+     * the daemon): `launching` keeps other launches of the exec out meanwhile, and what would
+     * free the split or its pieces then is left to that launch (`dead`, `stale`). */
+    bool launching, dead, stale, keep_order;
+    /* Recorded after each launch's last piece: the next launch waits on it first, as launches
+     * of one exec are ordered whatever their streams (NULL until needed; `recorded` once). */
+    CUevent done;
+    bool recorded;
+};
+
+/* The `done` event of a split dropped after it launched: the exec's next launch, whole, waits on
+ * it first. At most MAX_ORPHANS (the oldest is let go: only launches of one exec on two
+ * streams without other ordering lose their order then). */
+#define MAX_ORPHANS 16
+struct orphan {
+    CUgraphExec exec;
+    CUevent done;
 };
 
 static struct ms_lock lock = MS_LOCK_INIT(MS_LK_PIECES, "pieces");
 static unsigned said; /* verbose lines on graphs launched whole after all (at most 8) */
-static struct split *splits;
+static pthread_cond_t launched = PTHREAD_COND_INITIALIZER; /* a launch let its split go */
+static struct split **splits; /* pointers: a launch keeps its split across the unlocked part */
 static size_t nsplits, capsplits;
+static struct orphan orphans[MAX_ORPHANS];
+static size_t norphans;
 
 /* With MSCHED_VERBOSE: why a graph naming more than the budget is launched whole. */
 static void whole(const char *why, int code)
@@ -89,9 +110,33 @@ static void whole(const char *why, int code)
 static struct split *find(CUgraphExec x)
 {
     for (size_t i = 0; i < nsplits; i++)
-        if (splits[i].exec == x)
-            return &splits[i];
+        if (splits[i]->exec == x)
+            return splits[i];
     return NULL;
+}
+
+/* The orphan event of x, taken out of the list (NULL: none). */
+static CUevent orphan_take(CUgraphExec x)
+{
+    for (size_t i = 0; i < norphans; i++)
+        if (orphans[i].exec == x) {
+            CUevent e = orphans[i].done;
+            orphans[i] = orphans[--norphans];
+            return e;
+        }
+    return NULL;
+}
+
+static void orphan_put(CUgraphExec x, CUevent e)
+{
+    CUevent old = orphan_take(x);
+    if (old)
+        MS_REAL(cuEventDestroy_v2)(old);
+    if (norphans == MAX_ORPHANS) {
+        MS_REAL(cuEventDestroy_v2)(orphans[0].done);
+        orphans[0] = orphans[--norphans];
+    }
+    orphans[norphans++] = (struct orphan){x, e};
 }
 
 static int handle_cmp(const void *a, const void *b)
@@ -125,19 +170,41 @@ static void pieces_free(struct split *p)
     p->whole = false;
 }
 
-/* Drop split p (lock held). */
-static void drop(struct split *p)
+/* Free split p, taken off the table (lock held, no launch using it). keep_order: the exec
+ * lives on, its next launch waits for this one's last. */
+static void destroy(struct split *p, bool keep_order)
 {
     pieces_free(p);
     if (p->clone)
         MS_REAL(cuGraphDestroy)(p->clone);
+    if (p->done && p->recorded && keep_order)
+        orphan_put(p->exec, p->done);
+    else if (p->done)
+        MS_REAL(cuEventDestroy_v2)(p->done);
     ms_free(p->orig);
     ms_free(p->index);
     ms_free(p->copy);
     ms_free(p->pnode);
     ms_free(p->piece_of);
+    ms_free(p->off);
     ms_free(p->order);
-    *p = splits[--nsplits];
+    ms_free(p);
+}
+
+/* Take split p off the table and free it, or leave that to the launch using it (lock held). */
+static void drop(struct split *p, bool keep_order)
+{
+    for (size_t i = 0; i < nsplits; i++)
+        if (splits[i] == p) {
+            splits[i] = splits[--nsplits];
+            break;
+        }
+    if (p->launching) {
+        p->dead = true;
+        p->keep_order = keep_order;
+    } else {
+        destroy(p, keep_order);
+    }
 }
 
 void ms__graph_pieces_atfork_child(void)
@@ -151,18 +218,71 @@ void ms__graph_pieces_forget(CUgraphExec x)
     ms_lock(&lock);
     struct split *p = find(x);
     if (p)
-        drop(p);
+        drop(p, true);
     ms_unlock(&lock);
 }
 
-/* Node types a piece may not be cut around: an allocation and its free belong together. */
-static bool splittable(const CUgraphNode *nodes, size_t n)
+void ms__graph_pieces_destroyed(CUgraphExec x)
 {
+    ms_lock(&lock);
+    struct split *p = find(x);
+    if (p)
+        drop(p, false);
+    CUevent e = orphan_take(x);
+    if (e)
+        MS_REAL(cuEventDestroy_v2)(e);
+    ms_unlock(&lock);
+}
+
+/* Whether the graph's top-level nodes may be cut apart (*why: the reason when not). Pieces run
+ * one after another, so two nodes the graph lets run at once must not need each other: an
+ * allocation and its free belong together, an event wait node may wait for an event record
+ * node of the same graph, an external semaphore wait for a signal the graph itself gives. */
+#define MAX_RECORDS 64
+static bool splittable(const CUgraphNode *nodes, size_t n, const char **why)
+{
+    CUevent rec[MAX_RECORDS];
+    size_t nrec = 0;
+    bool many = false, sem_wait = false, sem_signal = false, waits = false;
     for (size_t i = 0; i < n; i++) {
         CUgraphNodeType t;
-        if (MS_REAL(cuGraphNodeGetType)(nodes[i], &t) != CUDA_SUCCESS ||
-            t == CU_GRAPH_NODE_TYPE_MEM_ALLOC || t == CU_GRAPH_NODE_TYPE_MEM_FREE)
+        CUevent e;
+        if (MS_REAL(cuGraphNodeGetType)(nodes[i], &t) != CUDA_SUCCESS) {
+            *why = "cuGraphNodeGetType failed";
             return false;
+        }
+        if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC || t == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+            *why = "memory allocation or free nodes";
+            return false;
+        }
+        if (t == CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
+            if (nrec < MAX_RECORDS &&
+                MS_REAL(cuGraphEventRecordNodeGetEvent)(nodes[i], &e) == CUDA_SUCCESS)
+                rec[nrec++] = e;
+            else
+                many = true;
+        }
+        waits = waits || t == CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+        sem_wait = sem_wait || t == CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT;
+        sem_signal = sem_signal || t == CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL;
+    }
+    if (sem_wait && sem_signal) {
+        *why = "external semaphore wait and signal nodes";
+        return false;
+    }
+    for (size_t i = 0; waits && (nrec || many) && i < n; i++) {
+        CUgraphNodeType t;
+        CUevent e;
+        if (MS_REAL(cuGraphNodeGetType)(nodes[i], &t) != CUDA_SUCCESS ||
+            t != CU_GRAPH_NODE_TYPE_WAIT_EVENT)
+            continue;
+        bool mine = many || MS_REAL(cuGraphEventWaitNodeGetEvent)(nodes[i], &e) != CUDA_SUCCESS;
+        for (size_t k = 0; !mine && k < nrec; k++)
+            mine = rec[k] == e;
+        if (mine) {
+            *why = "an event wait node on an event the graph records";
+            return false;
+        }
     }
     return true;
 }
@@ -188,20 +308,23 @@ void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
         return;
     }
     struct split s = {.exec = x, .n = n, .flags = flags};
+    struct split *heap = ms_calloc(1, sizeof(*heap));
     s.orig = ms_calloc(n, sizeof(*s.orig));
     s.copy = ms_calloc(n, sizeof(*s.copy));
     s.pnode = ms_calloc(n, sizeof(*s.pnode));
     s.piece_of = ms_calloc(n, sizeof(*s.piece_of));
     s.order = ms_calloc(n, sizeof(*s.order));
     s.index = ms_calloc(n, sizeof(*s.index));
-    bool ok = s.orig && s.copy && s.pnode && s.piece_of && s.order && s.index &&
+    s.off = ms_calloc(n, sizeof(*s.off));
+    bool ok = heap && s.orig && s.copy && s.pnode && s.piece_of && s.order && s.index && s.off &&
               MS_REAL(cuGraphGetNodes)(g, s.orig, &n) == CUDA_SUCCESS && n == s.n;
     for (size_t i = 0; ok && i < n; i++)
         s.index[i] = (struct by_handle){s.orig[i], i};
     if (ok)
         qsort(s.index, n, sizeof(*s.index), handle_cmp);
-    if (ok && !splittable(s.orig, n)) {
-        whole("memory allocation or free nodes", -1);
+    const char *why = NULL;
+    if (ok && !splittable(s.orig, n, &why)) {
+        whole(why, -1);
         ok = false;
     }
     if (ok && (e = MS_REAL(cuGraphClone)(&s.clone, g)) != CUDA_SUCCESS) {
@@ -221,8 +344,10 @@ void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
         }
     }
     if (ok) {
-        splits[nsplits++] = s;
+        *heap = s;
+        splits[nsplits++] = heap;
     } else {
+        ms_free(heap);
         if (s.clone)
             MS_REAL(cuGraphDestroy)(s.clone);
         ms_free(s.orig);
@@ -230,6 +355,7 @@ void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
         ms_free(s.copy);
         ms_free(s.pnode);
         ms_free(s.piece_of);
+        ms_free(s.off);
         ms_free(s.order);
     }
     ms_unlock(&lock);
@@ -260,6 +386,24 @@ static CUresult apply(const struct ms_graph_update *u, CUgraphExec x, CUgraphNod
     case MS_GRAPH_UPD_GENERIC:
         return x ? MS_REAL(cuGraphExecNodeSetParams)(x, n, (CUgraphNodeParams *)u->p)
                  : MS_REAL(cuGraphNodeSetParams)(n, (CUgraphNodeParams *)u->p);
+    case MS_GRAPH_UPD_HOST:
+        return x ? MS_REAL(cuGraphExecHostNodeSetParams)(x, n, u->p)
+                 : MS_REAL(cuGraphHostNodeSetParams)(n, u->p);
+    case MS_GRAPH_UPD_RECORD:
+        return x ? MS_REAL(cuGraphExecEventRecordNodeSetEvent)(x, n, (CUevent)u->p)
+                 : MS_REAL(cuGraphEventRecordNodeSetEvent)(n, (CUevent)u->p);
+    case MS_GRAPH_UPD_WAIT:
+        return x ? MS_REAL(cuGraphExecEventWaitNodeSetEvent)(x, n, (CUevent)u->p)
+                 : MS_REAL(cuGraphEventWaitNodeSetEvent)(n, (CUevent)u->p);
+    case MS_GRAPH_UPD_SIGNAL:
+        return x ? MS_REAL(cuGraphExecExternalSemaphoresSignalNodeSetParams)(x, n, u->p)
+                 : MS_REAL(cuGraphExternalSemaphoresSignalNodeSetParams)(n, u->p);
+    case MS_GRAPH_UPD_SEMWAIT:
+        return x ? MS_REAL(cuGraphExecExternalSemaphoresWaitNodeSetParams)(x, n, u->p)
+                 : MS_REAL(cuGraphExternalSemaphoresWaitNodeSetParams)(n, u->p);
+    case MS_GRAPH_UPD_ENABLED:
+        /* an exec's state only: kept in `off` for the pieces built later */
+        return x ? MS_REAL(cuGraphNodeSetEnabled)(x, n, u->on) : CUDA_SUCCESS;
     }
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -270,14 +414,20 @@ void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node, const struct ms_gr
     struct split *p = find(x);
     size_t i = p ? index_of(p, node) : 0;
     CUresult e = CUDA_SUCCESS;
+    if (p && i < p->n && u->kind == MS_GRAPH_UPD_ENABLED)
+        p->off[i] = !u->on;
     if (p && (i == p->n || (e = apply(u, NULL, p->copy[i])) != CUDA_SUCCESS)) {
         whole(i == p->n ? "new parameters for a node not in the clone"
                         : "new node parameters not taken by the clone",
               (int)e);
-        drop(p);
+        drop(p, true);
     } else if (p && p->built && !p->whole &&
-               apply(u, p->pieces[p->piece_of[i]].exec, p->pnode[i]) != CUDA_SUCCESS)
-        pieces_free(p); /* built again at the next launch, from the clone */
+               apply(u, p->pieces[p->piece_of[i]].exec, p->pnode[i]) != CUDA_SUCCESS) {
+        if (p->launching)
+            p->stale = true; /* freed when that launch ends */
+        else
+            pieces_free(p); /* built again at the next launch, from the clone */
+    }
     ms_unlock(&lock);
 }
 
@@ -460,6 +610,13 @@ static bool build(struct split *p)
             whole("a piece's instantiation failed", (int)e);
             ok = false;
         }
+        /* nodes the application disabled on its exec stay disabled in the piece */
+        for (size_t j = q->first; ok && j < q->first + q->n; j++)
+            if (p->off[p->order[j]] && (e = MS_REAL(cuGraphNodeSetEnabled)(
+                                            q->exec, p->pnode[p->order[j]], 0)) != CUDA_SUCCESS) {
+                whole("a disabled node could not be disabled in its piece", (int)e);
+                ok = false;
+            }
     }
     ms_free(tags);
     ms_free(starts);
@@ -471,6 +628,28 @@ static bool build(struct split *p)
     return true;
 }
 
+/* Stream s waits for event e, or e is recorded on s (the launch's flavour of stream). */
+static CUresult wait_on(struct ms_shim_stream s, CUevent e)
+{
+    return s.per_thread ? MS_REAL(cuStreamWaitEvent_ptsz)((CUstream)s.handle, e, 0)
+                        : MS_REAL(cuStreamWaitEvent)((CUstream)s.handle, e, 0);
+}
+
+static CUresult record_on(struct ms_shim_stream s, CUevent e)
+{
+    return s.per_thread ? MS_REAL(cuEventRecord_ptsz)(e, (CUstream)s.handle)
+                        : MS_REAL(cuEventRecord)(e, (CUstream)s.handle);
+}
+
+/* s captures (any mode; the shim's table holds only the modes that forbid synchronizing). */
+static bool capturing(struct ms_shim_stream s)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult e = s.per_thread ? MS_REAL(cuStreamIsCapturing_ptsz)((CUstream)s.handle, &st)
+                              : MS_REAL(cuStreamIsCapturing)((CUstream)s.handle, &st);
+    return e != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,
                              CUresult (*real)(CUgraphExec, CUstream), CUresult *rc)
 {
@@ -478,22 +657,54 @@ bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,
     if (!ms_engine_active() || ms__shim_capture_open())
         return false;
     ms_lock(&lock);
-    struct split *p = find(x);
+    struct split *p;
+    while ((p = find(x)) != NULL && p->launching)
+        ms_lock_wait(&launched, &lock); /* one launch of an exec at a time */
     if (p && !p->built && !build(p)) {
-        drop(p);
+        drop(p, true);
         p = NULL;
     }
-    if (!p || p->whole) {
+    CUevent after = NULL; /* what a whole launch must wait for first */
+    if (!p) {
+        after = orphan_take(x);
+    } else if (p->whole || capturing(s) ||
+               (!p->done &&
+                MS_REAL(cuEventCreate)(&p->done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
+        if (p->done && p->recorded)
+            (void)wait_on(s, p->done);
+        p = NULL;
+    }
+    if (!p) {
         ms_unlock(&lock);
+        if (after) {
+            (void)wait_on(s, after);
+            MS_REAL(cuEventDestroy_v2)(after);
+        }
         return false;
     }
-    *rc = CUDA_SUCCESS;
+    p->launching = true;
+    bool wait = p->recorded;
+    ms_unlock(&lock);
+    /* The pieces and their gates without the lock (a gate may wait for the daemon's RUN while
+     * this process's other threads capture or set up graphs). */
+    *rc = wait ? wait_on(s, p->done) : CUDA_SUCCESS;
     for (size_t k = 0; k < p->npieces && *rc == CUDA_SUCCESS; k++) {
         struct piece *q = &p->pieces[k];
         int gate = ms_shim_on_graph_piece(x, q->tags, q->n, k == 0, s);
         *rc = gate ? (CUresult)gate : real(q->exec, (CUstream)s.handle);
         ms__shim_gate_end(&gate);
     }
+    bool recorded = record_on(s, p->done) == CUDA_SUCCESS;
+    ms_lock(&lock);
+    p->recorded = p->recorded || recorded;
+    p->launching = false;
+    if (p->dead) {
+        destroy(p, p->keep_order);
+    } else if (p->stale) {
+        pieces_free(p);
+        p->stale = false;
+    }
+    pthread_cond_broadcast(&launched);
     ms_unlock(&lock);
     return true;
 }

@@ -171,7 +171,7 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUg
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     ms_engine_graph_forget(hGraphExec, NULL);
-    ms__graph_pieces_forget(hGraphExec);
+    ms__graph_pieces_destroyed(hGraphExec);
     return MS_REAL(cuGraphExecDestroy)(hGraphExec);
 }
 
@@ -308,6 +308,28 @@ CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgr
     }
     return rc;
 }
+
+/* Calls that change an executable graph's node without changing what it reaches: made on the
+ * pieces of a graph launched in pieces too. */
+#define PIECES_FOLLOW(name, ptype, pname, kind_, field)                                            \
+    CUresult CUDAAPI name(CUgraphExec hGraphExec, CUgraphNode hNode, ptype pname)                  \
+    {                                                                                              \
+        CUresult rc = MS_REAL(name)(hGraphExec, hNode, pname);                                     \
+        if (rc == CUDA_SUCCESS && ms_engine_active()) {                                            \
+            struct ms_graph_update u = {.kind = kind_, field = pname};                             \
+            ms__graph_pieces_update(hGraphExec, hNode, &u);                                        \
+        }                                                                                          \
+        return rc;                                                                                 \
+    }
+
+PIECES_FOLLOW(cuGraphExecHostNodeSetParams, const CUDA_HOST_NODE_PARAMS *, p, MS_GRAPH_UPD_HOST, .p)
+PIECES_FOLLOW(cuGraphExecEventRecordNodeSetEvent, CUevent, e, MS_GRAPH_UPD_RECORD, .p)
+PIECES_FOLLOW(cuGraphExecEventWaitNodeSetEvent, CUevent, e, MS_GRAPH_UPD_WAIT, .p)
+PIECES_FOLLOW(cuGraphExecExternalSemaphoresSignalNodeSetParams,
+              const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *, p, MS_GRAPH_UPD_SIGNAL, .p)
+PIECES_FOLLOW(cuGraphExecExternalSemaphoresWaitNodeSetParams, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *,
+              p, MS_GRAPH_UPD_SEMWAIT, .p)
+PIECES_FOLLOW(cuGraphNodeSetEnabled, unsigned int, on, MS_GRAPH_UPD_ENABLED, .on)
 
 CHANGES_EXEC(cuGraphExecBatchMemOpNodeSetParams,
              (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p),

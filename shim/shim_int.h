@@ -87,8 +87,11 @@ MS_HIDDEN bool ms__shim_capture_open(void);
  * Graphs in pieces (graph_pieces.c). _track: exec x was made from (or updated to) graph g:
  * when it names more than the budget, g is cloned to be launched in pieces. _update: a node's
  * new parameters on x, made on the clone and the pieces too (else the split is dropped).
- * _forget: x destroyed or changed in a way not followed. _launch: true when x was launched in
- * pieces through `real` (*rc its result); false: launch it whole. Thread-safe.
+ * _forget: x changed in a way not followed (its next launch, whole, still waits for the last
+ * one in pieces). _launch: true when x was launched in pieces through `real` (*rc its result);
+ * false: launch it whole (what it must wait for first is already enqueued on the stream).
+ * Launches of one exec stay ordered as the driver orders them, whatever their streams.
+ * Thread-safe.
  */
 enum ms_graph_upd_kind {
     MS_GRAPH_UPD_KERNEL,  /* p: const CUDA_KERNEL_NODE_PARAMS * */
@@ -96,16 +99,25 @@ enum ms_graph_upd_kind {
     MS_GRAPH_UPD_SET,     /* p: const CUDA_MEMSET_NODE_PARAMS *, ctx */
     MS_GRAPH_UPD_CHILD,   /* p: the child CUgraph */
     MS_GRAPH_UPD_GENERIC, /* p: CUgraphNodeParams * */
+    MS_GRAPH_UPD_HOST,    /* p: const CUDA_HOST_NODE_PARAMS * */
+    MS_GRAPH_UPD_RECORD,  /* p: the CUevent an event record node records */
+    MS_GRAPH_UPD_WAIT,    /* p: the CUevent an event wait node waits for */
+    MS_GRAPH_UPD_SIGNAL,  /* p: const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS * */
+    MS_GRAPH_UPD_SEMWAIT, /* p: const CUDA_EXT_SEM_WAIT_NODE_PARAMS * */
+    MS_GRAPH_UPD_ENABLED, /* on: the node enabled (1) or disabled (0) on the exec */
 };
 struct ms_graph_update {
     enum ms_graph_upd_kind kind;
     const void *p;
     CUcontext ctx;
+    unsigned on;
 };
 MS_HIDDEN void ms__graph_pieces_track(CUgraphExec x, CUgraph g);
 MS_HIDDEN void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node,
                                        const struct ms_graph_update *u);
 MS_HIDDEN void ms__graph_pieces_forget(CUgraphExec x);
+/* x is being destroyed: its split and what orders its next launch go. */
+MS_HIDDEN void ms__graph_pieces_destroyed(CUgraphExec x);
 /* In a forked child: the lock re-initialised, the table emptied. */
 MS_HIDDEN void ms__graph_pieces_atfork_child(void);
 MS_HIDDEN bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,

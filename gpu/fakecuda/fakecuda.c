@@ -770,6 +770,35 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return event_record(hEvent, hStream);
 }
 
+/* The fake runs every command when it is issued: a stream waiting on an event has nothing to
+ * wait for; the call is checked and counted (ms_fake_stats.event_waits). */
+static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int flags)
+{
+    CUresult rc = ms__fk_ready();
+    if (rc == CUDA_SUCCESS)
+        rc = ms__fk_stream_ok(hStream);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!event_valid(hEvent))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ms__fk_lock);
+    ms__fk_stats.event_waits++;
+    pthread_mutex_unlock(&ms__fk_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    return stream_wait_event(hStream, hEvent, Flags);
+}
+
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    return stream_wait_event(hStream, hEvent, Flags);
+}
+
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
     CUresult rc = ms__fk_inited();
@@ -976,6 +1005,8 @@ static const struct {
     FK_ENTRY(cuStreamEndCapture_ptsz),
     FK_ENTRY(cuStreamIsCapturing),
     FK_ENTRY(cuStreamIsCapturing_ptsz),
+    FK_ENTRY(cuStreamWaitEvent),
+    FK_ENTRY(cuStreamWaitEvent_ptsz),
     FK_ENTRY(cuGraphAddKernelNode_v2),
     FK_ENTRY(cuGraphGetNodes),
     FK_ENTRY(cuGraphNodeGetType),

@@ -114,6 +114,7 @@ struct ms_fake_stats {
     uint64_t um_prefetch_in, um_prefetch_out; /* bytes moved by cuMemPrefetchAsync */
     uint64_t um_device_bytes, um_device_max;  /* managed bytes on the device: now, at most */
     uint64_t graph_launches;                  /* cuGraphLaunch calls */
+    uint64_t event_waits;                     /* cuStreamWaitEvent(_ptsz) calls accepted */
     uint64_t host_registered;                 /* live cuMemHostRegister ranges */
     uint64_t pin_waits; /* copies that waited for a slow pin in flight (MSCHED_FAKE_PIN_MS) */
     /* Host-located VMM handles (cuMemCreate with location HOST or HOST_NUMA): system memory the

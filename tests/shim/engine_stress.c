@@ -60,8 +60,10 @@
  *          nodes a += b0 .. a += b3 (60 MiB in all, 24 per node; node k after node k - 2),
  *          launched ops times; then the second node given b4 instead of b1 on the exec and the
  *          graph destroyed, ops times more (STRESS_PIECES_NODES and STRESS_PIECES_MIB change
- *          the four nodes and the 12 MiB). Prints
- *          "ENGINE_GRAPH_PIECES launches=N mismatches=M host_mapped=H" (H: kernels the fake saw
+ *          the four nodes and the 12 MiB; STRESS_PIECES_STREAMS=1 alternates the launches
+ *          between two streams). Prints
+ *          "ENGINE_GRAPH_PIECES launches=N mismatches=M host_mapped=H event_waits=W" (W: the
+ *          fake's cuStreamWaitEvent calls; H: kernels the fake saw
  *          pass a pointer into a host chunk: 0 when each piece's memory was made resident).
  *   arena-graph: the same, the adds launched as a CUDA graph of one add node
  * ("ENGINE_ARENA_GRAPH"). tma: a 512 MiB arena with a 16 MiB tensor at 256 MiB, read through a
@@ -861,18 +863,29 @@ static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, C
         CK(ga.add(&node[k], g, k >= 2 ? &node[k - 2] : NULL, k >= 2 ? 1 : 0, &kp[k]));
     }
     CK(ga.inst(&x, g, 0));
+    /* STRESS_PIECES_STREAMS=1: launches alternate between the default stream and another one
+     * (launches of one exec stay ordered: each in pieces waits for the one before) */
+    const char *es = getenv("STRESS_PIECES_STREAMS");
+    CUstream st[2] = {NULL, NULL};
+    if (es && *es == '1') {
+        CUresult (*screate)(CUstream *, unsigned);
+        *(void **)&screate = dlsym(h, "cuStreamCreate");
+        if (!screate)
+            return printf("FAIL: no cuStreamCreate\n"), 1;
+        CK(screate(&st[1], 0));
+    }
     uint32_t ran = 0, ran2 = 0;
     struct ms_fake_stats s0, s1;
     CK(p_sync());
     stats(&s0);
     for (op = 0; op < rounds; op++, ran++)
-        CK(ga.launch(x, NULL));
+        CK(ga.launch(x, st[op & 1]));
     /* The second node given new parameters on the exec: a += b[nn] instead of b[1]. */
     addp[1][1] = &b[nn];
     CK(g_setp(x, node[1], &kp[1]));
     CK(ga.destroy(g)); /* the exec outlives the application's graph */
     for (op = 0; op < rounds; op++, ran2++)
-        CK(ga.launch(x, NULL));
+        CK(ga.launch(x, st[op & 1]));
     CK(p_sync());
     stats(&s1);
     uint32_t *va = malloc(n * 4);
@@ -891,9 +904,10 @@ static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, C
     CK(p_free(a));
     for (int k = 0; k <= nn; k++)
         CK(p_free(b[k]));
-    printf("ENGINE_GRAPH_PIECES launches=%u mismatches=%llu host_mapped=%llu\n", ran + ran2,
-           (unsigned long long)mismatches,
-           (unsigned long long)(s1.host_mapped_launches - s0.host_mapped_launches));
+    printf("ENGINE_GRAPH_PIECES launches=%u mismatches=%llu host_mapped=%llu event_waits=%llu\n",
+           ran + ran2, (unsigned long long)mismatches,
+           (unsigned long long)(s1.host_mapped_launches - s0.host_mapped_launches),
+           (unsigned long long)(s1.event_waits - s0.event_waits));
     return mismatches == 0 ? 0 : 1;
 }
 

@@ -795,20 +795,22 @@ else
     fail engine/graph-pieces "rc=$rc/$rc0 $(grep -E 'ENGINE|pieces|FAIL' <<<"$out$out0" | tail -n 4 | tr '\n' ' ')"
 fi
 # Eight nodes of 12 MiB (a and b_k, 6 MiB each, 54 MiB in all) make 4 pieces of 2 nodes (half
-# the budget each); sixteen of 4 MiB (2 MiB each: 34 MiB in all, a named by every node but
-# counted once) fit and run whole.
+# the budget each), launched alternately on two streams: each launch waits for the one before
+# (9 stream waits for 10 launches), as the driver orders launches of one exec; sixteen of 4 MiB
+# (2 MiB each: 34 MiB in all, a named by every node but counted once) fit and run whole.
 out8=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
-    MSCHED_VERBOSE=1 STRESS_PIECES_NODES=8 STRESS_PIECES_MIB=6 timeout 120 "$T/engine_stress" 5 1 graph-pieces 2>&1)
+    MSCHED_VERBOSE=1 STRESS_PIECES_NODES=8 STRESS_PIECES_MIB=6 STRESS_PIECES_STREAMS=1 \
+    timeout 120 "$T/engine_stress" 5 1 graph-pieces 2>&1)
 rc8=$?
 out16=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
     MSCHED_VERBOSE=1 STRESS_PIECES_NODES=16 STRESS_PIECES_MIB=2 timeout 120 "$T/engine_stress" 5 1 graph-pieces 2>&1)
 rc16=$?
 if [ $rc8 -eq 0 ] && [ $rc16 -eq 0 ] &&
-    grep -q "ENGINE_GRAPH_PIECES launches=10 mismatches=0 host_mapped=0" <<<"$out8" &&
+    grep -q "ENGINE_GRAPH_PIECES launches=10 mismatches=0 host_mapped=0 event_waits=9" <<<"$out8" &&
     grep -q "graphs in pieces: 10 launches naming more than the budget made as 40 pieces" <<<"$out8" &&
     grep -q "ENGINE_GRAPH_PIECES launches=10 mismatches=0 host_mapped=0" <<<"$out16" &&
     ! grep -q "graphs in pieces" <<<"$out16"; then
-    pass "engine/graph-pieces-cut (8 nodes: 4 pieces of 2; 16 nodes that fit together: whole)"
+    pass "engine/graph-pieces-cut (8 nodes: 4 pieces of 2, launches on two streams kept in order; 16 nodes that fit together: whole)"
 else
     fail engine/graph-pieces-cut "rc=$rc8/$rc16 $(grep -E 'ENGINE|pieces|FAIL' <<<"$out8$out16" | tail -n 4 | tr '\n' ' ')"
 fi
