@@ -14,28 +14,40 @@
  *     the application may change or destroy its own graph, the clone stays. Its top-level
  *     nodes are paired with the application's (cuGraphNodeFindInClone), the node handles the
  *     record is tagged with and that later calls on the exec name.
- *   - Calls that give the exec's nodes new parameters (kernel, child graph) are made on the
- *     clone's node too and, when pieces are built, on the piece's exec; anything else that
- *     changes the exec drops the clone (the launch is whole again, as before).
+ *   - Calls that change the exec's nodes (kernel, copy, memset, child graph, host, event and
+ *     semaphore parameters, the generic setter, a node's enabled state) are made on the
+ *     clone's node too and, when pieces are built, on the piece's exec (a disabled node is
+ *     disabled again in a piece built later); a call that cannot be followed drops the clone
+ *     (the launch is whole again, as before).
  *   - At the first launch the top-level nodes are put in a topological order (Kahn's, over
- *     cuGraphGetEdges, ties by position) and cut into consecutive runs each naming at most
+ *     cuGraphGetEdges_v2, ties by position) and cut into consecutive runs each naming at most
  *     half the budget (ms_engine_graph_cut). A run of a topological order is convex: every
  *     path between two of its nodes stays inside it, so a copy of the clone with every other
  *     node destroyed keeps all the ordering among the run's nodes. Each piece is such a copy,
  *     instantiated with the exec's flags.
  *   - A launch then launches the pieces in order on the launch's stream, each after its own
  *     gate: stream order puts all of piece k before piece k + 1, which is stricter than the
- *     graph's own edges and so correct, and loses only concurrency between the pieces.
+ *     graph's own edges and so correct, and loses only concurrency between the pieces. The
+ *     driver orders the launches of one exec whatever their streams; pieces are execs of their
+ *     own, so an event recorded after each launch's last piece is waited on by the next launch
+ *     (and by the next whole launch when the split goes).
  *
- *   Graphs with memory nodes (an allocation and its free may not be split apart), device-launch
- *   graphs, and graphs whose record is unbounded are never split; a failure anywhere (clone,
- *   edges, instantiation, a mirrored update) drops the clone and the launch is whole.
- *   MSCHED_GRAPH_PIECES=0 turns splitting off.
+ *   Never split: graphs with memory nodes (an allocation and its free may not be split apart),
+ *   with an event wait node on an event the graph itself records or an external semaphore wait
+ *   beside a signal (two nodes the graph may run at once could need each other: in pieces, one
+ *   after the other, they could wait forever), device-launch graphs, graphs of one top-level
+ *   node, graphs whose record is unbounded, and launches into a stream capture (any mode). A
+ *   failure anywhere (clone, edges, instantiation, a followed change) drops the clone and the
+ *   launch is whole. MSCHED_GRAPH_PIECES=0 turns splitting off. A launch in pieces that fails
+ *   at a later piece's gate has run the earlier pieces (a whole launch runs all or nothing).
  *
  * Invariants (under `lock`): a split's pieces, when built, partition its nodes in a
  * topological order; pnode[i] is node i in its piece's graph; a split whose pieces are stale
- * (built == false) has none. Lock order: `lock` is taken before the vmm and engine locks
- * (shim/locks.h) and held across a split launch (its gates included).
+ * (built == false) has none; a split in `splits` is freed only when no launch is issuing its
+ * pieces (`launching`; a drop meanwhile marks it `dead` and that launch frees it). Lock order:
+ * `lock` is taken before the vmm and engine locks (shim/locks.h); a launch holds it to find,
+ * build and mark its split, not across the gates (which may wait for a migration or for the
+ * daemon's RUN while another thread of the process captures or sets up graphs).
  */
 #include "shim/shim_int.h"
 

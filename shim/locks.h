@@ -5,8 +5,9 @@
  * never the same one twice):
  *
  *   level  lock                     file         protects
- *   1      pieces                   graph_       the graphs launched in pieces (held across
- *                                   pieces.c     such a launch, its gates included)
+ *   1      pieces                   graph_       the graphs launched in pieces, their clones
+ *                                   pieces.c     and pieces (held to build them, not across a
+ *                                                launch's gates)
  *   2      vmm                      hook_vmm.c   the virtual handles and the adopted mappings
  *   3      engine                   engine*.c    the region table, the history, the pointer
  *                                   client*.c    tables, graph reach, statistics; and the daemon
@@ -27,9 +28,8 @@
  *   11     tmap                     tensormap.c  the tensor maps the program encoded
  *
  *   No lock is held across a call into the driver that may take long (pinning, unpinning,
- *   synchronizing with the GPU) except the engine's across a migration and the pieces lock
- *   across a launch in pieces (whose gates migrate), by design: the service thread and every
- *   launch wait for a migration anyway.
+ *   synchronizing with the GPU) except the engine's across a migration, by design: the
+ *   service thread and every launch wait for a migration anyway.
  *
  * Checking: in builds with MS_LOCK_CHECK (the default `make`; `make LOCKCHECK=0` leaves it
  * out), every ms_lock records the lock in a per-thread list and an out-of-order or recursive
