@@ -151,7 +151,7 @@ $(SHIM_TDIR)/libcupti_fake.so: tests/shim/fake_cupti.c gpu/fakecuda/fakecuda.h
 $(SHIM_TDIR)/engine_stress: tests/shim/engine_stress.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)
 	$(if $(Q),@echo "  LD    $@")
-	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl
+	$(Q)$(CC) $(SHIM_TFLAGS) $(LDFLAGS) -o $@ $< -ldl -lpthread
 
 $(SHIM_TDIR)/thread_race: tests/shim/thread_race.c gpu/fakecuda/fakecuda.h
 	@mkdir -p $(dir $@)

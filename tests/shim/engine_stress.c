@@ -61,7 +61,8 @@
  *          launched ops times; then the second node given b4 instead of b1 on the exec and the
  *          graph destroyed, ops times more (STRESS_PIECES_NODES and STRESS_PIECES_MIB change
  *          the four nodes and the 12 MiB; STRESS_PIECES_STREAMS=1 alternates the launches
- *          between two streams). Prints
+ *          between two streams; STRESS_PIECES_THREADS=T makes the first ops launches T times
+ *          ops, from T threads at once). Prints
  *          "ENGINE_GRAPH_PIECES launches=N mismatches=M host_mapped=H event_waits=W" (W: the
  *          fake's cuStreamWaitEvent calls; H: kernels the fake saw
  *          pass a pointer into a host chunk: 0 when each piece's memory was made resident).
@@ -107,6 +108,7 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -815,6 +817,29 @@ static int graph_child_mode(int rounds, void *h, void *fh, CUfunction f_fill, CU
     return mismatches == 0 ? 0 : 1;
 }
 
+/* A thread of the graph-pieces mode's first phase: `rounds` launches of x on a stream of its
+ * own (err: the first failure). */
+struct gp_thread {
+    const struct graph_api *ga;
+    CUresult (*screate)(CUstream *, unsigned);
+    CUgraphExec x;
+    CUcontext ctx;
+    int rounds;
+    CUresult err;
+};
+
+static void *gp_worker(void *arg)
+{
+    struct gp_thread *t = arg;
+    CUstream st = NULL;
+    if ((t->err = p_setcur(t->ctx)) != CUDA_SUCCESS ||
+        (t->err = t->screate(&st, 0)) != CUDA_SUCCESS)
+        return NULL;
+    for (int r = 0; r < t->rounds && t->err == CUDA_SUCCESS; r++)
+        t->err = t->ga->launch(t->x, st);
+    return NULL;
+}
+
 /* The "graph-pieces" mode (see the header). */
 static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, CUfunction f_add)
 {
@@ -878,8 +903,35 @@ static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, C
     struct ms_fake_stats s0, s1;
     CK(p_sync());
     stats(&s0);
-    for (op = 0; op < rounds; op++, ran++)
-        CK(ga.launch(x, st[op & 1]));
+    /* STRESS_PIECES_THREADS=T (2..16): the first phase's launches come from T threads at once,
+     * each on its own stream */
+    const char *et = getenv("STRESS_PIECES_THREADS");
+    int nt = et ? atoi(et) : 1;
+    if (nt > 1 && nt <= 16) {
+        CUcontext ctx;
+        CUresult (*getcur)(CUcontext *);
+        struct gp_thread t[16];
+        pthread_t tid[16];
+        *(void **)&getcur = dlsym(h, "cuCtxGetCurrent");
+        *(void **)&t[0].screate = dlsym(h, "cuStreamCreate");
+        if (!getcur || !t[0].screate)
+            return printf("FAIL: no cuCtxGetCurrent or cuStreamCreate\n"), 1;
+        CK(getcur(&ctx));
+        for (int i = 0; i < nt; i++) {
+            t[i] = (struct gp_thread){&ga, t[0].screate, x, ctx, rounds, CUDA_SUCCESS};
+            if (pthread_create(&tid[i], NULL, gp_worker, &t[i]) != 0)
+                return printf("FAIL: pthread_create\n"), 1;
+        }
+        for (int i = 0; i < nt; i++) {
+            pthread_join(tid[i], NULL);
+            if (t[i].err != CUDA_SUCCESS)
+                return printf("FAIL: a launch thread got %d\n", (int)t[i].err), 1;
+        }
+        ran = (uint32_t)(nt * rounds);
+    } else {
+        for (op = 0; op < rounds; op++, ran++)
+            CK(ga.launch(x, st[op & 1]));
+    }
     /* The second node given new parameters on the exec: a += b[nn] instead of b[1]. */
     addp[1][1] = &b[nn];
     CK(g_setp(x, node[1], &kp[1]));

@@ -814,6 +814,19 @@ if [ $rc8 -eq 0 ] && [ $rc16 -eq 0 ] &&
 else
     fail engine/graph-pieces-cut "rc=$rc8/$rc16 $(grep -E 'ENGINE|pieces|FAIL' <<<"$out8$out16" | tail -n 4 | tr '\n' ' ')"
 fi
+# Four threads launching the exec in pieces at once, each on its own stream: one launch at a
+# time issues its pieces (the others wait; no gate runs under the pieces lock), every launch
+# after the first waits for the one before, the data is right.
+outt=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
+    MSCHED_VERBOSE=1 STRESS_PIECES_THREADS=4 timeout 300 "$T/engine_stress" 10 1 graph-pieces 2>&1)
+rct=$?
+if [ $rct -eq 0 ] &&
+    grep -q "ENGINE_GRAPH_PIECES launches=50 mismatches=0 host_mapped=0 event_waits=49" <<<"$outt" &&
+    grep -q "graphs in pieces: 50 launches" <<<"$outt"; then
+    pass "engine/graph-pieces-threads (4 threads launching one exec in pieces: in order, data right)"
+else
+    fail engine/graph-pieces-threads "rc=$rct $(grep -E 'ENGINE|pieces|FAIL' <<<"$outt" | tail -n 3 | tr '\n' ' ')"
+fi
 # ... and after a call the shim does not follow, one launch of unknown reach, which the verbose
 # exit summary attributes to that call (what a user reads to learn why graphs ran unbounded).
 out=$(env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=40MiB \
