@@ -743,15 +743,22 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return CUDA_SUCCESS;
 }
 
-static CUresult event_record(CUevent hEvent, CUstream hStream)
+/* The checks of a call that puts event hEvent on stream hStream (record, wait). */
+static CUresult event_on_stream(CUevent hEvent, CUstream hStream)
 {
     CUresult rc = ms__fk_ready();
     if (rc == CUDA_SUCCESS)
         rc = ms__fk_stream_ok(hStream);
+    if (rc == CUDA_SUCCESS && !event_valid(hEvent))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    return rc;
+}
+
+static CUresult event_record(CUevent hEvent, CUstream hStream)
+{
+    CUresult rc = event_on_stream(hEvent, hStream);
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (!event_valid(hEvent))
-        return CUDA_ERROR_INVALID_HANDLE;
     struct fk_event *e = (struct fk_event *)hEvent;
     pthread_mutex_lock(&ms__fk_lock);
     e->recorded = true;
@@ -774,13 +781,9 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
  * wait for; the call is checked and counted (ms_fake_stats.event_waits). */
 static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int flags)
 {
-    CUresult rc = ms__fk_ready();
-    if (rc == CUDA_SUCCESS)
-        rc = ms__fk_stream_ok(hStream);
+    CUresult rc = event_on_stream(hEvent, hStream);
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (!event_valid(hEvent))
-        return CUDA_ERROR_INVALID_HANDLE;
     if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&ms__fk_lock);
