@@ -29,8 +29,9 @@
  *     gate: stream order puts all of piece k before piece k + 1, which is stricter than the
  *     graph's own edges and so correct, and loses only concurrency between the pieces. The
  *     driver orders the launches of one exec whatever their streams; pieces are execs of their
- *     own, so an event recorded after each launch's last piece is waited on by the next launch
- *     (and by the next whole launch when the split goes).
+ *     own, so every launch of an exec that was ever split, in pieces or whole, waits for an
+ *     event recorded after the launch before it (struct order), and one launch of such an exec
+ *     is issued at a time.
  *
  *   Never split: graphs with memory nodes (an allocation and its free may not be split apart),
  *   with an event wait node on an event the graph itself records or an external semaphore wait
@@ -43,8 +44,8 @@
  *
  * Invariants (under `lock`): a split's pieces, when built, partition its nodes in a
  * topological order; pnode[i] is node i in its piece's graph; a split whose pieces are stale
- * (built == false) has none; a split in `splits` is freed only when no launch is issuing its
- * pieces (`launching`; a drop meanwhile marks it `dead` and that launch frees it). Lock order:
+ * (built == false) has none; a split or an order is freed only when no launch is using it
+ * (`launching`, `busy`; a drop meanwhile marks it `dead` and that launch frees it). Lock order:
  * `lock` is taken before the vmm and engine locks (shim/locks.h); a launch holds it to find,
  * build and mark its split, not across the gates (which may wait for a migration or for the
  * daemon's RUN while another thread of the process captures or sets up graphs).
@@ -86,31 +87,32 @@ struct split {
     size_t npieces;
     bool built, whole; /* whole: cut once into one piece, launched whole */
     /* A launch issues the pieces with the lock released (its gates may wait on a migration or
-     * the daemon): `launching` keeps other launches of the exec out meanwhile, and what would
-     * free the split or its pieces then is left to that launch (`dead`, `stale`). */
-    bool launching, dead, stale, keep_order;
-    /* Recorded after each launch's last piece: the next launch waits on it first, as launches
-     * of one exec are ordered whatever their streams (NULL until needed; `recorded` once). */
-    CUevent done;
-    bool recorded;
+     * the daemon): what would free the split or its pieces meanwhile is left to that launch
+     * (`dead`, `stale`). */
+    bool launching, dead, stale;
 };
 
-/* The `done` event of a split dropped after it launched: the exec's next launch, whole, waits on
- * it first. At most MAX_ORPHANS (the oldest is let go: only launches of one exec on two
- * streams without other ordering lose their order then). */
-#define MAX_ORPHANS 16
-struct orphan {
+/*
+ * The order of an exec's launches. The driver orders the launches of one exec whatever their
+ * streams; pieces are execs of their own, so every launch of an exec that was ever split, in
+ * pieces or whole, waits for `done`, recorded after the launch before it. `busy`: a launch is
+ * between its wait and its record (the others wait for it: one launch of an exec at a time).
+ * Made with the exec's first split, kept until cuGraphExecDestroy (`dead` when that comes
+ * while a launch is busy: the launch frees it).
+ */
+struct order {
     CUgraphExec exec;
-    CUevent done;
+    CUevent done; /* NULL until the first launch */
+    bool recorded, busy, dead;
 };
 
 static struct ms_lock lock = MS_LOCK_INIT(MS_LK_PIECES, "pieces");
 static unsigned said; /* verbose lines on graphs launched whole after all (at most 8) */
-static pthread_cond_t launched = PTHREAD_COND_INITIALIZER; /* a launch let its split go */
+static pthread_cond_t launched = PTHREAD_COND_INITIALIZER; /* an order stopped being busy */
 static struct split **splits; /* pointers: a launch keeps its split across the unlocked part */
 static size_t nsplits, capsplits;
-static struct orphan orphans[MAX_ORPHANS];
-static size_t norphans;
+static struct order **orders;
+static size_t norders, caporders;
 
 /* With MSCHED_VERBOSE: why a graph naming more than the budget is launched whole. */
 static void whole(const char *why, int code)
@@ -127,28 +129,40 @@ static struct split *find(CUgraphExec x)
     return NULL;
 }
 
-/* The orphan event of x, taken out of the list (NULL: none). */
-static CUevent orphan_take(CUgraphExec x)
+static struct order *order_find(CUgraphExec x)
 {
-    for (size_t i = 0; i < norphans; i++)
-        if (orphans[i].exec == x) {
-            CUevent e = orphans[i].done;
-            orphans[i] = orphans[--norphans];
-            return e;
-        }
+    for (size_t i = 0; i < norders; i++)
+        if (orders[i]->exec == x)
+            return orders[i];
     return NULL;
 }
 
-static void orphan_put(CUgraphExec x, CUevent e)
+/* x's order, made when missing (NULL: out of memory). */
+static struct order *order_get(CUgraphExec x)
 {
-    CUevent old = orphan_take(x);
-    if (old)
-        MS_REAL(cuEventDestroy_v2)(old);
-    if (norphans == MAX_ORPHANS) {
-        MS_REAL(cuEventDestroy_v2)(orphans[0].done);
-        orphans[0] = orphans[--norphans];
+    struct order *o = order_find(x);
+    if (o)
+        return o;
+    if (norders == caporders) {
+        size_t cap = caporders ? caporders * 2 : 8;
+        void *q = ms_realloc(orders, cap * sizeof(*orders));
+        if (!q)
+            return NULL;
+        orders = q;
+        caporders = cap;
     }
-    orphans[norphans++] = (struct orphan){x, e};
+    if ((o = ms_calloc(1, sizeof(*o))) != NULL) {
+        o->exec = x;
+        orders[norders++] = o;
+    }
+    return o;
+}
+
+static void order_free(struct order *o)
+{
+    if (o->done)
+        MS_REAL(cuEventDestroy_v2)(o->done);
+    ms_free(o);
 }
 
 static int handle_cmp(const void *a, const void *b)
@@ -182,17 +196,12 @@ static void pieces_free(struct split *p)
     p->whole = false;
 }
 
-/* Free split p, taken off the table (lock held, no launch using it). keep_order: the exec
- * lives on, its next launch waits for this one's last. */
-static void destroy(struct split *p, bool keep_order)
+/* Free split p, taken off the table (lock held, no launch using it). */
+static void destroy(struct split *p)
 {
     pieces_free(p);
     if (p->clone)
         MS_REAL(cuGraphDestroy)(p->clone);
-    if (p->done && p->recorded && keep_order)
-        orphan_put(p->exec, p->done);
-    else if (p->done)
-        MS_REAL(cuEventDestroy_v2)(p->done);
     ms_free(p->orig);
     ms_free(p->index);
     ms_free(p->copy);
@@ -204,25 +213,24 @@ static void destroy(struct split *p, bool keep_order)
 }
 
 /* Take split p off the table and free it, or leave that to the launch using it (lock held). */
-static void drop(struct split *p, bool keep_order)
+static void drop(struct split *p)
 {
     for (size_t i = 0; i < nsplits; i++)
         if (splits[i] == p) {
             splits[i] = splits[--nsplits];
             break;
         }
-    if (p->launching) {
+    if (p->launching)
         p->dead = true;
-        p->keep_order = keep_order;
-    } else {
-        destroy(p, keep_order);
-    }
+    else
+        destroy(p);
 }
 
 void ms__graph_pieces_atfork_child(void)
 {
     ms_lock_reset(&lock);
-    nsplits = 0; /* the parent's graphs are not the child's (their memory is left) */
+    pthread_cond_init(&launched, NULL);
+    nsplits = norders = 0; /* the parent's graphs are not the child's (their memory is left) */
 }
 
 void ms__graph_pieces_forget(CUgraphExec x)
@@ -230,7 +238,7 @@ void ms__graph_pieces_forget(CUgraphExec x)
     ms_lock(&lock);
     struct split *p = find(x);
     if (p)
-        drop(p, true);
+        drop(p);
     ms_unlock(&lock);
 }
 
@@ -239,10 +247,17 @@ void ms__graph_pieces_destroyed(CUgraphExec x)
     ms_lock(&lock);
     struct split *p = find(x);
     if (p)
-        drop(p, false);
-    CUevent e = orphan_take(x);
-    if (e)
-        MS_REAL(cuEventDestroy_v2)(e);
+        drop(p);
+    struct order *o = order_find(x);
+    for (size_t i = 0; o && i < norders; i++)
+        if (orders[i] == o) {
+            orders[i] = orders[--norders];
+            break;
+        }
+    if (o && o->busy)
+        o->dead = true;
+    else if (o)
+        order_free(o);
     ms_unlock(&lock);
 }
 
@@ -355,7 +370,12 @@ void ms__graph_pieces_track(CUgraphExec x, CUgraph g)
             capsplits = cap;
         }
     }
+    if (ok && !order_get(x))
+        ok = false;
     if (ok) {
+        struct split *old = find(x); /* a concurrent track of the same exec */
+        if (old)
+            drop(old);
         *heap = s;
         splits[nsplits++] = heap;
     } else {
@@ -432,7 +452,7 @@ void ms__graph_pieces_update(CUgraphExec x, CUgraphNode node, const struct ms_gr
         whole(i == p->n ? "new parameters for a node not in the clone"
                         : "new node parameters not taken by the clone",
               (int)e);
-        drop(p, true);
+        drop(p);
     } else if (p && p->built && !p->whole &&
                apply(u, p->pieces[p->piece_of[i]].exec, p->pnode[i]) != CUDA_SUCCESS) {
         if (p->launching)
@@ -663,55 +683,60 @@ static bool capturing(struct ms_shim_stream s)
 }
 
 bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,
-                             CUresult (*real)(CUgraphExec, CUstream), CUresult *rc)
+                             CUresult (*real)(CUgraphExec, CUstream), CUresult *rc,
+                             struct ms_graph_whole *w)
 {
-    /* A capture records the launch, it does not run it: the whole graph goes in. */
+    w->order = NULL;
+    /* A capture records the launch, it does not run it: the whole graph goes in, neither
+     * split nor ordered (a wait on an event recorded outside the capture would break it). */
     if (!ms_engine_active() || ms__shim_capture_open())
         return false;
     ms_lock(&lock);
-    struct split *p;
-    while ((p = find(x)) != NULL && p->launching)
+    struct order *o;
+    while ((o = order_find(x)) != NULL && o->busy)
         ms_lock_wait(&launched, &lock); /* one launch of an exec at a time */
+    if (!o || capturing(s) ||
+        (!o->done && MS_REAL(cuEventCreate)(&o->done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
+        ms_unlock(&lock); /* never split (the usual case), captured, or no event: whole */
+        return false;
+    }
+    o->busy = true;
+    bool wait = o->recorded;
+    struct split *p = find(x);
     if (p && !p->built && !build(p)) {
-        drop(p, true);
+        drop(p);
         p = NULL;
     }
-    CUevent after = NULL; /* what a whole launch must wait for first */
-    if (!p) {
-        after = orphan_take(x);
-    } else if (p->whole || capturing(s) ||
-               (!p->done &&
-                MS_REAL(cuEventCreate)(&p->done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
-        if (p->done && p->recorded)
-            (void)wait_on(s, p->done);
-        p = NULL;
-    }
-    if (!p) {
+    if (!p || p->whole) {
+        /* whole, after the launch before it; its record comes at ms__graph_pieces_whole_end */
+        w->order = o;
+        w->stream = s.handle;
+        w->per_thread = s.per_thread;
         ms_unlock(&lock);
-        if (after) {
-            (void)wait_on(s, after);
-            MS_REAL(cuEventDestroy_v2)(after);
-        }
+        if (wait)
+            (void)wait_on(s, o->done);
         return false;
     }
     p->launching = true;
-    bool wait = p->recorded;
     ms_unlock(&lock);
     /* The pieces and their gates without the lock (a gate may wait for the daemon's RUN while
      * this process's other threads capture or set up graphs). */
-    *rc = wait ? wait_on(s, p->done) : CUDA_SUCCESS;
+    *rc = wait ? wait_on(s, o->done) : CUDA_SUCCESS;
     for (size_t k = 0; k < p->npieces && *rc == CUDA_SUCCESS; k++) {
         struct piece *q = &p->pieces[k];
         int gate = ms_shim_on_graph_piece(x, q->tags, q->n, k == 0, s);
         *rc = gate ? (CUresult)gate : real(q->exec, (CUstream)s.handle);
         ms__shim_gate_end(&gate);
     }
-    bool recorded = record_on(s, p->done) == CUDA_SUCCESS;
+    bool recorded = record_on(s, o->done) == CUDA_SUCCESS;
     ms_lock(&lock);
-    p->recorded = p->recorded || recorded;
+    o->recorded = recorded; /* not recorded: the next launch does not wait on an old record */
+    o->busy = false;
+    if (o->dead)
+        order_free(o);
     p->launching = false;
     if (p->dead) {
-        destroy(p, p->keep_order);
+        destroy(p);
     } else if (p->stale) {
         pieces_free(p);
         p->stale = false;
@@ -719,4 +744,19 @@ bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,
     pthread_cond_broadcast(&launched);
     ms_unlock(&lock);
     return true;
+}
+
+void ms__graph_pieces_whole_end(struct ms_graph_whole *w)
+{
+    struct order *o = w->order;
+    if (!o)
+        return;
+    ms_lock(&lock);
+    o->recorded =
+        record_on((struct ms_shim_stream){w->stream, w->per_thread}, o->done) == CUDA_SUCCESS;
+    o->busy = false;
+    if (o->dead)
+        order_free(o);
+    pthread_cond_broadcast(&launched);
+    ms_unlock(&lock);
 }

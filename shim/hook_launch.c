@@ -225,7 +225,9 @@ CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height
     {                                                                                              \
         __typeof__(&name) real = MS_REAL(name);                                                    \
         CUresult prc;                                                                              \
-        if (ms__graph_pieces_launch(hGraphExec, (struct ms_shim_stream){hStream, pt}, real, &prc)) \
+        struct ms_graph_whole w __attribute__((cleanup(ms__graph_pieces_whole_end)));              \
+        if (ms__graph_pieces_launch(hGraphExec, (struct ms_shim_stream){hStream, pt}, real, &prc,  \
+                                    &w))                                                           \
             return prc;                                                                            \
         MS_GATED(ms_shim_on_graph_launch(hGraphExec, (struct ms_shim_stream){hStream, pt}));       \
         return real(hGraphExec, hStream);                                                          \

@@ -120,8 +120,17 @@ MS_HIDDEN void ms__graph_pieces_forget(CUgraphExec x);
 MS_HIDDEN void ms__graph_pieces_destroyed(CUgraphExec x);
 /* In a forked child: the lock re-initialised, the table emptied. */
 MS_HIDDEN void ms__graph_pieces_atfork_child(void);
+/* What a whole launch of an exec that was ever split owes the order of its launches: set by
+ * _launch, settled by _whole_end (the hook's cleanup, after the forwarded call). */
+struct ms_graph_whole {
+    void *order;        /* NULL: nothing owed */
+    const void *stream; /* the launch's stream, */
+    bool per_thread;    /* ... of a _ptsz entry point */
+};
 MS_HIDDEN bool ms__graph_pieces_launch(CUgraphExec x, struct ms_shim_stream s,
-                                       CUresult (*real)(CUgraphExec, CUstream), CUresult *rc);
+                                       CUresult (*real)(CUgraphExec, CUstream), CUresult *rc,
+                                       struct ms_graph_whole *w);
+MS_HIDDEN void ms__graph_pieces_whole_end(struct ms_graph_whole *w);
 /* Around a context synchronization that must not invalidate a capture (the daemon client's
  * drain): hold stops captures from beginning (a begin waits until release); quiet says that no
  * capture is beginning or open, so the synchronization may run; release lets begins go on.

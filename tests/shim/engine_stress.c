@@ -62,7 +62,8 @@
  *          graph destroyed, ops times more (STRESS_PIECES_NODES and STRESS_PIECES_MIB change
  *          the four nodes and the 12 MiB; STRESS_PIECES_STREAMS=1 alternates the launches
  *          between two streams; STRESS_PIECES_THREADS=T makes the first ops launches T times
- *          ops, from T threads at once). Prints
+ *          ops, from T threads at once; STRESS_PIECES_FORGET=1 ends the split by a change the
+ *          shim does not follow and launches twice more, whole). Prints
  *          "ENGINE_GRAPH_PIECES launches=N mismatches=M host_mapped=H event_waits=W" (W: the
  *          fake's cuStreamWaitEvent calls; H: kernels the fake saw
  *          pass a pointer into a host chunk: 0 when each piece's memory was made resident).
@@ -938,6 +939,17 @@ static int graph_pieces_mode(int rounds, void *h, void *fh, CUfunction f_fill, C
     CK(ga.destroy(g)); /* the exec outlives the application's graph */
     for (op = 0; op < rounds; op++, ran2++)
         CK(ga.launch(x, st[op & 1]));
+    /* STRESS_PIECES_FORGET=1: a change the shim does not follow (a batch memory operation
+     * node's new parameters; the fake lacks the call) ends the split: two more launches,
+     * whole, still in order after the last one in pieces */
+    const char *ef = getenv("STRESS_PIECES_FORGET");
+    CUresult (*batch_set)(CUgraphExec, CUgraphNode, const void *);
+    *(void **)&batch_set = dlsym(h, "cuGraphExecBatchMemOpNodeSetParams");
+    if (ef && *ef == '1' && batch_set) {
+        (void)batch_set(x, node[0], NULL);
+        for (op = 0; op < 2; op++, ran2++)
+            CK(ga.launch(x, st[op & 1]));
+    }
     CK(p_sync());
     stats(&s1);
     uint32_t *va = malloc(n * 4);
