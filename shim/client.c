@@ -103,9 +103,8 @@ static int device_socket(unsigned gpu, const char *uuid, char *path, size_t len)
     return rc;
 }
 
-void ms_client_stats_get(struct ms_client_stats *out)
+void ms_client_stats_locked(struct ms_client_stats *out)
 {
-    ms_lock(C.eng->lock);
     *out = C.st;
     /* A slice (or a wait) still open counts up to now. */
     uint64_t now = ms__cl_now_ns();
@@ -113,6 +112,12 @@ void ms_client_stats_get(struct ms_client_stats *out)
         out->run_ns += now - C.run_t0;
     if (C.dw_t0)
         out->dwait_ns += now - C.dw_t0;
+}
+
+void ms_client_stats_get(struct ms_client_stats *out)
+{
+    ms_lock(C.eng->lock);
+    ms_client_stats_locked(out);
     ms_unlock(C.eng->lock);
 }
 

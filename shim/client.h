@@ -161,6 +161,8 @@ struct ms_client_stats {
     uint64_t first_runs, first_ns, first_ns_max;
 };
 void ms_client_stats_get(struct ms_client_stats *out);
+/* The same, with the engine lock already held (the engine's progress line). */
+void ms_client_stats_locked(struct ms_client_stats *out);
 
 /* ---- the engine, for the client ------------------------------------------------------------- */
 

@@ -382,18 +382,29 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
 static void progress(uint64_t now)
 {
     E.progress_next = now + E.progress_ns;
+    /* with the daemon, its side too: how often this task was stopped, and why it asked */
+    struct ms_client_stats c;
+    ms_client_stats_locked(&c);
+    char d[192] = "";
+    if (c.slices || c.demands)
+        snprintf(d, sizeof(d),
+                 "; daemon: %llu slices, %llu stops, %llu demands, %llu idles (%llu quiet), ran "
+                 "%.1f s",
+                 (unsigned long long)c.slices, (unsigned long long)c.stops,
+                 (unsigned long long)c.demands, (unsigned long long)c.idles,
+                 (unsigned long long)c.quiet_idles, (double)c.run_ns / 1e9);
     fprintf(stderr,
             "msched[%d]: after %.1f s: %llu faults, %llu unbounded launches (graphs: %llu without "
             "a record, %llu with a node not followed, %llu reaching freed memory), in %llu MiB, "
             "out %llu MiB, %.3f s migrating, %llu commands with named chunks on the host, %llu of "
-            "%llu MiB resident\n",
+            "%llu MiB resident%s\n",
             (int)getpid(), (double)(now - E.progress_t0) / 1e9, (unsigned long long)E.st.faults,
             (unsigned long long)E.st.unbounded, (unsigned long long)E.graph_norec,
             (unsigned long long)E.graph_unb, (unsigned long long)E.graph_freed,
             (unsigned long long)(E.st.bytes_in / MS_MIB),
             (unsigned long long)(E.st.bytes_out / MS_MIB), (double)E.st.migrate_ns / 1e9,
             (unsigned long long)E.st.miss_cmds, (unsigned long long)(E.rt.resident_bytes / MS_MIB),
-            (unsigned long long)(E.budget / MS_MIB));
+            (unsigned long long)(E.budget / MS_MIB), d);
 }
 
 int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s)
