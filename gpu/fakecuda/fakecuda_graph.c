@@ -178,6 +178,12 @@ static int slot_of(struct fk_graph *g)
     return -1;
 }
 
+/* The position a node handle names in its graph (or in an exec made from it). */
+static uint64_t node_pos(CUgraphNode h)
+{
+    return ((uint64_t)(uintptr_t)h & 0xffffffffu) - 1;
+}
+
 /* The node a handle names (ms__fk_lock held), or NULL. */
 static struct node *node_of(CUgraphNode h)
 {
@@ -293,7 +299,7 @@ static CUresult append_deps(CUgraph hGraph, const struct node *nd, const CUgraph
             g->edges = q;
     }
     for (size_t k = 0; rc == CUDA_SUCCESS && k < ndeps; k++) {
-        g->edges[g->nedges][0] = (uint32_t)(((uint64_t)(uintptr_t)deps[k] & 0xffffffffu) - 1);
+        g->edges[g->nedges][0] = (uint32_t)node_pos(deps[k]);
         g->edges[g->nedges][1] = (uint32_t)g->n;
         g->nedges++;
     }
@@ -546,7 +552,7 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
         return rc;
     pthread_mutex_lock(&ms__fk_lock);
     struct fk_graph *e = (struct fk_graph *)hGraphExec;
-    uint64_t idx = ((uint64_t)(uintptr_t)hNode & 0xffffffffu) - 1;
+    uint64_t idx = node_pos(hNode);
     if (!live(execs, e) || !node_of(hNode) || idx >= e->n || e->nodes[idx].kind != NODE_KERNEL) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
@@ -567,7 +573,7 @@ CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgr
         return rc;
     pthread_mutex_lock(&ms__fk_lock);
     struct fk_graph *e = (struct fk_graph *)hGraphExec;
-    uint64_t idx = ((uint64_t)(uintptr_t)hNode & 0xffffffffu) - 1;
+    uint64_t idx = node_pos(hNode);
     if (!live(execs, e) || !node_of(hNode) || idx >= e->n || e->nodes[idx].kind != NODE_CHILD ||
         !live(graphs, childGraph)) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -637,7 +643,7 @@ CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOrigin
         return rc;
     pthread_mutex_lock(&ms__fk_lock);
     struct fk_graph *c = (struct fk_graph *)hClonedGraph;
-    uint64_t idx = ((uint64_t)(uintptr_t)hOriginalNode & 0xffffffffu) - 1;
+    uint64_t idx = node_pos(hOriginalNode);
     bool ok = phNode && node_of(hOriginalNode) && live(graphs, c) && idx < c->n &&
               c->nodes[idx].kind != NODE_GONE;
     if (ok)
@@ -661,7 +667,7 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode)
         memset(nd, 0, sizeof(*nd));
         nd->kind = NODE_GONE;
         struct fk_graph *g = graphs[((uint64_t)(uintptr_t)hNode >> 32) - 1];
-        uint32_t idx = (uint32_t)(((uint64_t)(uintptr_t)hNode & 0xffffffffu) - 1);
+        uint32_t idx = (uint32_t)node_pos(hNode);
         size_t w = 0;
         for (size_t k = 0; k < g->nedges; k++)
             if (g->edges[k][0] != idx && g->edges[k][1] != idx) {
