@@ -271,7 +271,7 @@ int ms_sched_init(struct ms_sched *s, const struct ms_sched_config *cfg, uint64_
     ms_rtable_init(&s->rt);
     ms_timeline_init(&s->tl);
     ms_plan_init(&s->plan);
-    s->cur = s->next = s->last = s->stop_from = s->sw_evict_task = NONE;
+    s->cur = s->next = s->last = s->stop_from = s->sw_evict_task = s->refill = s->refill_run = NONE;
     s->phase = MS_PH_IDLE;
     s->start_ns = s->now = now;
     s->next_id = 1;
@@ -367,6 +367,7 @@ int ms_sched_task_drop(struct ms_sched *s, uint64_t now, uint32_t task, int err,
 
 static void send_stop(struct ms_sched *s, uint64_t now, struct ms_stask *t)
 {
+    s->refill = NONE; /* the caller that stops for a refill says so afterwards */
     struct ms_msg m;
     ms_msg_init(&m, MS_MSG_STOP);
     m.stop.epoch = t->run_epoch;
@@ -493,7 +494,13 @@ void ms__sched_settle(struct ms_sched *s, uint64_t now)
                 int rc = ms__sched_needs_population(s, t) ? ms__sched_plan_incremental(s, now, t)
                                                           : MS_OK;
                 if (rc == MS_E_BUSY) {
-                    send_stop(s, now, t); /* its own chunks must make room: a full switch */
+                    /* Its own chunks must make room: a full switch, which runs it again. */
+                    uint64_t end = s->slice_end;
+                    send_stop(s, now, t);
+                    if (s->phase == MS_PH_STOPPING) {
+                        s->refill = t->id;
+                        s->refill_end = end;
+                    }
                 } else if (rc) {
                     t->dirty_demand = true;
                     s->retry = true;

@@ -37,9 +37,15 @@
  *   before), so what the task runs meanwhile is a gain and waiting never eats into its slice. A
  * running task that DEMANDs chunks it does not have gets an incremental migration (its own resident
  * chunks are pinned so they are not victims) without losing the GPU; when those pinned chunks leave
- * no room for any of them, the task is stopped instead, so the next (full) switch can evict its own
- * other chunks. A new plan is made only when no order is outstanding, so every task has at most one
- * EVICT and one POPULATE order in flight.
+ * no room for any of them, the task is stopped instead, so that a full switch can evict its own
+ * other chunks. That switch is a refill: while the task's slice has at least a tenth of the base
+ * slice left, the task itself comes first in the switch's timeline and runs the rest of its
+ * slice (the refill's time counts against it; the rest is at least that tenth), then the
+ * policy's next task as before. Without it, every demand of a task whose working set exceeds
+ * the free memory handed the GPU to the next task: on an H100, two one-buffer Llamas under a
+ * budget of half one's weights switched about every 95 ms under `adaptive`, whose slices are
+ * meant to be seconds. A new plan is made only when no order is outstanding, so every task has
+ * at most one EVICT and one POPULATE order in flight.
  *
  *   Policies: RR and PRIO come from core/timeline.h; ADAPTIVE is round-robin whose slice grows
  *   so that the predicted cost of the switch that starts it (core/cost.h: the bytes its plan
@@ -225,6 +231,9 @@ struct ms_sched {
     uint64_t switch_avg_ns; /* recent switches' mean duration (moving average), for holds */
     bool holding;           /* RUNNING: cur went idle and keeps the GPU for now */
     bool rr_hint_said;      /* the note that rr's slices are shorter than its switches, said */
+    uint32_t refill;        /* STOPPING for a refill: the task, which runs again next; or NONE */
+    uint64_t refill_end;    /* ... the end of its slice when it was stopped */
+    uint32_t refill_run;    /* the task whose next RUN ends a refill (keeps the slice's rest) */
 
     /* statistics */
     uint64_t start_ns, now;
@@ -272,11 +281,12 @@ struct ms_sched {
     uint64_t stalls;             /* tasks that did not answer a STOP within stop_timeout */
     uint64_t idle_holds;         /* times an idle task kept the GPU while others waited */
     uint64_t idle_resumes;       /* ... and demanded again before its hold ran out */
-    bool share_blocked;          /* pressure ended sharing: it returns once the footprints fit */
-    uint64_t share_ons;          /* times sharing began */
-    uint64_t share_offs;         /* ... and ended (memory pressure, exclusivity asked for) */
-    uint64_t prepares;           /* PREPARE hints sent */
-    uint64_t prepare_bytes;      /* ... the bytes of each, summed */
+    uint64_t refills;       /* switches that ran the stopped task again (counted in switches) */
+    bool share_blocked;     /* pressure ended sharing: it returns once the footprints fit */
+    uint64_t share_ons;     /* times sharing began */
+    uint64_t share_offs;    /* ... and ended (memory pressure, exclusivity asked for) */
+    uint64_t prepares;      /* PREPARE hints sent */
+    uint64_t prepare_bytes; /* ... the bytes of each, summed */
 
     /* queued actions: acts[head..n), then the zombies' DROPs */
     struct ms_action *acts;

@@ -430,9 +430,16 @@ void ms__sched_start_run(struct ms_sched *s, uint64_t now, struct ms_stask *t)
     m.run.epoch = s->epoch;
     m.run.slice_ns = s->next_slice ? s->next_slice : s->cfg.slice_ns;
     /* Adaptive: the switch as it went (its drain, and a migration slower than predicted)
-     * stretches the slice the plan chose, never shortens it. */
-    if (s->cfg.policy == MS_SCHED_ADAPTIVE && s->in_switch && now > s->switch_t0)
+     * stretches the slice the plan chose, never shortens it. A refill's RUN gets what is left
+     * of the slice it interrupted: the refill's own time counts against it (sched.h). */
+    if (s->refill_run == t->id) {
+        uint64_t end = MS_MAX(s->refill_end, now + s->cfg.slice_ns / 10);
+        m.run.slice_ns = end - now;
+        s->refill_run = NONE;
+        s->refills++;
+    } else if (s->cfg.policy == MS_SCHED_ADAPTIVE && s->in_switch && now > s->switch_t0) {
         m.run.slice_ns = adaptive_slice(s, m.run.slice_ns, now - s->switch_t0);
+    }
     t->run_epoch = s->epoch;
     t->started = false;
     t->prep_sent = 0;
@@ -604,7 +611,7 @@ static int dispatch(struct ms_sched *s, uint64_t now, struct ms_stask *t, bool i
         s->sw_predicted_ns += cost;
     if (!incremental) {
         uint64_t slice = base_slice;
-        if (s->cfg.policy == MS_SCHED_ADAPTIVE)
+        if (s->cfg.policy == MS_SCHED_ADAPTIVE && s->refill_run != t->id)
             slice = adaptive_slice(s, base_slice, cost);
         s->next_slice = slice;
     }
@@ -687,10 +694,35 @@ static int add_returners(struct ms_sched *s, const struct ms_stask *run, size_t 
     return MS_OK;
 }
 
-/* Plan and start the switch to the policy's next task. Phase IDLE, no orders outstanding. */
+/* A refill (sched.h): t, stopped to make room for its own demand, runs again first while its
+ * slice has at least a tenth of the base slice left. Consumes s->refill either way. */
+static int refill_first(struct ms_sched *s, uint64_t now)
+{
+    struct ms_stask *t = ms__sched_find_task(s, s->refill);
+    s->refill = NONE;
+    if (!t || !t->runnable || t->stalled || t->ghost || s->cfg.policy == MS_SCHED_PRIO ||
+        s->refill_end == UINT64_MAX || s->refill_end < now + s->cfg.slice_ns / 10)
+        return MS_OK;
+    if (!(s->tl.n > 0 && s->tl.e[0].task == t->id)) {
+        int rc = ms_grow((void **)&s->tl.e, &s->tl.cap, s->tl.n + 1, sizeof(s->tl.e[0]));
+        if (rc)
+            return rc;
+        memmove(&s->tl.e[1], &s->tl.e[0], s->tl.n * sizeof(s->tl.e[0]));
+        s->tl.n++;
+    }
+    s->tl.e[0] = (struct ms_tl_entry){.task = t->id, .slice_ns = s->refill_end - now};
+    s->refill_run = t->id;
+    return MS_OK;
+}
+
+/* Plan and start the switch to the policy's next task (or a refill's task). Phase IDLE, no
+ * orders outstanding. */
 int ms__sched_plan_switch(struct ms_sched *s, uint64_t now)
 {
+    s->refill_run = NONE;
     int rc = ms__sched_make_timeline(s, s->last, s->cfg.horizon);
+    if (!rc && s->refill != NONE)
+        rc = refill_first(s, now);
     if (!rc && s->tl.n > 0)
         rc = add_returners(s, ms__sched_find_task(s, s->tl.e[0].task), 1);
     if (rc || s->tl.n == 0)

@@ -43,6 +43,7 @@ int ms_daemon_metrics(struct ms_daemon *d, struct ms_buf *out)
     d->st.switch_stop_ns = d->sched.stop_ns_total;
     d->st.idle_holds = d->sched.idle_holds;
     d->st.idle_resumes = d->sched.idle_resumes;
+    d->st.refills = d->sched.refills;
     d->st.prepares = d->sched.prepares;
     d->st.prepare_bytes = d->sched.prepare_bytes;
     long *uids = ms_calloc(st.status.ntasks ? st.status.ntasks : 1, sizeof(*uids));

@@ -114,6 +114,7 @@ struct ms_daemon_stats {
     uint64_t bytes_in, bytes_out;
     uint64_t switch_stop_ns; /* the scheduler's stop_ns_total (sched.h), copied when read */
     uint64_t idle_holds, idle_resumes; /* the scheduler's, copied when read */
+    uint64_t refills;                  /* the scheduler's, copied when read */
     uint64_t prepares, prepare_bytes;  /* the scheduler's PREPARE hints, copied when read */
     uint64_t slow_switches; /* switches longer than MS_SLOW_SWITCH_NS (each one logged) */
     uint64_t switch_seen;   /* the last switch looked at (sched.last_switch.seq) */

@@ -201,6 +201,11 @@ int ms_metrics_text(const struct ms_msg_status *st, const struct ms_daemon_stats
            "Holds that ended with the task busy again (no switch needed).");
     put(&o, "msched_idle_hold_resumes_total{gpu=\"%u\"} %llu\n", g,
         (unsigned long long)ds->idle_resumes);
+    family(&o, "msched_refills_total", "counter",
+           "Switches that ran the stopped task again for the rest of its slice: it demanded "
+           "memory that only evicting its own other chunks could make room for (counted in "
+           "msched_switches_total too).");
+    put(&o, "msched_refills_total{gpu=\"%u\"} %llu\n", g, (unsigned long long)ds->refills);
     family(&o, "msched_prepare_hints_total", "counter",
            "PREPARE hints sent: a running task told how much of its memory the next switch will "
            "likely evict for the first time (its shim pins host memory for it ahead).");

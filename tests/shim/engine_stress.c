@@ -47,7 +47,9 @@
  *          "ENGINE_EXPAND rounds=N adds=A host_mapped_adds=H mismatches=M" (H: adds the fake
  *          saw pass a pointer into memory on a host chunk).
  *   onebuf: a decode loop over one 256 MiB weights buffer and a 32 MiB KV buffer, ops rounds
- *          (see onebuf()). Prints "ENGINE_ONEBUF rounds=N mismatches=M".
+ *          (see onebuf()). Prints "ENGINE_ONEBUF rounds=N mismatches=M". STRESS_ONEBUF_SCRATCH=1:
+ *          each round also allocates a 1 MiB scratch buffer, fills it, adds it into a third
+ *          accumulator and frees it (a program allocating temporaries without a cache).
  *   arena: one 512 MiB allocation (eight 64 MiB chunks) holding two 16 MiB buffers 256 MiB
  *          apart, as an allocator's arena does; ops rounds of add(x, y) over them. Named whole,
  *          the allocation is more than a 150 MiB budget; with the kernels' templates (the fake
@@ -1003,32 +1005,45 @@ static int onebuf(int rounds, CUfunction f_fill, CUfunction f_add)
 {
     const uint64_t layer_words = 16 * MIB, n = 256 * 1024; /* 64 MiB layers, 1 MiB touched */
     int op = -1;                                           /* CK's message */
-    CUdeviceptr w, kv, act, act2;
+    CUdeviceptr w, kv, act, act2, act3;
+    const char *se = getenv("STRESS_ONEBUF_SCRATCH");
+    bool scratch = se && atoi(se) > 0;
     CK(p_alloc(&w, 4 * layer_words * 4));
     CK(p_alloc(&kv, 8 * MIB * 4));
     CK(p_alloc(&act, n * 4));
     CK(p_alloc(&act2, n * 4));
+    CK(p_alloc(&act3, n * 4));
     uint64_t wn = 4 * layer_words, kn = 8 * MIB, an = n;
-    uint32_t s_w = 11, s_kv = 12;
+    uint32_t s_w = 11, s_kv = 12, s_s = 13;
     void *fw[] = {&w, &wn, &s_w}, *fk[] = {&kv, &kn, &s_kv};
     CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fw, NULL));
     CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fk, NULL));
     CK(p_memset(act, 0, n * 4));
     CK(p_memset(act2, 0, n * 4));
-    (void)an;
-    for (op = 0; op < rounds; op++)
+    CK(p_memset(act3, 0, n * 4));
+    for (op = 0; op < rounds; op++) {
         for (uint64_t l = 0; l < 4; l++) {
             CUdeviceptr wl = w + l * layer_words * 4;
             void *g[] = {&act, &wl, (void *)&n}, *a[] = {&act2, &kv, (void *)&n};
             CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, g, NULL));
             CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, a, NULL));
         }
+        if (scratch) {
+            CUdeviceptr sc;
+            CK(p_alloc(&sc, an * 4));
+            void *fs[] = {&sc, &an, &s_s}, *a3[] = {&act3, &sc, (void *)&n};
+            CK(p_launch(f_fill, 1, 1, 1, 1, 1, 1, 0, NULL, fs, NULL));
+            CK(p_launch(f_add, 1, 1, 1, 1, 1, 1, 0, NULL, a3, NULL));
+            CK(p_free(sc));
+        }
+    }
     CK(p_sync());
-    uint32_t *h = malloc(n * 4), *h2 = malloc(n * 4);
-    if (!h || !h2)
+    uint32_t *h = malloc(n * 4), *h2 = malloc(n * 4), *h3 = malloc(n * 4);
+    if (!h || !h2 || !h3)
         return printf("FAIL: malloc\n"), 1;
     CK(p_d2h(h, act, n * 4));
     CK(p_d2h(h2, act2, n * 4));
+    CK(p_d2h(h3, act3, n * 4));
     uint64_t mismatches = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint32_t want = 0, want2 = 0;
@@ -1036,14 +1051,17 @@ static int onebuf(int rounds, CUfunction f_fill, CUfunction f_add)
             want += pattern(l * layer_words + i, s_w);
         want *= (uint32_t)rounds;
         want2 = pattern(i, s_kv) * (uint32_t)rounds * 4;
-        mismatches += (h[i] != want) + (h2[i] != want2);
+        uint32_t want3 = scratch ? pattern(i, s_s) * (uint32_t)rounds : 0;
+        mismatches += (h[i] != want) + (h2[i] != want2) + (h3[i] != want3);
     }
     free(h);
     free(h2);
+    free(h3);
     CK(p_free(w));
     CK(p_free(kv));
     CK(p_free(act));
     CK(p_free(act2));
+    CK(p_free(act3));
     printf("ENGINE_ONEBUF rounds=%d mismatches=%llu\n", rounds, (unsigned long long)mismatches);
     return mismatches == 0 ? 0 : 1;
 }

@@ -1123,6 +1123,48 @@ static void test_no_stop_loop_beside_ghost(void **state)
     world_fini(&w);
 }
 
+/* A running task whose demand only its own other chunks could make room for is stopped, and
+ * the switch that evicts them runs it again (a refill) for the rest of its slice; the next
+ * task runs when that slice ends. Before, the STOP handed the GPU to the next task at once:
+ * one-buffer Llamas under a budget below each one's weights switched about every 95 ms. With
+ * under a tenth of the slice left, the switch goes to the next task as before. */
+static void test_refill(void **state)
+{
+    (void)state;
+    for (int late = 0; late < 2; late++) {
+        struct world w;
+        world_init(&w, late ? MS_SCHED_RR : MS_SCHED_ADAPTIVE, MS_EVICT_OPT, 8 * CH);
+        uint32_t twelve[] = {12};
+        struct fshim *a = add_task(&w, "a", MS_PRIO_BE, 0, twelve, 1);
+        struct fshim *b = add_task(&w, "b", MS_PRIO_BE, 0, twelve, 1);
+        struct ms_run first = {a->regs[0].rid, 0, 8}, second = {a->regs[0].rid, 8, 4};
+        demand_runs(&w, a, &first, 1, 0);
+        assert_ptr_equal(running(&w), a);
+        demand_all(&w, b); /* b waits */
+        uint64_t end = w.s.slice_end, slice = a->run_slice;
+        int mark = w.nlog;
+        advance(&w, late ? slice - slice / 20 : slice / 4);
+        demand_runs(&w, a, &second, 1, 0); /* memory is a's: only its own chunks make room */
+        assert_int_equal(count_log(&w, mark, MS_MSG_STOP, a->task), 1);
+        if (late) {
+            assert_ptr_equal(running(&w), b);
+            assert_int_equal(w.s.refills, 0);
+            world_fini(&w);
+            continue;
+        }
+        assert_ptr_equal(running(&w), a); /* again, with the chunks it asked for */
+        assert_int_equal(w.s.refills, 1);
+        for (uint32_t k = 8; k < 12; k++)
+            assert_true(a->regs[0].res[k]);
+        assert_true(w.s.slice_end == end); /* the rest of its slice, not a new one */
+        assert_true(a->run_slice == end - w.now);
+        assert_false(b->running);
+        advance_to_deadline(&w, 100000 * MS);
+        assert_ptr_equal(running(&w), b); /* then the next task, as before */
+        world_fini(&w);
+    }
+}
+
 static void expect_dropped(struct world *w, struct fshim *f, int32_t err)
 {
     assert_int_equal(f->drops, 1);
@@ -2433,6 +2475,7 @@ int main(void)
         cmocka_unit_test(test_rr_hint),
         cmocka_unit_test(test_demand_kept_beside_ghost),
         cmocka_unit_test(test_no_stop_loop_beside_ghost),
+        cmocka_unit_test(test_refill),
         cmocka_unit_test(test_protocol_violations),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_stop_time),

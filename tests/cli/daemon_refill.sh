@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# daemon_refill.sh - a refill (core/sched.h): a running task whose demand only its own other
+# chunks could make room for is stopped, and the switch that evicts them runs it again for
+# the rest of its slice instead of handing the GPU to the next task. Two engine_stress onebuf
+# programs that also allocate a fresh scratch buffer every round (STRESS_ONEBUF_SCRATCH: each
+# needs 290 MiB) under one daemon of 150 MiB (adaptive policy, no per-task limit): both end
+# with every result right, and the daemon counted refills (msched_refills_total), which are
+# among its switches. On the fake CUDA driver.
+. "$(dirname "$0")/../daemon/lib.sh"
+
+need_fake_cuda
+[ -x "$MSCHEDD" ] || fail "no mschedd at $MSCHEDD"
+ROUNDS=1500 LIMIT=120
+case "$BUILD" in *thread* | *address*) ROUNDS=300 LIMIT=300 ;; esac
+
+start_daemon --budget 150MiB --policy adaptive
+t0=$(date +%s%N)
+for c in a b; do
+    client "$c" STRESS_ONEBUF_SCRATCH=1 -- "$ROUNDS" 3 onebuf
+done
+for c in a b; do
+    wait_shim "$c" 0 "$LIMIT"
+    grep -q "ENGINE_ONEBUF rounds=$ROUNDS mismatches=0" "$T/$c.out" ||
+        fail "$c: $(grep -E 'ONEBUF|FAIL|msched' "$T/$c.out" | tail -n 4)"
+    grep -Eq "daemon: connected, [1-9][0-9]* slices" "$T/$c.out" ||
+        fail "$c did not run under the daemon: $(grep msched "$T/$c.out" | tail -n 3)"
+done
+ms=$((($(date +%s%N) - t0) / 1000000))
+refills=$(metric msched_refills_total)
+switches=$(metric msched_switches_total)
+[ "${refills:-0}" -ge 1 ] ||
+    fail "no refill: each demand beyond free memory handed the GPU on ($switches switches)"
+[ "$refills" -le "$switches" ] || fail "$refills refills but only $switches switches"
+pass "two onebuf programs at half their footprint each: right, $switches switches ($refills refills) in $ms ms"
+check_log_clean
+exit 0
