@@ -320,6 +320,7 @@ bool ms__sched_try_share(struct ms_sched *s)
     if (s->share_blocked) /* the note tells the demanded sets' need, not the footprints' */
         share_fits(s, false, &need, why, sizeof(why));
     s->share_blocked = false;
+    s->refill = NONE; /* a refill's STOP ends in sharing: nothing to run again first */
     share_enter(s, need);
     return true;
 }
