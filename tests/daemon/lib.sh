@@ -131,6 +131,15 @@ wait_shim() {
     [ "$rc" -eq "$want" ] || fail "shim $name exited with $rc, expected $want: $(cat "$T/$name.out")"
 }
 
+# client_done NAME SECONDS PATTERN: wait for the client NAME (bounded), which must exit 0, print
+# a line matching PATTERN (grep's basic syntax) and have run under the daemon.
+client_done() {
+    wait_shim "$1" 0 "$2"
+    grep -q "$3" "$T/$1.out" || fail "$1: $(grep -E 'ENGINE|FAIL|msched' "$T/$1.out" | tail -n 4)"
+    grep -Eq "daemon: connected, [1-9][0-9]* slices" "$T/$1.out" ||
+        fail "$1 did not run under the daemon: $(grep msched "$T/$1.out" | tail -n 3)"
+}
+
 # metric NAME: the value of an unlabelled-per-task metric from the Prometheus text.
 metric() {
     "$MSCHED" status --prometheus | awk -v m="$1" '$1 ~ "^"m"[{]" { print $2; exit }'
