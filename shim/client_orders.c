@@ -84,7 +84,7 @@ void ms__cl_drain(const char *why)
     ms__shim_capture_release();
     uint64_t t2 = ms__cl_now_ns();
     if (t2 - t0 >= SLOW_DRAIN_NS)
-        ms__shim_log("slow %s: %.1f ms waiting for %d ms__cl_admitted command(s) to return "
+        ms__shim_log("slow %s: %.1f ms waiting for %d admitted command(s) to return "
                      "(%u thread(s) in a synchronizing call), %.1f ms for the GPU to finish",
                      why, (double)(t1 - t0) / 1e6, n0,
                      __atomic_load_n(&ms__cl_insync, __ATOMIC_RELAXED), (double)(t2 - t1) / 1e6);
