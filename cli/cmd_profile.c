@@ -213,7 +213,50 @@ static double pct(uint64_t part, uint64_t whole)
     return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
-/* --evaluate RAW: the store's accuracy on a raw profile against allocation granularity. */
+static uint64_t over(const struct ms_tmpl_acc_kernel *k)
+{
+    return k->tmpl_pred - (k->touched - k->tmpl_miss);
+}
+
+static int by_miss(const void *x, const void *y)
+{
+    const struct ms_tmpl_acc_kernel *a = x, *b = y;
+    return a->tmpl_miss < b->tmpl_miss ? 1 : a->tmpl_miss > b->tmpl_miss ? -1 : 0;
+}
+
+static int by_over(const void *x, const void *y)
+{
+    uint64_t a = over(x), b = over(y);
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+#define EVAL_TOP 5        /* kernels listed per ranking */
+#define EVAL_NAME_COLS 90 /* a kernel name longer than this is cut, "..." at its end */
+
+/* The EVAL_TOP kernels of kv (sorted here, in place) by cmp, with a nonzero key. */
+static void print_top(struct ms_tmpl_acc_kernel *kv, size_t nk, const char *title,
+                      int (*cmp)(const void *, const void *), bool miss)
+{
+    qsort(kv, nk, sizeof *kv, cmp);
+    bool any = false;
+    for (size_t i = 0; i < nk && i < EVAL_TOP; i++) {
+        uint64_t key = miss ? kv[i].tmpl_miss : over(&kv[i]);
+        if (key == 0)
+            break;
+        if (!any)
+            printf("  %s:\n", title);
+        any = true;
+        int cut = (int)strlen(kv[i].name) > EVAL_NAME_COLS;
+        printf("    %.*s%s: %llu launches%s, %.1f MiB touched, %.1f MiB %s\n", EVAL_NAME_COLS,
+               kv[i].name, cut ? "..." : "", (unsigned long long)kv[i].launches,
+               kv[i].tmpl ? "" : " (no template: whole allocations)",
+               (double)kv[i].touched / (double)MS_MIB, (double)key / (double)MS_MIB,
+               miss ? "missed" : "predicted and not touched");
+    }
+}
+
+/* --evaluate RAW: the store's accuracy on a raw profile against allocation granularity, and
+ * the kernels that miss most and over-predict most. */
 static int evaluate(const char *raw_path, const char *store)
 {
     struct ms_tmpl_store *s = NULL;
@@ -230,8 +273,11 @@ static int evaluate(const char *raw_path, const char *store)
         rc = MS_EXIT_RUNTIME;
     }
     struct ms_tmpl_acc a;
+    struct ms_tmpl_acc_kernel *kv = NULL;
+    size_t nk = 0;
     char why[160] = "";
-    int e = rc == MS_OK ? ms_tmpl_accuracy(s, raw, len, &a, why, sizeof why) : MS_OK;
+    int e =
+        rc == MS_OK ? ms_tmpl_accuracy_kernels(s, raw, len, &a, &kv, &nk, why, sizeof why) : MS_OK;
     if (rc == MS_OK && e != MS_OK) {
         ms_cli_error("profile: cannot evaluate on %s (%s: %s)", raw_path, ms_strerror(e),
                      why[0] ? why : "no detail");
@@ -252,7 +298,10 @@ static int evaluate(const char *raw_path, const char *store)
                (unsigned long long)a.tmpl_launches, (unsigned long long)a.launches,
                (double)a.tmpl_pred / (double)MS_MIB, pct(a.tmpl_miss, a.touched),
                pct(a.tmpl_pred - hit_t, a.tmpl_pred));
+        print_top(kv, nk, "most missed with templates", by_miss, true);
+        print_top(kv, nk, "most over-predicted with templates", by_over, false);
     }
+    ms_tmpl_acc_kernels_free(kv, nk);
     free(raw);
     ms_tmpl_store_free(s);
     return rc;

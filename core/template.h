@@ -111,6 +111,26 @@ struct ms_tmpl_acc {
 int ms_tmpl_accuracy(const struct ms_tmpl_store *s, const char *buf, size_t len,
                      struct ms_tmpl_acc *out, char *why, size_t whylen);
 
+/* The same figures per kernel name (what `msched profile --evaluate` lists as the kernels that
+ * miss most and over-predict most). Each entry's counters are its launches' share of
+ * ms_tmpl_acc's (summed over the entries they give its totals; opaque launches are not in any).
+ * name is owned by the array. */
+struct ms_tmpl_acc_kernel {
+    char *name;
+    bool tmpl; /* the kernel had a usable template in s */
+    uint64_t launches, touched;
+    uint64_t alloc_pred, alloc_miss; /* as in ms_tmpl_acc */
+    uint64_t tmpl_pred, tmpl_miss;
+};
+
+/* ms_tmpl_accuracy, and in *kv (ms_malloc'd, sorted by name; NULL when nothing was evaluated)
+ * *nk entries, one per kernel name evaluated. The caller frees them with
+ * ms_tmpl_acc_kernels_free, also after an error (then they hold what was counted so far). */
+int ms_tmpl_accuracy_kernels(const struct ms_tmpl_store *s, const char *buf, size_t len,
+                             struct ms_tmpl_acc *out, struct ms_tmpl_acc_kernel **kv, size_t *nk,
+                             char *why, size_t whylen);
+void ms_tmpl_acc_kernels_free(struct ms_tmpl_acc_kernel *kv, size_t nk);
+
 /* Parse a store text and merge it into s: a kernel new to s is taken as written; one s has
  * already gets the text's observations learned into it (and flags, counts). The text is checked
  * whole before anything merges: on MS_E_PARSE / MS_E_VERSION s is unchanged; on MS_E_NOMEM s may

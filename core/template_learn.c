@@ -63,6 +63,9 @@ struct learn {
     struct ms_tmpl_store *s;          /* learning into it, or */
     const struct ms_tmpl_store *eval; /* evaluating it against the touches (acc) */
     struct ms_tmpl_acc *acc;
+    bool by_kernel; /* also count per kernel name in kv (sorted by name) */
+    struct ms_tmpl_acc_kernel *kv;
+    size_t nk, capk;
     struct ms_range *ra, *rb, *rc; /* evaluation scratch: touched, allocations, templates */
     size_t capa, capb, capc;
     struct treg *reg;
@@ -337,6 +340,31 @@ static const struct treg *region_of(const struct learn *L, uint32_t task, uint64
     return r->task == task && v - r->base < r->size ? r : NULL;
 }
 
+/* The per-kernel entry for name (inserted, zeroed, when new), or NULL when out of memory. */
+static struct ms_tmpl_acc_kernel *acc_kernel(struct learn *L, const char *name)
+{
+    size_t lo = 0, hi = L->nk;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(name, L->kv[mid].name);
+        if (c == 0)
+            return &L->kv[mid];
+        if (c > 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    char *copy = ms_strdup(name);
+    if (!copy || ms_grow((void **)&L->kv, &L->capk, L->nk + 1, sizeof *L->kv)) {
+        ms_free(copy);
+        return NULL;
+    }
+    memmove(&L->kv[lo + 1], &L->kv[lo], (L->nk - lo) * sizeof *L->kv);
+    L->kv[lo] = (struct ms_tmpl_acc_kernel){.name = copy};
+    L->nk++;
+    return &L->kv[lo];
+}
+
 /* One profiled launch against the allocations its pointers name (allocation granularity) and
  * against its kernel's template (acc, template.h). */
 static int eval_launch(struct learn *L, struct pend *pd)
@@ -386,6 +414,18 @@ static int eval_launch(struct learn *L, struct pend *pd)
         return rc;
     uint64_t pa = total(L->rb, na), pb = total(L->rc, nb);
     uint64_t ha = overlap(L->ra, nt, L->rb, na), hb = overlap(L->ra, nt, L->rc, nb);
+    if (L->by_kernel) {
+        struct ms_tmpl_acc_kernel *e = acc_kernel(L, pd->name);
+        if (!e)
+            return MS_E_NOMEM;
+        e->tmpl = usable;
+        e->launches++;
+        e->touched += touched;
+        e->alloc_pred += pa;
+        e->alloc_miss += touched - ha;
+        e->tmpl_pred += pb;
+        e->tmpl_miss += touched - hb;
+    }
     a->launches++;
     a->tmpl_launches += usable;
     a->touched += touched;
@@ -535,15 +575,37 @@ int ms_tmpl_learn_trace(struct ms_tmpl_store *s, const char *buf, size_t len, ch
 int ms_tmpl_accuracy(const struct ms_tmpl_store *s, const char *buf, size_t len,
                      struct ms_tmpl_acc *out, char *why, size_t whylen)
 {
-    if (!s || !out)
+    return ms_tmpl_accuracy_kernels(s, buf, len, out, NULL, NULL, why, whylen);
+}
+
+int ms_tmpl_accuracy_kernels(const struct ms_tmpl_store *s, const char *buf, size_t len,
+                             struct ms_tmpl_acc *out, struct ms_tmpl_acc_kernel **kv, size_t *nk,
+                             char *why, size_t whylen)
+{
+    if (kv)
+        *kv = NULL;
+    if (nk)
+        *nk = 0;
+    if (!s || !out || !kv != !nk)
         return MS_E_INVAL;
     memset(out, 0, sizeof *out);
-    struct learn L = {.eval = s, .acc = out};
+    struct learn L = {.eval = s, .acc = out, .by_kernel = kv != NULL};
     int rc = walk(&L, buf, len, why, whylen);
     ms_free(L.ra);
     ms_free(L.rb);
     ms_free(L.rc);
+    if (kv) {
+        *kv = L.kv;
+        *nk = L.nk;
+    }
     return rc;
+}
+
+void ms_tmpl_acc_kernels_free(struct ms_tmpl_acc_kernel *kv, size_t nk)
+{
+    for (size_t i = 0; i < nk; i++)
+        ms_free(kv[i].name);
+    ms_free(kv);
 }
 
 static int walk(struct learn *L0, const char *buf, size_t len, char *why, size_t whylen)
@@ -590,6 +652,9 @@ static int walk(struct learn *L0, const char *buf, size_t len, char *why, size_t
     L0->ra = L.ra;
     L0->rb = L.rb;
     L0->rc = L.rc;
+    L0->kv = L.kv;
+    L0->nk = L.nk;
+    L0->capk = L.capk;
     if (rc == MS_E_NOMEM && why[0] == '\0')
         snprintf(why, whylen, "out of memory");
     return rc;

@@ -206,6 +206,8 @@ assert n.group(1) == "15" and n.group(2) == "2", t          # 17 sampled: cluste
 assert m.group(1) == "14", t                                # chase is unsafe: no template
 assert m.group(4) == a.group(2) and float(a.group(2)) > 0, t  # the same misses (chase)
 assert float(m.group(5)) < 10 and float(a.group(3)) > 90, t
+# the ranking names chase first among the misses, as a kernel without a template
+assert re.search(r"most missed with templates:\n    \S*chase\S*: \d+ launches \(no template", t), t
 PY
 then
     pass "profile/evaluate (templates: the misses of allocation granularity, false positives under 10 %)"

@@ -3,7 +3,8 @@
  * (core/template.c, core/template_fit.c).
  *
  * An input that starts with "msched-trace" is a profile: it is learned into a fresh store, and
- * the store is evaluated against it (ms_tmpl_accuracy: its counts must be consistent).
+ * the store is evaluated against it (ms_tmpl_accuracy_kernels: its counts must be consistent,
+ * the per-kernel entries summing to the totals).
  * Any other input is a store text: it is parsed into a fresh store. Either way, when that
  * succeeds the store is formatted, the text parsed into a second fresh store and formatted again:
  * the two texts must be identical (the writer's output is canonical and reads back exactly), and
@@ -47,12 +48,26 @@ static void run(const uint8_t *data, size_t size, int strict)
             /* the learned store against its own profile: it must explain every touch it learned
              * from, except through kernels it refused (unsafe, no rule: whole allocations) */
             struct ms_tmpl_acc a;
-            int ra = ms_tmpl_accuracy(s, (const char *)data, size, &a, why, sizeof why);
+            struct ms_tmpl_acc_kernel *kv;
+            size_t nk;
+            int ra = ms_tmpl_accuracy_kernels(s, (const char *)data, size, &a, &kv, &nk, why,
+                                              sizeof why);
             if (ra != MS_OK && (strict || ra != MS_E_NOMEM))
                 abort();
             if (ra == MS_OK && (a.alloc_miss > a.touched || a.tmpl_miss > a.touched ||
                                 a.tmpl_launches > a.launches))
                 abort();
+            /* the per-kernel entries sum to the totals */
+            uint64_t launches = 0, touched = 0, miss = 0;
+            for (size_t i = 0; i < nk; i++) {
+                launches += kv[i].launches;
+                touched += kv[i].touched;
+                miss += kv[i].tmpl_miss;
+            }
+            if (ra == MS_OK &&
+                (launches != a.launches || touched != a.touched || miss != a.tmpl_miss))
+                abort();
+            ms_tmpl_acc_kernels_free(kv, nk);
         }
     } else {
         rc = ms_tmpl_store_parse(s, (const char *)data, size, why, sizeof why);

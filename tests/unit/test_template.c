@@ -259,6 +259,30 @@ static void test_accuracy(void **state)
     /* templates: the saxpy launches within the slack, unknown's whole region */
     assert_true(a.tmpl_pred >= touched - 1000 + MS_GIB);
     assert_true(a.tmpl_pred - MS_GIB <= touched + 4 * (touched / 16 + MS_TMPL_SLACK_ABS));
+    /* the same per kernel name: sorted, summing to the totals, the opaque launch in none */
+    struct ms_tmpl_acc b;
+    struct ms_tmpl_acc_kernel *kv;
+    size_t nk;
+    assert_int_equal(ms_tmpl_accuracy_kernels(s, tbuf, tlen, &b, &kv, &nk, why, sizeof why), MS_OK);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_int_equal(nk, 2);
+    assert_string_equal(kv[0].name, "saxpy");
+    assert_string_equal(kv[1].name, "unknown");
+    assert_true(kv[0].tmpl);
+    assert_false(kv[1].tmpl);
+    assert_int_equal(kv[0].launches, 2);
+    assert_int_equal(kv[1].launches, 1);
+    assert_int_equal(kv[1].touched, 1000);
+    assert_int_equal(kv[1].tmpl_pred, MS_GIB);
+    assert_int_equal(kv[0].touched + kv[1].touched, a.touched);
+    assert_int_equal(kv[0].tmpl_pred + kv[1].tmpl_pred, a.tmpl_pred);
+    assert_int_equal(kv[0].alloc_pred + kv[1].alloc_pred, a.alloc_pred);
+    assert_int_equal(kv[0].alloc_pred, 4 * MS_GIB);
+    ms_tmpl_acc_kernels_free(kv, nk);
+    /* kv and nk go together */
+    assert_int_equal(ms_tmpl_accuracy_kernels(s, tbuf, tlen, &b, &kv, NULL, why, sizeof why),
+                     MS_E_INVAL);
+    assert_null(kv);
     /* a store that knows nothing: templates are allocation granularity */
     struct ms_tmpl_store *empty;
     assert_int_equal(ms_tmpl_store_new(&empty), MS_OK);
@@ -1051,7 +1075,13 @@ static void test_alloc_failure(void **state)
         size_t n2;
         if (rc == MS_OK)
             rc = ms_tmpl_store_format(s, &t2, &n2);
+        struct ms_tmpl_acc acc;
+        struct ms_tmpl_acc_kernel *kv = NULL;
+        size_t nk = 0;
+        if (rc == MS_OK) /* per-kernel entries are freed after a failure too */
+            rc = ms_tmpl_accuracy_kernels(s, tbuf, tlen, &acc, &kv, &nk, why, sizeof why);
         ms_alloc_fail_after(0);
+        ms_tmpl_acc_kernels_free(kv, nk);
         ms_free(t2);
         ms_tmpl_store_free(s);
         assert_true(ms_alloc_live() == live_txt);
