@@ -39,6 +39,7 @@ static void profile_help(FILE *f)
     fprintf(f, "usage: msched profile [options] -- program [args...]\n"
                "       msched profile --show [--text] [FILE]\n"
                "       msched profile --evaluate RAW [--out FILE]\n"
+               "       msched profile --learn RAW [--out FILE]\n"
                "\n"
                "Runs program under libmsched's access profiler (memory engine and daemon off) and\n"
                "learns templates from what its kernels touched: per kernel and pointer argument,\n"
@@ -60,7 +61,10 @@ static void profile_help(FILE *f)
                "  --text        with --show: print the store's text (docs/templates.md) instead\n"
                "  --evaluate RAW  the store's accuracy on a raw profile (--raw of another run):\n"
                "                bytes touched against what the templates and allocation\n"
-               "                granularity predict (false negatives, false positives), exit\n");
+               "                granularity predict (false negatives, false positives), exit\n"
+               "  --learn RAW   learn a kept raw profile into the store (as after a run), exit:\n"
+               "                several runs' profiles make one store, or the same profiles\n"
+               "                are learned again after the analyzer changed\n");
 }
 
 static const char *env_get(const char *name)
@@ -337,7 +341,7 @@ static int show(const char *path, bool as_text)
 
 static int profile_main(int argc, char **argv)
 {
-    const char *out = NULL, *raw = NULL, *eval = NULL;
+    const char *out = NULL, *raw = NULL, *eval = NULL, *learn_raw = NULL;
     bool preload = false, want_show = false, as_text = false;
     int i = 1;
     for (; i < argc; i++) {
@@ -361,7 +365,8 @@ static int profile_main(int argc, char **argv)
         }
         if ((m = ms_cli_opt(argc, argv, &i, "--out", &out)) != 0 ||
             (m = ms_cli_opt(argc, argv, &i, "--raw", &raw)) != 0 ||
-            (m = ms_cli_opt(argc, argv, &i, "--evaluate", &eval)) != 0) {
+            (m = ms_cli_opt(argc, argv, &i, "--evaluate", &eval)) != 0 ||
+            (m = ms_cli_opt(argc, argv, &i, "--learn", &learn_raw)) != 0) {
             if (m < 0)
                 return MS_EXIT_USAGE;
             continue;
@@ -393,12 +398,13 @@ static int profile_main(int argc, char **argv)
         ms_cli_error("profile: set XDG_CACHE_HOME or HOME, or give --out FILE");
         return MS_EXIT_USAGE;
     }
-    if (eval) {
-        if (i < argc || want_show) {
-            ms_cli_error("profile: --evaluate takes no program and no --show");
+    if (eval || learn_raw) {
+        if (i < argc || want_show || (eval && learn_raw)) {
+            ms_cli_error("profile: --evaluate and --learn take no program, no --show and not "
+                         "each other");
             return MS_EXIT_USAGE;
         }
-        return evaluate(eval, store);
+        return eval ? evaluate(eval, store) : learn(learn_raw, store);
     }
     if (want_show) {
         if (i < argc) {

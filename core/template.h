@@ -29,7 +29,9 @@
  *     strided  count, stride, lo and hi - lo each constant or linear in one argument
  *   A rule "explains" a launch when its predicted bytes cover every byte the launch touched
  *   through that argument (no false negative at all, at the profile's ranges) and over-predict
- *   by at most touched/16 + 64 KiB (MS_TMPL_SLACK). A launch that touched nothing through the
+ *   by at most touched/16 + 128 KiB (MS_TMPL_SLACK_ABS: touches are whole granules, so a rule
+ *   over launches from pointers off a granule boundary by different amounts may reach up to a
+ *   granule further at each end). A launch that touched nothing through the
  *   argument is explained by any rule.
  *
  *   Refusals: a kernel any launch of which was prof=opaque is opaque; one with a touch attributed
@@ -70,11 +72,13 @@
 #include "predict.h"
 
 #define MS_TMPL_VERSION 1
-#define MS_TMPL_MAX_OBS 64      /* distinct observations kept per (kernel, arg) */
-#define MS_TMPL_MAX_INTS 32     /* integer arguments kept per observation (lowest offsets) */
-#define MS_TMPL_MAX_RANGES 64   /* ranges one rule evaluates to; beyond: one covering range */
-#define MS_TMPL_SLACK_ABS 65536 /* over-prediction allowed: touched / 16 + this, bytes */
-#define MS_TMPL_GRANULE 65536   /* the profiler's granule: touches are recorded in whole ones */
+#define MS_TMPL_MAX_OBS 64    /* distinct observations kept per (kernel, arg) */
+#define MS_TMPL_MAX_INTS 32   /* integer arguments kept per observation (lowest offsets) */
+#define MS_TMPL_MAX_RANGES 64 /* ranges one rule evaluates to; beyond: one covering range */
+/* over-prediction allowed: touched / 16 + this, bytes (two granules: each end of a range may be
+ * rounded out by one) */
+#define MS_TMPL_SLACK_ABS 131072
+#define MS_TMPL_GRANULE 65536 /* the profiler's granule: touches are recorded in whole ones */
 
 enum ms_tmpl_form { MS_TMPL_NONE = 0, MS_TMPL_FIXED, MS_TMPL_LINEAR, MS_TMPL_STRIDED };
 
@@ -93,9 +97,10 @@ int ms_tmpl_learn_trace(struct ms_tmpl_store *s, const char *buf, size_t len, ch
  * Accuracy of a store against a profile (a v2 trace; the paper's Table 1, in bytes): per
  * prof=seen launch, the bytes its touch records cover (touched), against what allocation
  * granularity predicts (every allocation a pointer word points into, whole) and what the
- * kernel's template predicts (ms_tmpl_eval per pointer word, clamped to its allocation; whole
- * allocations without a usable rule, or for a kernel not in s, opaque or unsafe). The kernel is
- * found by (name, mod), else by name alone. A miss is a touched byte not predicted (false
+ * kernel's template predicts (ms_tmpl_eval per pointer word, clamped to its allocation and
+ * rounded out to whole MS_TMPL_GRANULEs from the allocation's start, the touches' resolution;
+ * whole allocations without a usable rule, or for a kernel not in s, opaque or unsafe). The kernel
+ * is found by (name, mod), else by name alone. A miss is a touched byte not predicted (false
  * negative); F- = miss / touched, F+ = (pred - (touched - miss)) / pred. Learn from one profile
  * and evaluate on another (other inputs) to measure what a launch never profiled gets. Errors
  * as ms_tmpl_learn_trace; *out is zeroed first.

@@ -404,6 +404,14 @@ static int eval_launch(struct learn *L, struct pend *pd)
             for (int j = 0; j < ng && rc == MS_OK; j++) {
                 uint64_t lo = MS_MAX(g[j].addr, r->base);
                 uint64_t hi = MS_MIN(g[j].addr + g[j].bytes, r->base + r->size);
+                if (hi > lo) { /* at the touches' resolution: whole granules of the allocation */
+                    const uint64_t G = MS_TMPL_GRANULE;
+                    uint64_t end = (hi - r->base) + G - 1 < hi - r->base
+                                       ? r->size
+                                       : ((hi - r->base) + G - 1) / G * G;
+                    lo = r->base + (lo - r->base) / G * G;
+                    hi = r->base + MS_MIN(end, r->size);
+                }
                 if (hi > lo)
                     rc = push(v, cap, n, (struct ms_range){lo, hi - lo});
             }

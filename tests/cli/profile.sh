@@ -168,6 +168,21 @@ if [ $rc = 0 ] && check "$W/d.prof" "$W/bufs" 32 0,1,2,3,35 >"$W/d.chk" 2>&1; th
 else
     fail profile/default-sampling "rc=$rc: $(tail -n 4 "$W/d.chk" "$W/d.err" | tr '\n' ' ')"
 fi
+# --learn: the kept raw profile learned into a fresh store gives the store the run wrote (the
+# default one, which only this run has written so far); a missing profile changes nothing
+cp "$W/cache/msched/templates" "$W/d.store" 2>/dev/null
+"$MSCHED" profile --learn "$W/d.prof" --out "$W/relearned" >/dev/null 2>"$W/l.err"
+rc=$?
+"$MSCHED" profile --learn "$W/none.prof" --out "$W/relearned" >/dev/null 2>&1
+rc2=$?
+"$MSCHED" profile --learn "$W/d.prof" --evaluate "$W/d.prof" >/dev/null 2>&1
+rc3=$?
+if [ $rc = 0 ] && [ $rc2 = 1 ] && [ $rc3 = 2 ] && [ -s "$W/d.store" ] &&
+    cmp -s "$W/d.store" "$W/relearned" && grep -q "10 kernels in $W/relearned (10 new)" "$W/l.err"; then
+    pass "profile/learn (a kept raw profile relearned: the same store; usage and missing-file errors)"
+else
+    fail profile/learn "rc=$rc,$rc2,$rc3: $(cat "$W/l.err"; diff "$W/d.store" "$W/relearned" | head -5)"
+fi
 # ... the same with the shim preloaded (the program opens the fake driver by name); not in
 # sanitizer builds, whose runtime must come first in LD_PRELOAD while msched puts libmsched first
 if ldd "$T/profile_prog" 2>/dev/null | grep -Eq 'libasan|libtsan'; then
