@@ -18,8 +18,9 @@
 #          512 MiB with the store and with --templates off, and with the store in the chunk
 #          sizes of PROBE_CHUNKS (MiB, default 16; `msched run --chunk`).
 #   llama  bench/workloads/llama_onebuf.py (7 GiB of weights in one buffer): native; profiled
-#          with --new 4 (learns OUT/llama.store), profiled again with another seed and prompt
-#          length (OUT/llama-2.prof) for --evaluate; alone under 3.5 GiB with the store and
+#          with --new 4 at prompt lengths 32 and 40 (both learned into OUT/llama.store; raw
+#          OUT/llama-1.prof, OUT/llama-1b.prof), profiled again with another seed and prompt
+#          length, 48 (OUT/llama-2.prof) for --evaluate; alone under 3.5 GiB with the store and
 #          without; two at once under one mschedd at 3.5 GiB (adaptive slices: each switch
 #          moves about 3.5 GiB each way, which 100 ms round-robin slices would repeat every
 #          slice) with the store (LLAMA_PAIR=0 leaves this and the run without the store out). Under half its weights each
@@ -154,6 +155,11 @@ for part in $PARTS; do
         timed llama-profile "$MSCHED" profile --raw "$OUT/llama-1.prof" --out "$OUT/llama.store" \
             -- "${L[@]}" --new 4
         summary llama-profile
+        # a second prompt length into the same store: kernels whose sizes follow the prompt get
+        # linear rules (one length alone gives them fixed ones, which miss longer prompts)
+        timed llama-profile-b "$MSCHED" profile --raw "$OUT/llama-1b.prof" --out "$OUT/llama.store" \
+            -- "${L[@]}" --new 4 --prompt 40
+        summary llama-profile-b
         timed llama-profile-2 "$MSCHED" profile --raw "$OUT/llama-2.prof" --out "$LOGS/llama-2.store" \
             -- "${L[@]}" --new 4 --seed 7 --prompt 48
         "$MSCHED" profile --show "$OUT/llama.store" >"$OUT/llama-show.txt" 2>&1
