@@ -153,13 +153,18 @@ int ms_cli_load_templates(struct ms_tmpl_store *s, const char *path, bool missin
  * Learn the raw profile into the store: the store's current text (if any) is merged first, the
  * profile's launches are learned on top (ms_tmpl_learn_trace refits each argument over old and
  * new observations), and the whole store is written back atomically. A raw profile that is
- * missing or empty, or a store or profile that does not parse, changes nothing.
+ * missing or empty, or a store or profile that does not parse, changes nothing. after_run: the
+ * profile was the run's just now (a missing one says the profiler may not have started).
  */
-static int learn(const char *raw_path, const char *store)
+static int learn(const char *raw_path, const char *store, bool after_run)
 {
     size_t len = 0;
     int err = 0;
     char *raw = ms_cli_read_file(raw_path, MAX_PROFILE_BYTES, &len, &err);
+    if (!raw && !after_run) {
+        ms_cli_error("profile: cannot read the raw profile %s: %s", raw_path, strerror(err));
+        return MS_EXIT_RUNTIME;
+    }
     if (!raw) {
         ms_cli_error("profile: no raw profile at %s (%s); was the profiler available? (run with "
                      "MSCHED_VERBOSE=1)",
@@ -168,9 +173,8 @@ static int learn(const char *raw_path, const char *store)
     }
     if (len == 0) {
         free(raw);
-        ms_cli_error("profile: the raw profile %s is empty (the profiler did not start: see the "
-                     "program's stderr)",
-                     raw_path);
+        ms_cli_error("profile: the raw profile %s is empty%s", raw_path,
+                     after_run ? " (the profiler did not start: see the program's stderr)" : "");
         return MS_EXIT_RUNTIME;
     }
     struct ms_tmpl_store *s = NULL;
@@ -404,7 +408,7 @@ static int profile_main(int argc, char **argv)
                          "each other");
             return MS_EXIT_USAGE;
         }
-        return eval ? evaluate(eval, store) : learn(learn_raw, store);
+        return eval ? evaluate(eval, store) : learn(learn_raw, store, false);
     }
     if (want_show) {
         if (i < argc) {
@@ -457,7 +461,7 @@ static int profile_main(int argc, char **argv)
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
     int status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-    int l = status == 127 ? 0 : learn(raw_path, store);
+    int l = status == 127 ? 0 : learn(raw_path, store, true);
     if (!raw)
         unlink(tmp);
     return status ? status : l;

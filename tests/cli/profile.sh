@@ -173,8 +173,9 @@ fi
 cp "$W/cache/msched/templates" "$W/d.store" 2>/dev/null
 "$MSCHED" profile --learn "$W/d.prof" --out "$W/relearned" >/dev/null 2>"$W/l.err"
 rc=$?
-"$MSCHED" profile --learn "$W/none.prof" --out "$W/relearned" >/dev/null 2>&1
+"$MSCHED" profile --learn "$W/none.prof" --out "$W/relearned" >/dev/null 2>"$W/l2.err"
 rc2=$?
+grep -q "cannot read the raw profile $W/none.prof" "$W/l2.err" || rc2="$rc2 ($(cat "$W/l2.err"))"
 "$MSCHED" profile --learn "$W/d.prof" --evaluate "$W/d.prof" >/dev/null 2>&1
 rc3=$?
 if [ $rc = 0 ] && [ $rc2 = 1 ] && [ $rc3 = 2 ] && [ -s "$W/d.store" ] &&
