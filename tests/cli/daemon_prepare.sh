@@ -46,14 +46,19 @@ hints_on=$(metric msched_prepare_hints_total)
 sw_on=$(metric msched_switch_seconds_total)
 n_on=$(metric msched_switches_total)
 [ "${hints_on:-0}" -ge 1 ] || fail "prepare_host on: the daemon sent no PREPARE ($n_on switches)"
-made=0 taken=0
+made=0 taken=0 evicts=0
 for c in ona onb; do
     read -r h m k <<<"$(ahead "$c")"
     made=$((made + m)) taken=$((taken + k))
-    # A shim that made host chunks ahead had its evictions take them from the pool.
-    [ "$m" -eq 0 ] || [ "$k" -ge 1 ] ||
-        fail "$c got $h hints and made $m host chunks ahead, but its evictions took none from the pool: $(grep 'ahead' "$T/$c.out")"
+    # A shim that made host chunks ahead and was then told to evict took them from the pool (a
+    # short run on a slow machine may end before its memory is ever evicted: 0 evict orders).
+    e=$(sed -n 's/.*daemon: connected, .*, \([0-9]*\) evict orders,.*/\1/p' "$T/$c.out")
+    evicts=$((evicts + ${e:-0}))
+    [ "$m" -eq 0 ] || [ "${e:-0}" -eq 0 ] || [ "$k" -ge 1 ] ||
+        fail "$c got $h hints, made $m host chunks ahead and $e evict orders, but its evictions took none from the pool: $(grep 'ahead' "$T/$c.out")"
 done
+# the full-length runs (not the sanitizers' 8 rounds) always switch with evictions
+[ "$ROUNDS" -lt 300 ] || [ "$evicts" -ge 1 ] || fail "prepare_host on: no evict order in $ROUNDS rounds"
 [ "$made" -ge 1 ] || fail "prepare_host on: no host chunk made ahead: $(grep -h 'ahead\|daemon:' "$T"/on?.out)"
 pass "prepare_host on: $hints_on hints, $made host chunks made ahead, $taken taken from the pool by evictions; $n_on switches, $sw_on s switching"
 
