@@ -253,7 +253,8 @@ static void find_unchanged(struct ctx *x, const struct ms_plan *p)
         c->mark = 0;
         bool suspect =
             c->state == MS_CS_DIRTY || (x->opts->verify_clean && c->state == MS_CS_CLEAN);
-        if (p->steps[i].op == MS_STEP_EVICT && suspect && c->hash != 0 && !c->pins)
+        if (p->steps[i].op == MS_STEP_EVICT && suspect && c->hash != 0 &&
+            !ms_chunk_pins(&x->rt->regions[MS_CHUNK_REGION(p->steps[i].chunk)], c))
             x->ids[n++] = p->steps[i].chunk;
     }
     if (hash_batch(x, x->ids, n, x->hashes) != n)
@@ -323,7 +324,7 @@ static int evict(struct ctx *x, ms_chunk_id id)
         return MS_OK; /* already out */
     if (c->state != MS_CS_CLEAN && c->state != MS_CS_DIRTY)
         return MS_E_BUSY;
-    if (c->pins)
+    if (ms_chunk_pins(&x->rt->regions[MS_CHUNK_REGION(id)], c))
         return MS_E_BUSY;
 
     /* mark: find_unchanged. A backend whose eviction is the move itself never drops. */
@@ -542,7 +543,7 @@ int ms_exec_free_region(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint
         return MS_E_NOTFOUND;
     for (uint32_t k = 0; k < r->nchunks; k++) {
         const struct ms_chunk *c = &r->chunks[k];
-        if (c->pins || c->state == MS_CS_IN || c->state == MS_CS_OUT)
+        if (ms_chunk_pins(r, c) || c->state == MS_CS_IN || c->state == MS_CS_OUT)
             return MS_E_BUSY;
     }
     struct ms_exec_stats st;
@@ -621,7 +622,7 @@ int ms_exec_detach_host(struct ms_rtable *rt, const struct ms_gpu_ops *gpu, uint
         return MS_E_INVAL;
     for (uint32_t k = 0; k < r->nchunks; k++) {
         const struct ms_chunk *c = &r->chunks[k];
-        if (c->pins || (c->state != MS_CS_EMPTY && c->state != MS_CS_HOST))
+        if (ms_chunk_pins(r, c) || (c->state != MS_CS_EMPTY && c->state != MS_CS_HOST))
             return MS_E_BUSY;
     }
     for (uint32_t k = 0; k < r->nchunks; k++) {

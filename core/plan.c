@@ -116,7 +116,8 @@ static int check_input(const struct ms_plan_input *in)
 /* Chunks that hold device memory but cannot be chosen as victims (beyond ws[0] membership). */
 static bool unmovable(const struct ms_region *r, const struct ms_chunk *c)
 {
-    return c->pins > 0 || c->state == MS_CS_IN || c->state == MS_CS_OUT || r->kind == MS_RK_HOST;
+    return ms_chunk_pins(r, c) > 0 || c->state == MS_CS_IN || c->state == MS_CS_OUT ||
+           r->kind == MS_RK_HOST;
 }
 
 static void push_step(struct ms_plan *p, enum ms_step_op op, ms_chunk_id id)
@@ -149,7 +150,7 @@ static int collect(const struct ms_plan_input *in, struct cand **cands, size_t *
         for (; j < rt->nindex && rt->index[j].task == task; j++) {
             const struct ms_region *r = &rt->regions[rt->index[j].region];
             for (uint32_t c = 0; c < r->nchunks; c++)
-                task_use = MS_MAX(task_use, r->chunks[c].last_use);
+                task_use = MS_MAX(task_use, ms_chunk_last_use(r, &r->chunks[c]));
         }
         for (size_t k = i; k < j; k++) {
             uint32_t ridx = rt->index[k].region;
@@ -175,10 +176,10 @@ static int collect(const struct ms_plan_input *in, struct cand **cands, size_t *
                 switch (in->policy) {
                 case MS_EVICT_OPT:
                     cd->k1 = UINT64_MAX - ch->mark; /* NEVER -> 0, then furthest first */
-                    cd->k2 = ch->last_use;
+                    cd->k2 = ms_chunk_last_use(r, ch);
                     break;
                 case MS_EVICT_LRU:
-                    cd->k1 = ch->last_use;
+                    cd->k1 = ms_chunk_last_use(r, ch);
                     cd->k2 = 0;
                     break;
                 case MS_EVICT_WHOLE:
@@ -409,7 +410,7 @@ int ms_plan_verify(const struct ms_plan_input *in, const struct ms_plan *p, char
         if (p->steps[i].op == MS_STEP_EVICT) {
             if (wp)
                 VFAIL("step %zu evicts chunk %u:%u of ws[0]", i, CID(id));
-            if (ch->pins > 0)
+            if (ms_chunk_pins(&rt->regions[MS_CHUNK_REGION(id)], ch) > 0)
                 VFAIL("step %zu evicts pinned chunk %u:%u", i, CID(id));
             if (ch->state != MS_CS_CLEAN && ch->state != MS_CS_DIRTY)
                 VFAIL("step %zu evicts chunk %u:%u in state %s", i, CID(id),

@@ -169,6 +169,8 @@ int ms_region_add(struct ms_rtable *rt, uint32_t task, uint64_t base, uint64_t s
     r->task = task;
     r->kind = (uint8_t)kind;
     r->live = true;
+    r->nready = r->nclean = r->pins_all = 0;
+    r->used_all = 0;
 
     memmove(&rt->index[pos + 1], &rt->index[pos], (rt->nindex - pos) * sizeof(*rt->index));
     rt->index[pos] = (struct ms_rindex){.task = task, .region = (uint32_t)slot, .base = base};
@@ -301,7 +303,9 @@ int ms_chunk_apply(struct ms_rtable *rt, ms_chunk_id id, enum ms_chunk_event ev)
     uint8_t to = next_state[from][ev];
     if (to == BAD)
         return MS_E_STATE;
-    if (c->pins > 0 && (ev == MS_CE_EVICT_START || ev == MS_CE_DROP || ev == MS_CE_DISCARD))
+    struct ms_region *r = &rt->regions[MS_CHUNK_REGION(id)];
+    if (ms_chunk_pins(r, c) > 0 &&
+        (ev == MS_CE_EVICT_START || ev == MS_CE_DROP || ev == MS_CE_DISCARD))
         return MS_E_BUSY;
     bool was = ms_chunk_state_resident(from), is = ms_chunk_state_resident(to);
     if (was && !is)
@@ -310,6 +314,8 @@ int ms_chunk_apply(struct ms_rtable *rt, ms_chunk_id id, enum ms_chunk_event ev)
         rt->resident_bytes += c->bytes;
     rt->count[from]--;
     rt->count[to]++;
+    r->nready += (uint32_t)ms_chunk_state_ready(to) - (uint32_t)ms_chunk_state_ready(from);
+    r->nclean += (uint32_t)(to == MS_CS_CLEAN) - (uint32_t)(from == MS_CS_CLEAN);
     c->state = to;
     if (!is) {
         c->phys = 0;
@@ -325,6 +331,50 @@ int ms_chunk_apply(struct ms_rtable *rt, ms_chunk_id id, enum ms_chunk_event ev)
         c->hosted = 1;
     else if (ev == MS_CE_DISCARD)
         c->hosted = 0;
+    return MS_OK;
+}
+
+struct ms_region *ms_region_whole(struct ms_rtable *rt, const ms_chunk_id *ids, size_t n)
+{
+    if (!n || MS_CHUNK_INDEX(ids[0]) != 0)
+        return NULL;
+    uint32_t reg = MS_CHUNK_REGION(ids[0]);
+    struct ms_region *r = ms_region_get(rt, reg);
+    if (!r || n < r->nchunks || ids[r->nchunks - 1] != MS_CHUNK_ID(reg, r->nchunks - 1))
+        return NULL;
+    /* Both ends match: the middle, without an early exit (the compiler may vectorize it). */
+    uint64_t diff = 0;
+    for (uint32_t k = 1; k + 1 < r->nchunks; k++)
+        diff |= ids[k] ^ MS_CHUNK_ID(reg, k);
+    return diff ? NULL : r;
+}
+
+int ms_region_touch_all(struct ms_rtable *rt, struct ms_region *r)
+{
+    if (!ms_region_all_ready(r))
+        return MS_E_STATE;
+    for (uint32_t k = 0; r->nclean && k < r->nchunks; k++)
+        if (r->chunks[k].state == MS_CS_CLEAN)
+            (void)ms_chunk_touch(rt, r, &r->chunks[k]);
+    r->used_all = ++rt->clock;
+    return MS_OK;
+}
+
+int ms_region_pin_all(struct ms_region *r)
+{
+    /* Resident: ready, or moving (IN, OUT). Pinning comes after admission, when all are ready;
+     * a moving chunk could not be admitted, so readiness is the check. */
+    if (!ms_region_all_ready(r))
+        return MS_E_STATE;
+    r->pins_all++;
+    return MS_OK;
+}
+
+int ms_region_unpin_all(struct ms_region *r)
+{
+    if (!r->pins_all)
+        return MS_E_STATE;
+    r->pins_all--;
     return MS_OK;
 }
 
@@ -362,6 +412,7 @@ int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen)
         if (r->size == 0 || r->nchunks == 0 || !r->chunks)
             FAIL(1, "I1: region %zu is empty", i);
         uint64_t sum = 0;
+        uint32_t nready = 0, nclean = 0, nres = 0;
         for (uint32_t k = 0; k < r->nchunks; k++) {
             const struct ms_chunk *c = &r->chunks[k];
             if (c->bytes == 0 || c->bytes % MS_GRAN != 0)
@@ -373,6 +424,9 @@ int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen)
             if (c->state >= MS_CS_COUNT)
                 FAIL(4, "I4: region %zu chunk %u has state %u", i, k, c->state);
             counts[c->state]++;
+            nready += ms_chunk_state_ready(c->state);
+            nclean += c->state == MS_CS_CLEAN;
+            nres += ms_chunk_state_resident(c->state);
             if (ms_chunk_state_resident(c->state))
                 resident += c->bytes;
             else if (c->pins)
@@ -387,6 +441,12 @@ int ms_rtable_check(const struct ms_rtable *rt, char *why, size_t whylen)
                      ms_chunk_state_name(c->state), r->amap ? "" : " (not always mapped)");
             bare += c->bare != 0;
         }
+        if (nready != r->nready || nclean != r->nclean)
+            FAIL(11, "I11: region %zu counts %u ready and %u clean, chunks say %u and %u", i,
+                 r->nready, r->nclean, nready, nclean);
+        if (r->pins_all && nres != r->nchunks)
+            FAIL(11, "I11: region %zu is pinned whole with %u of %u chunks resident", i, nres,
+                 r->nchunks);
         if (sum != region_span(r))
             FAIL(1, "I1: region %zu chunks cover %llu of %llu bytes", i, (unsigned long long)sum,
                  (unsigned long long)region_span(r));

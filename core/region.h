@@ -41,8 +41,8 @@
  *   DISCARD      EMPTY|HOST|CLEAN|DIRTY -> EMPTY   contents are dead (region freed); caller
  *                unmapped any device memory first
  *   Any other (state, event) pair is refused with MS_E_STATE and changes nothing.
- *   A pinned chunk (pins > 0: queued or in-flight GPU work uses it) refuses EVICT_START, DROP
- *   and DISCARD with MS_E_BUSY.
+ *   A pinned chunk (ms_chunk_pins > 0: queued or in-flight GPU work uses it) refuses
+ *   EVICT_START, DROP and DISCARD with MS_E_BUSY.
  *
  * Invariants (ms_rtable_check() verifies all of them; tests call it after every step)
  *   I1  every live region has size > 0, base % MS_GRAN == 0 is NOT required, but
@@ -61,6 +61,9 @@
  *   I10 a bare chunk is HOST, in an always-mapped region, with a host chunk; rt->bare == the
  *       number of bare chunks. Bare chunks are the one exception to I9's "mapped to it": the
  *       edge lets no command run while rt->bare > 0 (exec.h, defer_host_map).
+ *   I11 every region's nready and nclean count its chunks in CLEAN or DIRTY and in CLEAN;
+ *       pins_all > 0 only while every chunk of the region is resident (with I7: a pinned
+ *       chunk, by its own pins or its region's, is resident)
  *
  * Ownership and locking
  *   The table owns its regions' chunk arrays. region->host (the pinned backing store),
@@ -137,6 +140,14 @@ struct ms_region {
     uint8_t kind; /* enum ms_region_kind */
     bool amap;    /* always mapped: a chunk off the device is mapped to its host chunk */
     bool live;
+    /* Summaries, so that a command naming every chunk of a big region (a weights buffer at
+     * allocation granularity) is checked, touched and pinned once, not once per chunk (I11): */
+    uint32_t nready;   /* chunks in CLEAN or DIRTY */
+    uint32_t nclean;   /* chunks in CLEAN */
+    uint32_t pins_all; /* pins held on every chunk at once: a chunk's pins are
+                        * c->pins + pins_all (ms_chunk_pins) */
+    uint64_t used_all; /* table clock at the last touch of every chunk at once: a chunk's last
+                        * use is the later of c->last_use and this (ms_chunk_last_use) */
 };
 
 struct ms_rindex {
@@ -253,14 +264,15 @@ static inline bool ms_chunk_state_ready(enum ms_chunk_state s)
 }
 const char *ms_chunk_state_name(enum ms_chunk_state s);
 
-/* TOUCH of a CLEAN or DIRTY chunk (every admitted command's, per chunk it names), inline:
- * exactly what ms_chunk_apply(rt, id, MS_CE_TOUCH) does for those states; MS_E_STATE and no
- * change for any other state. */
-static inline int ms_chunk_touch(struct ms_rtable *rt, struct ms_chunk *c)
+/* TOUCH of a CLEAN or DIRTY chunk c of region r (every admitted command's, per chunk it
+ * names), inline: exactly what ms_chunk_apply(rt, id, MS_CE_TOUCH) does for those states;
+ * MS_E_STATE and no change for any other state. */
+static inline int ms_chunk_touch(struct ms_rtable *rt, struct ms_region *r, struct ms_chunk *c)
 {
     if (c->state == MS_CS_CLEAN) {
         rt->count[MS_CS_CLEAN]--;
         rt->count[MS_CS_DIRTY]++;
+        r->nclean--;
         c->state = MS_CS_DIRTY;
     } else if (c->state != MS_CS_DIRTY) {
         return MS_E_STATE;
@@ -268,6 +280,37 @@ static inline int ms_chunk_touch(struct ms_rtable *rt, struct ms_chunk *c)
     c->last_use = ++rt->clock;
     return MS_OK;
 }
+
+/* A chunk's pins: its own and those held on its whole region. */
+static inline uint32_t ms_chunk_pins(const struct ms_region *r, const struct ms_chunk *c)
+{
+    return c->pins + r->pins_all;
+}
+/* A chunk's last use: its own touch or its whole region's, whichever came later. */
+static inline uint64_t ms_chunk_last_use(const struct ms_region *r, const struct ms_chunk *c)
+{
+    return c->last_use > r->used_all ? c->last_use : r->used_all;
+}
+
+/*
+ * Whole-region runs of a chunk set. ms_region_whole(rt, ids, n): the region whose chunks are
+ * exactly ids[0 .. r->nchunks), in order (index 0 first), when n holds that many; NULL
+ * otherwise (a partial run, another order, a dead region). O(nchunks) over the ids only, never
+ * the chunks: what lets the operations below stand for a pass over them.
+ */
+struct ms_region *ms_region_whole(struct ms_rtable *rt, const ms_chunk_id *ids, size_t n);
+/* Every chunk of r is CLEAN or DIRTY. */
+static inline bool ms_region_all_ready(const struct ms_region *r)
+{
+    return r->nready == r->nchunks;
+}
+/* TOUCH every chunk of r at once (each CLEAN one goes DIRTY; the region's last use is now).
+ * MS_E_STATE and no change unless every chunk is ready. */
+int ms_region_touch_all(struct ms_rtable *rt, struct ms_region *r);
+/* Pin every chunk of r with one count (pins_all) / drop one such pin. MS_E_STATE and no change
+ * unless every chunk is resident (pin) or a whole-region pin is held (unpin). */
+int ms_region_pin_all(struct ms_region *r);
+int ms_region_unpin_all(struct ms_region *r);
 
 /* Advance the logical clock and return its new value. */
 uint64_t ms_rtable_tick(struct ms_rtable *rt);

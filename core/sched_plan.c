@@ -337,17 +337,20 @@ static int limit_victims(struct ms_sched *s, struct ms_stask *t, struct ms_sorde
     while (after > t->limit) {
         ms_chunk_id best = 0;
         struct ms_chunk *bc = NULL;
+        uint64_t bc_use = 0;
         for (size_t i = 0; i < t->nrmap; i++) {
             uint32_t slot = t->rmap[i].slot;
             struct ms_region *r = &s->rt.regions[slot];
             for (uint32_t k = 0; k < r->nchunks; k++) {
                 struct ms_chunk *c = &r->chunks[k];
-                if (c->mark || c->pins || (c->state != MS_CS_DIRTY && c->state != MS_CS_CLEAN))
+                if (c->mark || ms_chunk_pins(r, c) ||
+                    (c->state != MS_CS_DIRTY && c->state != MS_CS_CLEAN))
                     continue;
                 if (!c->hosted && c->bytes > room)
                     continue; /* no host room for it: it stays */
-                if (!bc || c->last_use < bc->last_use) {
+                if (!bc || ms_chunk_last_use(r, c) < bc_use) {
                     bc = c;
+                    bc_use = ms_chunk_last_use(r, c);
                     best = MS_CHUNK_ID(slot, k);
                 }
             }

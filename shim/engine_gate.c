@@ -18,8 +18,12 @@
 #define RETRY_AFTER_UNPIN (-1)
 #define MAX_TMAPS 16 /* tensor maps one launch may pass that bound its prediction */
 
-/* The chunks this thread's admitted command pinned (alone), until its hook returns. */
+/* The chunks this thread's admitted command pinned (alone), until its hook returns: chunk ids,
+ * and HELD_WHOLE(region) for a region pinned whole (ms_region_pin_all). held_pins counts them
+ * in chunks (E.pinned counts every thread's). */
 static _Thread_local struct ms_chunk_set held;
+static _Thread_local uint64_t held_pins;
+#define HELD_WHOLE(region) MS_CHUNK_ID(region, UINT32_MAX)
 /* Commands this thread has admitted (alone) whose hooks have not returned (E.admitted counts
  * every thread's). */
 static _Thread_local uint64_t my_admitted;
@@ -109,7 +113,7 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     }
     bool must_ready;
     uint64_t must = must_bytes(need, &must_ready);
-    if (e == MS_E_NOSPACE && E.pinned > held.n)
+    if (e == MS_E_NOSPACE && E.pinned > held_pins)
         return RETRY_AFTER_UNPIN; /* other threads' commands hold chunks for a moment */
     if (e == MS_E_NOSPACE && must_ready)
         return CUDA_SUCCESS; /* nothing more fits beside the pinned: run on what is mapped */
@@ -217,8 +221,8 @@ static void held_key_create(void)
         held_key = (pthread_key_t)-1;
 }
 
-/* Pin `need` for this thread's command (lock held). `held` is reached once per call (a
- * thread-local of a shared library costs a __tls_get_addr per access). */
+/* Pin `need` for this thread's command (lock held): each region it names whole with one
+ * region pin, the rest chunk by chunk. */
 static int pin_held(const struct ms_chunk_set *need)
 {
     struct ms_chunk_set *h = &held;
@@ -229,15 +233,25 @@ static int pin_held(const struct ms_chunk_set *need)
     }
     if (ms_grow((void **)&h->ids, &h->cap, h->n + need->n, sizeof(*h->ids)) != MS_OK)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    size_t n0 = h->n;
+    uint64_t pins = 0;
     for (size_t i = 0; i < need->n; i++) {
+        /* A whole region, all ready: one pin on the region (region.h, I11). */
+        struct ms_region *w = ms_region_whole(&E.rt, need->ids + i, need->n - i);
+        if (w && ms_region_pin_all(w) == MS_OK) {
+            h->ids[h->n++] = HELD_WHOLE(MS_CHUNK_REGION(need->ids[i]));
+            pins += w->nchunks;
+            i += w->nchunks - 1;
+            continue;
+        }
         struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
         if (!c)
             continue;
         h->ids[h->n++] = need->ids[i];
         c->pins++;
+        pins++;
     }
-    E.pinned += h->n - n0;
+    E.pinned += pins;
+    held_pins += pins;
     return CUDA_SUCCESS;
 }
 
@@ -246,11 +260,18 @@ static void unpin_held(void)
 {
     struct ms_chunk_set *h = &held;
     for (size_t i = 0; i < h->n; i++) {
+        if (MS_CHUNK_INDEX(h->ids[i]) == MS_CHUNK_INDEX(HELD_WHOLE(0))) {
+            struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(h->ids[i]));
+            if (r)
+                (void)ms_region_unpin_all(r);
+            continue;
+        }
         struct ms_chunk *c = ms_chunk_get(&E.rt, h->ids[i]);
         if (c && c->pins)
             c->pins--;
     }
-    E.pinned -= MS_MIN(E.pinned, (uint64_t)h->n);
+    E.pinned -= MS_MIN(E.pinned, held_pins);
+    held_pins = 0;
     ms_chunk_set_clear(h);
     pthread_cond_broadcast(&E.unpinned);
 }

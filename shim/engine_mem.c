@@ -280,6 +280,14 @@ int ms__eng_add_refs(struct ms_chunk_set *s)
 bool ms__eng_all_ready(const struct ms_chunk_set *s)
 {
     for (size_t i = 0; i < s->n; i++) {
+        /* A run naming a whole region: its summary answers (region.h, I11). */
+        const struct ms_region *w = ms_region_whole(&E.rt, s->ids + i, s->n - i);
+        if (w) {
+            if (!ms_region_all_ready(w))
+                return false;
+            i += w->nchunks - 1;
+            continue;
+        }
         const struct ms_chunk *c = ms_chunk_get(&E.rt, s->ids[i]);
         if (!c || !ms_chunk_state_ready(c->state))
             return false;
@@ -292,10 +300,17 @@ void ms__eng_admitted(const struct ms_chunk_set *need)
     uint64_t missed = 0;
     uint32_t last = UINT32_MAX;
     for (size_t i = 0; i < need->n; i++) {
+        /* A whole region, all ready: touched at once. */
+        struct ms_region *w = ms_region_whole(&E.rt, need->ids + i, need->n - i);
+        if (w && ms_region_touch_all(&E.rt, w) == MS_OK) {
+            i += w->nchunks - 1;
+            continue;
+        }
+        struct ms_region *r = ms_region_get(&E.rt, MS_CHUNK_REGION(need->ids[i]));
         struct ms_chunk *c = ms_chunk_get(&E.rt, need->ids[i]);
         /* Ready: touched (inline, one pass). Otherwise always mapped (a chunk that must be
          * resident was made so): runs on the host, a miss; TOUCH does not apply. */
-        if (c && ms_chunk_touch(&E.rt, c) != MS_OK) {
+        if (c && ms_chunk_touch(&E.rt, r, c) != MS_OK) {
             missed++;
             uint32_t reg = MS_CHUNK_REGION(need->ids[i]);
             if (reg != last && reg < E.nrefs)
@@ -485,7 +500,7 @@ static int prep_plan(uint64_t want)
         for (uint32_t k = 0; r->live && r->amap && k < r->nchunks; k++) {
             const struct ms_chunk *c = &r->chunks[k];
             if (!c->host && ms_chunk_state_ready((enum ms_chunk_state)c->state))
-                cand[n++] = (struct prep_cand){c->bytes, c->last_use};
+                cand[n++] = (struct prep_cand){c->bytes, ms_chunk_last_use(r, c)};
         }
     }
     if (n > 1)
@@ -688,7 +703,8 @@ int ms__eng_exec_sets(const struct ms_chunk_set *evict, const struct ms_chunk_se
     int e = MS_OK;
     for (size_t i = 0; evict && i < evict->n && e == MS_OK; i++) {
         struct ms_chunk *c = ms_chunk_get(&E.rt, evict->ids[i]);
-        if (c && ms_chunk_state_ready((enum ms_chunk_state)c->state) && !c->pins && !c->mark) {
+        if (c && ms_chunk_state_ready((enum ms_chunk_state)c->state) &&
+            !ms_chunk_pins(&E.rt.regions[MS_CHUNK_REGION(evict->ids[i])], c) && !c->mark) {
             c->mark = 1;
             E.plan.evict_bytes += c->bytes;
             e = ms__eng_plan_step(MS_STEP_EVICT, evict->ids[i]);

@@ -32,8 +32,12 @@ LOCKCHECK    ?= 1
 ifeq ($(LOCKCHECK),1)
 LOCKDEFS     := -DMS_LOCK_CHECK
 endif
+# TLS descriptors on x86-64: the shim's thread-locals (the launch gate's pins, the lock-order
+# check) cost an inline load instead of a call to __tls_get_addr per access, and the library
+# stays loadable by dlopen (initial-exec would take static TLS space a dlopen may not have).
+SHIM_TLS     := $(if $(filter x86_64,$(shell uname -m)),-mtls-dialect=gnu2)
 SHIM_CFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) $(LOCKDEFS) -isystem $(CUDA_HOME)/include -fPIC \
-               -fvisibility=hidden
+               -fvisibility=hidden $(SHIM_TLS)
 SHIM_SOFLAGS = $(LDFLAGS) -shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now
 SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 

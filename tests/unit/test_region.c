@@ -299,6 +299,84 @@ static void pins_block_eviction(void **unused)
     ms_rtable_fini(&rt);
 }
 
+/* Whole-region runs (I11): a set naming every chunk of a region in order is recognized, and
+ * checked, touched and pinned through the region's summaries exactly as chunk by chunk. */
+static void whole_region_ops(void **unused)
+{
+    (void)unused;
+    struct ms_rtable rt;
+    ms_rtable_init(&rt);
+    uint32_t a, b;
+    assert_int_equal(ms_region_add(&rt, 1, 0, 8 * MS_GRAN, MS_RK_DEVICE, MS_GRAN, &a), MS_OK);
+    assert_int_equal(ms_region_add(&rt, 1, 64 * MS_MIB, MS_GRAN, MS_RK_DEVICE, 0, &b), MS_OK);
+    ms_chunk_id ids[10];
+    for (uint32_t k = 0; k < 8; k++)
+        ids[k] = MS_CHUNK_ID(a, k);
+    ids[8] = MS_CHUNK_ID(b, 0);
+    struct ms_region *ra = ms_region_get(&rt, a);
+    assert_ptr_equal(ms_region_whole(&rt, ids, 9), ra);
+    assert_ptr_equal(ms_region_whole(&rt, ids, 8), ra);
+    assert_null(ms_region_whole(&rt, ids, 7));     /* too short */
+    assert_null(ms_region_whole(&rt, ids + 1, 8)); /* starts past chunk 0 */
+    assert_ptr_equal(ms_region_whole(&rt, ids + 8, 1), ms_region_get(&rt, b));
+    ids[3] = MS_CHUNK_ID(a, 2); /* a repeat where chunk 3 belongs */
+    assert_null(ms_region_whole(&rt, ids, 8));
+    ids[3] = MS_CHUNK_ID(a, 3);
+    /* Not all ready: no whole touch or pin, nothing changes. */
+    assert_false(ms_region_all_ready(ra));
+    assert_int_equal(ms_region_touch_all(&rt, ra), MS_E_STATE);
+    assert_int_equal(ms_region_pin_all(ra), MS_E_STATE);
+    assert_int_equal(ms_region_unpin_all(ra), MS_E_STATE);
+    for (uint32_t k = 0; k < 8; k++)
+        assert_int_equal(ms_chunk_apply(&rt, ids[k], MS_CE_MAP_FRESH), MS_OK);
+    /* Chunk 5 goes out and back in: CLEAN, counted. */
+    assert_int_equal(ms_chunk_apply(&rt, ids[5], MS_CE_EVICT_START), MS_OK);
+    assert_false(ms_region_all_ready(ra));
+    assert_int_equal(ms_chunk_apply(&rt, ids[5], MS_CE_EVICT_DONE), MS_OK);
+    assert_int_equal(ms_chunk_apply(&rt, ids[5], MS_CE_POP_START), MS_OK);
+    assert_int_equal(ms_chunk_apply(&rt, ids[5], MS_CE_POP_DONE), MS_OK);
+    assert_int_equal(ra->nready, 8);
+    assert_int_equal(ra->nclean, 1);
+    CHECK(&rt);
+    /* A whole touch makes the CLEAN chunk DIRTY and every chunk's last use the region's. */
+    uint64_t before = rt.clock;
+    assert_int_equal(ms_region_touch_all(&rt, ra), MS_OK);
+    assert_int_equal(ra->nclean, 0);
+    assert_int_equal(ra->chunks[5].state, MS_CS_DIRTY);
+    assert_int_equal(rt.count[MS_CS_CLEAN], 0);
+    for (uint32_t k = 0; k < 8; k++)
+        assert_true(ms_chunk_last_use(ra, &ra->chunks[k]) > before);
+    /* A later touch of one chunk is later than the region's. */
+    assert_int_equal(ms_chunk_touch(&rt, ra, &ra->chunks[2]), MS_OK);
+    assert_true(ms_chunk_last_use(ra, &ra->chunks[2]) > ms_chunk_last_use(ra, &ra->chunks[3]));
+    CHECK(&rt);
+    /* A whole pin blocks every chunk's eviction, like a pin on each, until it is dropped. */
+    assert_int_equal(ms_region_pin_all(ra), MS_OK);
+    for (uint32_t k = 0; k < 8; k++) {
+        assert_int_equal(ms_chunk_pins(ra, &ra->chunks[k]), 1);
+        assert_int_equal(ms_chunk_apply(&rt, ids[k], MS_CE_EVICT_START), MS_E_BUSY);
+        assert_int_equal(ms_chunk_apply(&rt, ids[k], MS_CE_DROP), MS_E_BUSY);
+        assert_int_equal(ms_chunk_apply(&rt, ids[k], MS_CE_DISCARD), MS_E_BUSY);
+    }
+    CHECK(&rt);
+    /* Summaries that disagree with the chunks are caught (I11). */
+    ra->nready--;
+    assert_int_equal(ms_rtable_check(&rt, NULL, 0), 11);
+    ra->nready++;
+    ra->nclean++;
+    assert_int_equal(ms_rtable_check(&rt, NULL, 0), 11);
+    ra->nclean--;
+    assert_int_equal(ms_region_unpin_all(ra), MS_OK);
+    assert_int_equal(ms_chunk_apply(&rt, ids[0], MS_CE_EVICT_START), MS_OK);
+    assert_int_equal(ms_chunk_apply(&rt, ids[0], MS_CE_EVICT_DONE), MS_OK);
+    ra->pins_all = 1; /* a whole pin with a chunk off the device breaks I11 */
+    assert_int_equal(ms_rtable_check(&rt, NULL, 0), 11);
+    ra->pins_all = 0;
+    assert_int_equal(ra->nready, 7);
+    CHECK(&rt);
+    ms_rtable_fini(&rt);
+}
+
 static void alloc_failures(void **unused)
 {
     (void)unused;
@@ -403,6 +481,7 @@ int main(void)
         cmocka_unit_test(mark_host),
         cmocka_unit_test(chunk_mark_host),
         cmocka_unit_test(pins_block_eviction),
+        cmocka_unit_test(whole_region_ops),
         cmocka_unit_test(alloc_failures),
         cmocka_unit_test(random_walk),
     };
