@@ -35,7 +35,9 @@ endif
 # TLS descriptors on x86-64: the shim's thread-locals (the launch gate's pins, the lock-order
 # check) cost an inline load instead of a call to __tls_get_addr per access, and the library
 # stays loadable by dlopen (initial-exec would take static TLS space a dlopen may not have).
-SHIM_TLS     := $(if $(filter x86_64,$(shell uname -m)),-mtls-dialect=gnu2)
+# Sanitizer builds keep the default dialect: the sanitizers track dynamic TLS through
+# __tls_get_addr.
+SHIM_TLS     := $(if $(SANITIZE),,$(if $(filter x86_64,$(shell uname -m)),-mtls-dialect=gnu2))
 SHIM_CFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) $(LOCKDEFS) -isystem $(CUDA_HOME)/include -fPIC \
                -fvisibility=hidden $(SHIM_TLS)
 SHIM_SOFLAGS = $(LDFLAGS) -shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now
