@@ -112,9 +112,10 @@ int ms_status_json(const struct ms_msg_status *st, const struct ms_json_frame *f
     fprintf(f,
             ",\"switch_first_ns_total\":%" PRIu64 ",\"switch_first_count\":%" PRIu64
             ",\"switch_complete_ns_total\":%" PRIu64 ",\"switch_complete_count\":%" PRIu64
-            ",\"run_first_p50_ns\":%" PRIu64 ",\"run_first_max_ns\":%" PRIu64,
+            ",\"run_first_p50_ns\":%" PRIu64 ",\"run_first_max_ns\":%" PRIu64
+            ",\"refills\":%" PRIu64,
             st->first_ns_total, st->first_count, st->complete_ns_total, st->complete_count,
-            st->run_first_p50_ns, st->run_first_max_ns);
+            st->run_first_p50_ns, st->run_first_max_ns, st->refills);
     if (rates) {
         const struct ms_msg_status *pv = fr->prev;
         double dt = fr->interval_s;

@@ -505,6 +505,7 @@ static void put_payload(struct wr *w, const struct ms_msg *m)
         put_u64(w, s->complete_count);
         put_u64(w, s->run_first_p50_ns);
         put_u64(w, s->run_first_max_ns);
+        put_u64(w, s->refills);
         put_u32(w, s->daemon_pid);
         put_u32(w, s->gpu);
         put_str(w, s->policy);
@@ -817,6 +818,7 @@ static int get_payload(struct rd *r, struct ms_msg *m)
         s->complete_count = get_u64(r);
         s->run_first_p50_ns = get_u64(r);
         s->run_first_max_ns = get_u64(r);
+        s->refills = get_u64(r);
         s->daemon_pid = get_u32(r);
         s->gpu = get_u32(r);
         GET_STR(r, s->policy, MS_PROTO_WORD_MAX);

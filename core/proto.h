@@ -53,7 +53,7 @@
 #include <stdbool.h>
 
 #define MS_PROTO_MAGIC "MSCH"
-#define MS_PROTO_VERSION 6
+#define MS_PROTO_VERSION 7
 #define MS_PROTO_HDR_BYTES 16u
 #define MS_PROTO_MAX_PAYLOAD (1u << 20) /* 1 MiB */
 #define MS_PROTO_MAX_FRAME (MS_PROTO_HDR_BYTES + MS_PROTO_MAX_PAYLOAD)
@@ -260,6 +260,7 @@ struct ms_msg_status {
     uint64_t first_ns_total, first_count;
     uint64_t complete_ns_total, complete_count;
     uint64_t run_first_p50_ns, run_first_max_ns;
+    uint64_t refills; /* (version 7) switches that ran the stopped task again, among switches */
     uint32_t daemon_pid;
     uint32_t gpu;
     char policy[MS_PROTO_WORD_MAX + 1]; /* "rr", "prio", "adaptive" */

@@ -185,6 +185,7 @@ int ms_sched_status(struct ms_sched *s, uint64_t now, struct ms_msg *out)
     st->complete_count = s->complete_count;
     st->run_first_p50_ns = run_first_median(s);
     st->run_first_max_ns = s->run_first_max;
+    st->refills = s->refills;
     snprintf(st->policy, sizeof(st->policy), "%s", ms_sched_policy_name(s->cfg.policy));
     snprintf(st->evict, sizeof(st->evict), "%s", ms_evict_policy_name(s->cfg.evict));
     st->sharing = ms_sched_sharing(s);

@@ -140,8 +140,12 @@ int ms_status_render(const struct ms_msg_status *st, const struct ms_msg_status 
         line(&s, "host: %s pinned by the tasks' shims (for memory off the device)", hb);
     line(&s, "mode: %s",
          st->sharing ? "shared (memory fits: tasks run at once)" : "sliced (one task at a time)");
-    line(&s, "switches: %llu, mean %s, max %s; moved in %s, out %s",
-         (unsigned long long)st->switches, mean, mx, in, out);
+    char refills[64] = "";
+    if (st->refills)
+        snprintf(refills, sizeof(refills), " (%llu refills: a stopped task ran again)",
+                 (unsigned long long)st->refills);
+    line(&s, "switches: %llu%s, mean %s, max %s; moved in %s, out %s",
+         (unsigned long long)st->switches, refills, mean, mx, in, out);
     if (st->first_count || st->complete_count) {
         /* The switch split: STOP to the incoming task's first command, and to its working set
          * complete (after RUN under early_run); RUN to first command as the shims saw it. */

@@ -5,7 +5,8 @@
 # programs that also allocate a fresh scratch buffer every round (STRESS_ONEBUF_SCRATCH: each
 # needs 290 MiB) under one daemon of 150 MiB (adaptive policy, no per-task limit): both end
 # with every result right, and the daemon counted refills (msched_refills_total), which are
-# among its switches. On the fake CUDA driver.
+# among its switches, and which `msched status` (text and --json) reports. On the fake CUDA
+# driver.
 . "$(dirname "$0")/../daemon/lib.sh"
 
 need_fake_cuda
@@ -27,6 +28,14 @@ switches=$(metric msched_switches_total)
 [ "${refills:-0}" -ge 1 ] ||
     fail "no refill: each demand beyond free memory handed the GPU on ($switches switches)"
 [ "$refills" -le "$switches" ] || fail "$refills refills but only $switches switches"
+# msched status says them too (protocol 7), as text and as JSON.
+"$MSCHED" status > "$T/status.txt" 2>&1 || fail "msched status failed: $(cat "$T/status.txt")"
+grep -q "switches: $switches ($refills refills" "$T/status.txt" ||
+    fail "msched status does not say the $refills refills: $(grep switches: "$T/status.txt")"
+"$MSCHED" status --json > "$T/status.json" 2>&1 || fail "msched status --json failed"
+js=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["refills"])' "$T/status.json") ||
+    fail "no refills in msched status --json"
+[ "$js" = "$refills" ] || fail "msched status --json says $js refills, the metric $refills"
 pass "two onebuf programs at half their footprint each: right, $switches switches ($refills refills) in $ms ms"
 check_log_clean
 exit 0

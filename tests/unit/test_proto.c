@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -141,6 +142,7 @@ static void sample(struct ms_msg *m, unsigned type)
         s->complete_count = 16;
         s->run_first_p50_ns = 1200003;
         s->run_first_max_ns = 9000004;
+        s->refills = 5;
         s->daemon_pid = 321;
         s->gpu = 1;
         strcpy(s->policy, "adaptive");
@@ -304,7 +306,7 @@ static void assert_msg_equal(const struct ms_msg *a, const struct ms_msg *b)
         assert_true(x->complete_ns_total == y->complete_ns_total &&
                     x->complete_count == y->complete_count);
         assert_true(x->run_first_p50_ns == y->run_first_p50_ns &&
-                    x->run_first_max_ns == y->run_first_max_ns);
+                    x->run_first_max_ns == y->run_first_max_ns && x->refills == y->refills);
         assert_int_equal(x->daemon_pid, y->daemon_pid);
         assert_int_equal(x->gpu, y->gpu);
         assert_string_equal(x->policy, y->policy);
@@ -588,9 +590,9 @@ static void test_malformed_header(void **state)
             assert_int_equal(ms_msg_decode(bad, k, &m, &used), MS_E_PARSE);
     }
     /* Version: 0, 1 (before the misses counts), 2 (before the host bytes), 3 (before STARTED
-     * and the switch split), 4 (before PREPARE), 6, 0xffff are another protocol, known from
-     * six bytes. */
-    uint16_t versions[] = {0, 1, 2, 3, 4, 5, 7, 0x0100, 0xffff};
+     * and the switch split), 4 (before PREPARE), 5 (before the host pool), 6 (before the
+     * refills in STATUS), 8, 0xffff are another protocol, known from six bytes. */
+    uint16_t versions[] = {0, 1, 2, 3, 4, 5, 6, 8, 0x0100, 0xffff};
     for (size_t i = 0; i < MS_ARRAY_LEN(versions); i++) {
         uint8_t bad[6] = {'M', 'S', 'C', 'H', (uint8_t)versions[i], (uint8_t)(versions[i] >> 8)};
         struct ms_msg m;
@@ -889,7 +891,7 @@ static void test_malformed_status(void **state)
     (void)state;
     struct ms_buf b;
     encode_sample(MS_MSG_STATUS, &b);
-    size_t sharing_off = MS_PROTO_HDR_BYTES + 15 * 8 + 8 + (2 + 8) + (2 + 3);
+    size_t sharing_off = MS_PROTO_HDR_BYTES + 16 * 8 + 8 + (2 + 8) + (2 + 3);
     size_t task0 = sharing_off + 4 + 4; /* sharing and 3 reserved bytes, the task count */
     /* Offsets inside the first task entry. */
     size_t state_off = task0 + 16, rsv_off = task0 + 17, prio_off = task0 + 8;
@@ -1085,6 +1087,44 @@ static void test_random_mutations(void **state)
     assert_int_equal(ms_alloc_live(), live);
 }
 
+/* ---- the fuzz corpus's seeds ---------------------------------------------------------------- */
+
+/* tests/fuzz/corpus/proto/msg_<type> is the sample of every type, encoded as now: a version or
+ * layout change that leaves the seeds behind would leave the fuzzer starting from frames the
+ * decoder refuses at the header. MS_PROTO_WRITE_SEEDS=1 writes them (run from the repository's
+ * root, as `make test` does). */
+static void test_corpus_seeds_current(void **state)
+{
+    (void)state;
+    const char *write = getenv("MS_PROTO_WRITE_SEEDS");
+    for (unsigned t = 1; t < MS_MSG_TYPE_END; t++) {
+        char path[128], name[64];
+        snprintf(name, sizeof(name), "%s", ms_msg_type_name(t));
+        for (char *c = name; *c; c++)
+            *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+        snprintf(path, sizeof(path), "tests/fuzz/corpus/proto/msg_%s", name);
+        struct ms_buf b;
+        encode_sample(t, &b);
+        if (write && write[0] == '1') {
+            FILE *f = fopen(path, "wb");
+            assert_non_null(f);
+            assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
+            assert_int_equal(fclose(f), 0);
+        }
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            fail_msg("no seed %s (run from the repository's root)", path);
+        uint8_t seed[1 << 16];
+        size_t n = fread(seed, 1, sizeof(seed), f);
+        fclose(f);
+        if (n != b.len || memcmp(seed, b.data, n) != 0)
+            fail_msg("seed %s is not the current encoding of the %s sample (%zu bytes, now %zu): "
+                     "MS_PROTO_WRITE_SEEDS=1 %s",
+                     path, ms_msg_type_name(t), n, b.len, "build/tests/test_proto");
+        ms_buf_fini(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1100,6 +1140,7 @@ int main(void)
         cmocka_unit_test(test_encode_refuses),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_random_mutations),
+        cmocka_unit_test(test_corpus_seeds_current),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
