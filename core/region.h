@@ -308,7 +308,9 @@ static inline bool ms_region_all_ready(const struct ms_region *r)
  * MS_E_STATE and no change unless every chunk is ready. */
 int ms_region_touch_all(struct ms_rtable *rt, struct ms_region *r);
 /* Pin every chunk of r with one count (pins_all) / drop one such pin. MS_E_STATE and no change
- * unless every chunk is resident (pin) or a whole-region pin is held (unpin). */
+ * unless every chunk is ready (pin: what an admitted command's chunks are; a pinned chunk
+ * cannot leave the device, so I11 holds while the pin does) or a whole-region pin is held
+ * (unpin). */
 int ms_region_pin_all(struct ms_region *r);
 int ms_region_unpin_all(struct ms_region *r);
 
