@@ -17,7 +17,7 @@
 # otherwise. Sampling is statistical: compare shares, not single samples.
 set -u
 usage() {
-    sed -n '2,4p' "$0" | sed 's/^# //' >&2
+    sed -n '2,3p' "$0" | sed 's/^# //' >&2
     exit 2
 }
 [ $# -ge 1 ] || usage
