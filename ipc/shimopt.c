@@ -113,6 +113,10 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         NULL, "1", "a CUDA graph whose nodes name more than the budget runs as\n"
         "consecutive pieces, each with its own memory made resident first\n"
         "(0: whole, what does not fit read from host memory)"},
+    [MS_OPT_PHASES] = {"MSCHED_PHASES", NULL, "0|1", NULL, MS_OT_FLAG, 0, 0, false, NULL, "0",
+        "at exit, the time each phase of a kernel launch took in libmsched\n"
+        "(packing, prediction, the gate, the daemon client, the driver call),\n"
+        "summed over the run; costs two clock reads a phase"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

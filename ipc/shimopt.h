@@ -61,6 +61,7 @@ enum ms_shimopt {
     MS_OPT_PACK_SMALL,
     MS_OPT_PROGRESS_MS,
     MS_OPT_GRAPH_PIECES,
+    MS_OPT_PHASES,
     MS_OPT_COUNT
 };
 

@@ -32,6 +32,7 @@ static _Thread_local uint64_t my_admitted;
 #include "shim/client.h"
 #include "shim/config.h"
 #include "shim/hostmem.h"
+#include "shim/phases.h"
 #include "shim/tensormap.h"
 
 #include <stdio.h>
@@ -317,7 +318,9 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
         /* Never "the whole footprint": an unbounded command's need already lists every chunk
          * that must be resident (fallback application VMM mappings); always-mapped memory is
          * reachable wherever it is. */
+        uint64_t t = ms__ph_start();
         rc = ms_client_gate(&need, &own, false, s, alone);
+        ms__ph_stop(MS_PH_CLIENT, t);
         if (!*alone) {
             /* Admitted, refused, or (with chunks missing) recorded by a stream capture: what a
              * captured command names must be memory now (ms__eng_map_empty_host). */
@@ -389,10 +392,14 @@ static int gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream
         ready = ms__eng_all_ready(need);
     }
     if (rc == CUDA_SUCCESS) {
+        uint64_t t = ms__ph_start();
         ms__eng_admitted(need);
+        ms__ph_stop(MS_PH_ADMIT, t);
+        t = ms__ph_start();
         rc = pin_held(need);
         if (rc != CUDA_SUCCESS)
             unpin_held();
+        ms__ph_stop(MS_PH_PIN, t);
     }
     ms_chunk_set_fini(&own);
     return rc;
@@ -470,7 +477,10 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
                                     __ATOMIC_ACQUIRE))
         /* Outside the engine lock: CUPTI's start calls into the driver (through the hooks). */
         ms_acc_start(&E.api, E.backing == BACK_DEMAND && E.mode == MODE_ALONE);
+    uint64_t t = ms__ph_start();
     ms_lock(&E.lock);
+    ms__ph_stop(MS_PH_LOCK, t);
+    t = ms__ph_start();
     ms_chunk_set_clear(&E.need);
     bool unbounded = !l->params_known || !l->layout || l->kind == MS_SHIM_LAUNCH_COOP;
     int e = MS_OK;
@@ -503,8 +513,11 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
         if (e == MS_OK)
             e = ms__eng_add_refs(&E.need);
     }
+    ms__ph_stop(MS_PH_PREDICT, t);
+    t = ms__ph_start();
     E.last_missed = 0;
     int rc = e == MS_OK ? ms__eng_gate(&E.need, unbounded, l->stream) : ms__eng_cuerr(e);
+    ms__ph_stop(MS_PH_GATE, t);
     if (rc == CUDA_SUCCESS && E.last_missed)
         ms__eng_kernel_missed(l->name, E.last_missed);
     if (rc == CUDA_SUCCESS && ms_acc_on())

@@ -46,6 +46,7 @@
 #include "core/trace.h"
 #include "shim/shim_events.h"
 #include "shim/engine.h"
+#include "shim/phases.h"
 #include "shim/profile.h"
 
 #include <stddef.h>
@@ -230,6 +231,7 @@ void ms_shim_on_free_end(uint64_t ptr, const struct ms_shim_alloc *was, bool fre
 
 int ms_shim_on_launch(const struct ms_shim_launch *l)
 {
+    uint64_t t = ms__ph_start();
     bool timed = ms__rec_timing_prepare(l->stream);
     ms_lock(&ms__events_lock);
     ms__rec_ctr.launches++;
@@ -245,7 +247,10 @@ int ms_shim_on_launch(const struct ms_shim_launch *l)
         ms__rec_tl.ev0 = ms__rec_tl.ev1 = NULL;
     }
     ms_unlock(&ms__events_lock);
+    ms__ph_stop(MS_PH_RECORD, t);
+    t = ms__ph_start();
     int gate = ms_engine_gate_launch(l);
+    ms__ph_stop(MS_PH_ENGINE, t);
     if (gate == 0)
         ms_prof_launch_begin(l); /* MSCHED_PROFILE (engine off): may run this launch alone */
     ms__rec_timing_start(gate);
@@ -280,6 +285,7 @@ int ms_shim_on_copy(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_cop
 int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_copy_kind kind,
                        struct ms_shim_stream s, bool contiguous)
 {
+    uint64_t t = ms__ph_start();
     ms_lock(&ms__events_lock);
     ms__rec_ctr.copies++;
     ms__rec_ctr.copy_bytes += bytes;
@@ -309,6 +315,7 @@ int ms_shim_on_copy_ex(uint64_t dst, uint64_t src, uint64_t bytes, enum ms_shim_
                                    dev_src ? bytes : 0, s);
     if (rc == 0 && kind == MS_SHIM_COPY_H2D && contiguous)
         ms_engine_note_h2d(dst, (const void *)(uintptr_t)src, bytes);
+    ms__ph_stop(MS_PH_COPY, t);
     return rc;
 }
 
@@ -396,9 +403,11 @@ int ms_shim_on_memset(uint64_t dst, uint64_t bytes, struct ms_shim_stream s)
 void ms__shim_gate_end(int *gate)
 {
     (void)gate;
+    uint64_t t = ms__ph_start();
     ms_prof_launch_end();
     ms__rec_timing_end();
     ms_engine_gate_end();
+    ms__ph_stop(MS_PH_END, t);
 }
 
 void ms_shim_on_sync(void)

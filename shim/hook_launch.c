@@ -27,6 +27,7 @@
  */
 #include "shim/shim_int.h"
 
+#include "shim/phases.h"
 #include "shim/shim_events.h"
 
 #include <stdlib.h>
@@ -121,12 +122,26 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
     uint8_t local[STACK_PARAM_BYTES];
     uint8_t *heap;
     struct ms_shim_launch l;
+    uint64_t t = ms__ph_start();
     ms__shim_launch_build(&l, kind, f, d->grid, d->block, d->smem, s, kernelParams, extra, local,
                           sizeof local, &heap);
+    ms__ph_stop(MS_PH_PACK, t);
     int gate = ms_shim_on_launch(&l);
     ms_free(heap);
     return gate;
 }
+
+/* MSCHED_PHASES (phases.h): the whole hook, timed until its scope ends (after the gate's end,
+ * a cleanup declared earlier runs later), and the real call. */
+#define MS_PH_HOOK_SCOPE                                                                           \
+    uint64_t ms_ph_hook_ __attribute__((cleanup(ms__ph_stop_hook))) = ms__ph_start()
+#define MS_PH_DRIVER_CALL(call)                                                                    \
+    __extension__({                                                                                \
+        uint64_t ms_ph_t_ = ms__ph_start();                                                        \
+        CUresult ms_ph_r_ = (call);                                                                \
+        ms__ph_stop(MS_PH_DRIVER, ms_ph_t_);                                                       \
+        ms_ph_r_;                                                                                  \
+    })
 
 #define LAUNCH_HOOK(name, pt)                                                                      \
     CUresult CUDAAPI name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,              \
@@ -134,13 +149,14 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
                           unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,   \
                           void **kernelParams, void **extra)                                       \
     {                                                                                              \
+        MS_PH_HOOK_SCOPE;                                                                          \
         __typeof__(&name) real = MS_REAL(name);                                                    \
         struct dims d = {                                                                          \
             {gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}, sharedMemBytes};    \
         MS_GATED(report(MS_SHIM_LAUNCH_KERNEL, f, &d, (struct ms_shim_stream){hStream, pt},        \
                         kernelParams, extra));                                                     \
-        return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,              \
-                    sharedMemBytes, hStream, kernelParams, extra);                                 \
+        return MS_PH_DRIVER_CALL(real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,       \
+                                      blockDimZ, sharedMemBytes, hStream, kernelParams, extra));   \
     }
 
 #define LAUNCH_COOP_HOOK(name, pt)                                                                 \
@@ -149,13 +165,14 @@ static int report(enum ms_shim_launch_kind kind, CUfunction f, const struct dims
                           unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,   \
                           void **kernelParams)                                                     \
     {                                                                                              \
+        MS_PH_HOOK_SCOPE;                                                                          \
         __typeof__(&name) real = MS_REAL(name);                                                    \
         struct dims d = {                                                                          \
             {gridDimX, gridDimY, gridDimZ}, {blockDimX, blockDimY, blockDimZ}, sharedMemBytes};    \
         MS_GATED(report(MS_SHIM_LAUNCH_COOP, f, &d, (struct ms_shim_stream){hStream, pt},          \
                         kernelParams, NULL));                                                      \
-        return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,              \
-                    sharedMemBytes, hStream, kernelParams);                                        \
+        return MS_PH_DRIVER_CALL(real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,       \
+                                      blockDimZ, sharedMemBytes, hStream, kernelParams));          \
     }
 
 /* cuLaunchKernelEx: the gate sits at function scope (MS_GATED), so the dimensions are read
@@ -176,9 +193,10 @@ static int report_ex(const CUlaunchConfig *config, CUfunction f, bool pt, void *
     CUresult CUDAAPI name(const CUlaunchConfig *config, CUfunction f, void **kernelParams,         \
                           void **extra)                                                            \
     {                                                                                              \
+        MS_PH_HOOK_SCOPE;                                                                          \
         __typeof__(&name) real = MS_REAL(name);                                                    \
         MS_GATED(report_ex(config, f, pt, kernelParams, extra));                                   \
-        return real(config, f, kernelParams, extra);                                               \
+        return MS_PH_DRIVER_CALL(real(config, f, kernelParams, extra));                            \
     }
 
 LAUNCH_HOOK(cuLaunchKernel, false)

@@ -43,6 +43,7 @@
 #include "shim/config.h"
 #include "shim/engine.h"
 #include "shim/hostmem.h"
+#include "shim/phases.h"
 #include "shim/tensormap.h"
 
 #include "cuabi/procaddr.h"
@@ -104,6 +105,7 @@ static void init_all(void)
 {
     ms__shim_config_load();
     ms__shim_log_configure(ms__shim_opt(MS_OPT_VERBOSE) != 0);
+    ms__ph_configure(ms__shim_opt(MS_OPT_PHASES) != 0);
     ms__drv_load(ms__shim_opt_text(MS_OPT_REAL_LIBCUDA));
     ms__shim_events_init(ms__shim_opt_text(MS_OPT_TRACE));
     ms_client_configure();
@@ -136,6 +138,7 @@ __attribute__((destructor)) static void shim_fini(void)
         if (!held) {
             ms_prof_finish();
             ms__shim_events_exit(ms__shim_verbose());
+            ms__ph_report(stderr);
         }
     }
 }

@@ -43,7 +43,7 @@ SHIM_CFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) $(LOCKDEFS) -isystem $(CUDA_HOME)/includ
 SHIM_SOFLAGS = $(LDFLAGS) -shared -Wl,-Bsymbolic-functions -Wl,-z,defs -Wl,-z,now
 SHIM_TFLAGS  = $(ALLCFLAGS) $(EDGEDEFS) -isystem $(CUDA_HOME)/include
 
-SHIM_SRC := shim/log.c shim/locks.c shim/config.c shim/driver.c shim/shim.c shim/events.c shim/recorder.c shim/funcinfo.c cuabi/procaddr.c shim/hook_init.c \
+SHIM_SRC := shim/log.c shim/phases.c shim/locks.c shim/config.c shim/driver.c shim/shim.c shim/events.c shim/recorder.c shim/funcinfo.c cuabi/procaddr.c shim/hook_init.c \
             shim/hook_mem.c shim/hook_copy.c shim/hook_launch.c shim/hook_graph.c shim/graph_pieces.c shim/hook_capture.c shim/hook_vmm.c shim/hook_ptr.c shim/tensormap.c \
             cuabi/ptrattr.c cuabi/tmap.c cuabi/gen/syms.c shim/gen/tramp.c shim/engine.c shim/engine_mem.c shim/engine_gate.c shim/engine_graph.c shim/engine_alloc.c shim/hostmem.c shim/accuracy.c shim/profile.c shim/profile_san.c \
             shim/client.c shim/client_conn.c shim/client_gate.c shim/client_orders.c gpu/cuda/gpu_cuda.c core/trace.c core/alloc.c core/region.c \

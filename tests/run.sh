@@ -36,6 +36,9 @@ check() {
         fail=$((fail + 1))
         failed+=("$name")
         printf 'FAIL  %-40s (exit %s, log %s)\n' "$name" "$rc" "$log"
+        # A group check (shim/all) says which of its own checks failed first: CI shows only
+        # this output, and the failing line may be far above the log's tail.
+        grep -E '^FAIL' "$log" | head -n 10 | sed 's/^/      ! /'
         tail -n 30 "$log" | sed 's/^/      | /'
     fi
 }
@@ -55,7 +58,7 @@ for s in tests/cli/*.sh; do
     check "cli/$(basename "$s" .sh)" bash "$s"
 done
 if [ -f tests/shim/run_shim_tests.sh ]; then
-    # 96 checks: about 1-2 minutes plain or under ASan, over 10 under TSan on a 2-core machine
+    # 97 checks: about 1-2 minutes plain or under ASan, over 10 under TSan on a 2-core machine
     CHECK_LIMIT=1800 check "shim/all" bash tests/shim/run_shim_tests.sh
 fi
 if [ -d "$BUILD/pic/shim" ]; then

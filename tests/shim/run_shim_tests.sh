@@ -757,6 +757,31 @@ else
     fail engine/progress "lines: $p1 at 100 ms, $p0 with 0, $pq without verbose"
 fi
 
+# Phases (MSCHED_PHASES=1): at exit, each phase of the launch path summed; every launch hook
+# counted once in the hook, the packing, the engine's gate and the driver call, the phases
+# inside the hook taking no more than it; nothing printed without the variable.
+ph() {
+    env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=1GiB "$@" \
+        timeout 120 "$T/engine_stress" 1 1 launches 2>&1
+}
+out=$(ph MSCHED_PHASES=1)
+out0=$(ph)
+phv=$(awk '$NF ~ /^[0-9.]+$/ && $(NF - 1) ~ /^[0-9.]+$/ && $(NF - 2) ~ /^[0-9]+$/ {
+        n = $(NF - 2); s = $(NF - 1)
+        if ($0 ~ /launch hook/) { hook = n; hs = s }
+        if ($0 ~ /packing/) pack = n
+        if ($0 ~ /engine launch gate/) eng = n
+        if ($0 ~ /real driver call/) drv = n
+        if ($0 ~ /packing|recorder counters|engine launch gate|real driver call/) inside += s }
+    END { ok = hook > 0 && hook == pack && hook == eng && hook == drv && inside <= hs
+          printf "%s %d hooks, pack %d, engine %d, driver %d; %.3f s inside the hook'"'"'s %.3f s", ok ? "OK" : "BAD", hook, pack, eng, drv, inside, hs }' <<<"$out")
+if [[ $phv == OK* ]] && grep -q "libmsched's own part of a launch hook" <<<"$out" &&
+    ! grep -q "phases" <<<"$out0"; then
+    pass "engine/phases (${phv#OK })"
+else
+    fail engine/phases "$phv; without MSCHED_PHASES: $(grep -c phases <<<"$out0") lines"
+fi
+
 # A graph of one child graph node, the exec's child given another graph (cuGraphExecChildGraph-
 # NodeSetParams, as XLA updates the commands it traced into child graphs): the reach follows
 # the new child, so no launch runs with a pointer on a host chunk while a fill pushes its
