@@ -45,13 +45,19 @@ void ms_history_append(struct ms_history *h, const struct ms_chunk_set *s)
     /* The ids among the last `win` appended (the ring keeps no more than cap), copied here and
      * kept as they change: one pass over s, no division per id (a launch may name thousands of
      * chunks). recent[] is circular; the oldest is at recent[top] once it is full. */
+    /* Slots not filled hold an id no chunk has (region and index UINT32_MAX), so the search
+     * below always compares all of them: a fixed count the compiler unrolls. */
     ms_chunk_id recent[MS_HISTORY_RECENT_SKIP];
+    for (size_t k = 0; k < MS_HISTORY_RECENT_SKIP; k++)
+        recent[k] = UINT64_MAX;
     size_t win = MS_MIN((size_t)MS_HISTORY_RECENT_SKIP, (size_t)h->cap);
     size_t nrecent = (size_t)MS_MIN(ms_history_len(h), (uint64_t)win);
-    for (size_t k = 0; k < nrecent; k++)
-        recent[k] = at(h, h->seq - nrecent + k);
-    size_t top = nrecent % win;
     uint32_t pos = (uint32_t)(h->seq % h->cap);
+    for (size_t k = 0, q = (pos + h->cap - nrecent) % h->cap; k < nrecent; k++) {
+        recent[k] = h->ring[q];
+        q = q + 1 == h->cap ? 0 : q + 1;
+    }
+    size_t top = nrecent % win;
     /* While s is strictly ascending (a normalized set), the ids of s among recent[] are all
      * smaller than the current one: once `win` of them were appended, none can match. */
     size_t from_s = 0;
@@ -61,7 +67,7 @@ void ms_history_append(struct ms_history *h, const struct ms_chunk_set *s)
             from_s = 0; /* not ascending: scan again from here on */
         if (from_s >= win) {
             /* The rest of this ascending run cannot be among recent[]: copied as a block. */
-            size_t j = i + 1;
+            size_t j = s->asc ? s->n : i + 1; /* an ascending set: the rest at once */
             while (j < s->n && s->ids[j] > s->ids[j - 1])
                 j++;
             for (size_t k = i; k < j;) {
@@ -78,9 +84,9 @@ void ms_history_append(struct ms_history *h, const struct ms_chunk_set *s)
             i = j - 1;
             continue;
         }
-        bool seen = false;
-        for (size_t k = 0; from_s < win && k < nrecent; k++)
-            seen |= recent[k] == id;
+        _Static_assert(MS_HISTORY_RECENT_SKIP == 8, "the search below compares eight slots");
+        bool seen = (recent[0] == id) | (recent[1] == id) | (recent[2] == id) | (recent[3] == id) |
+                    (recent[4] == id) | (recent[5] == id) | (recent[6] == id) | (recent[7] == id);
         if (seen)
             continue;
         from_s++;
@@ -225,6 +231,7 @@ int ms_history_predict(const struct ms_history *h, struct ms_rtable *rt,
         ms_chunk_id t = out_recent->ids[i];
         out_recent->ids[i] = out_recent->ids[j - 1 - i];
         out_recent->ids[j - 1 - i] = t;
+        out_recent->asc = false;
     }
     /* next: the need (all of it), then the future. */
     bytes = 0;

@@ -11,23 +11,77 @@
 
 #include "template.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 void ms_chunk_set_init(struct ms_chunk_set *s)
 {
     memset(s, 0, sizeof(*s));
+    s->asc = true;
 }
 
 void ms_chunk_set_fini(struct ms_chunk_set *s)
 {
     ms_free(s->ids);
     memset(s, 0, sizeof(*s));
+    s->asc = true;
 }
 
 void ms_chunk_set_clear(struct ms_chunk_set *s)
 {
     s->n = 0;
+    s->asc = true;
+}
+
+int ms_chunk_set_add_region(struct ms_chunk_set *s, const struct ms_rtable *rt, uint32_t region)
+{
+    const struct ms_region *r =
+        region < rt->nslots && rt->regions[region].live ? &rt->regions[region] : NULL;
+    if (!r || !r->nchunks)
+        return MS_OK;
+    int e = ms_grow((void **)&s->ids, &s->cap, s->n + r->nchunks, sizeof(*s->ids));
+    if (e)
+        return e;
+    ms_chunk_id first = MS_CHUNK_ID(region, 0), *d = s->ids + s->n;
+    if (s->n && first <= d[-1])
+        s->asc = false;
+    /* A whole region's ids are consecutive numbers: two per vector store (a launch naming a
+     * large allocation names every one of its chunks). */
+    typedef uint64_t v2u64 __attribute__((vector_size(16)));
+    v2u64 v = {first, first + 1}, two = {2, 2};
+    uint32_t k = 0, nc = r->nchunks;
+    for (; k + 2 <= nc; k += 2) {
+        memcpy(d + k, &v, sizeof(v));
+        v += two;
+    }
+    if (k < nc)
+        d[k] = first + k;
+    s->n += r->nchunks;
+    return MS_OK;
+}
+
+struct ms_region *ms_chunk_set_whole(struct ms_rtable *rt, const struct ms_chunk_set *s, size_t i)
+{
+    if (!s->asc)
+        return i < s->n ? ms_region_whole(rt, s->ids + i, s->n - i) : NULL;
+    const ms_chunk_id *ids = s->ids + i;
+    size_t n = i < s->n ? s->n - i : 0;
+    if (!n || MS_CHUNK_INDEX(ids[0]) != 0)
+        return NULL;
+    uint32_t reg = MS_CHUNK_REGION(ids[0]);
+    struct ms_region *r = ms_region_get(rt, reg);
+    if (!r || n < r->nchunks || ids[r->nchunks - 1] != MS_CHUNK_ID(reg, r->nchunks - 1))
+        return NULL;
+        /* Strictly ascending from (reg, 0) to (reg, nchunks - 1) in nchunks ids: every one between
+         * is there. */
+#ifdef MS_CHECK_SETS
+    if (ms_region_whole(rt, ids, n) != r) {
+        fprintf(stderr, "ms_chunk_set_whole: a set marked ascending is not (region %u)\n", reg);
+        abort();
+    }
+#endif
+    return r;
 }
 
 int ms_chunk_set_add(struct ms_chunk_set *s, ms_chunk_id id)
@@ -37,6 +91,8 @@ int ms_chunk_set_add(struct ms_chunk_set *s, ms_chunk_id id)
         if (e)
             return e;
     }
+    if (s->n && id <= s->ids[s->n - 1])
+        s->asc = false;
     s->ids[s->n++] = id;
     return MS_OK;
 }
@@ -96,13 +152,16 @@ static bool merge_sort_runs(ms_chunk_id *a, size_t n, size_t runs)
 
 void ms_chunk_set_normalize(struct ms_chunk_set *s)
 {
-    if (s->n < 2)
+    if (s->asc || s->n < 2) {
+        s->asc = true;
         return;
+    }
     size_t runs = 1, dups = 0;
     for (size_t i = 1; i < s->n; i++) {
         runs += s->ids[i] < s->ids[i - 1];
         dups += s->ids[i] == s->ids[i - 1];
     }
+    s->asc = true; /* below, whichever way */
     if (runs == 1 && dups == 0)
         return; /* strictly ascending: one region, or regions named in order */
     if (runs == 1) {
@@ -157,12 +216,9 @@ static int add_region(const struct ms_rtable *rt, uint32_t region, struct ms_chu
     for (size_t i = 0; i < *nseen; i++)
         if (seen[i] == region)
             return 0;
-    const struct ms_region *r = &rt->regions[region];
-    int e = ms_grow((void **)&out->ids, &out->cap, out->n + r->nchunks, sizeof(*out->ids));
+    int e = ms_chunk_set_add_region(out, rt, region);
     if (e)
         return e;
-    for (uint32_t k = 0; k < r->nchunks; k++)
-        out->ids[out->n++] = MS_CHUNK_ID(region, k);
     seen[(*nseen)++] = region;
     return 1;
 }

@@ -40,9 +40,18 @@ struct ms_range {
     uint64_t bytes;
 };
 
+/*
+ * A set of chunk ids. `asc` is a promise, never a guess: true only while ids[0..n) is strictly
+ * ascending. The set's functions keep it (init, clear and normalize set it; an append keeps it
+ * only when the id is above the last); code that writes ids[] or n directly must clear it unless
+ * it only drops ids (a filter keeps the order). False says nothing, so a set built by hand
+ * ({.ids = p, .n = k}) is safe. With it, whether ids[i..] starts with a whole region is two
+ * comparisons (ms_chunk_set_whole) and normalizing an ordered set is free.
+ */
 struct ms_chunk_set {
     ms_chunk_id *ids;
     size_t n, cap;
+    bool asc;
 };
 
 void ms_chunk_set_init(struct ms_chunk_set *s);
@@ -50,8 +59,14 @@ void ms_chunk_set_fini(struct ms_chunk_set *s);
 void ms_chunk_set_clear(struct ms_chunk_set *s);
 /* Append one id (duplicates allowed until ms_chunk_set_normalize). */
 int ms_chunk_set_add(struct ms_chunk_set *s, ms_chunk_id id);
-/* Sort ascending and drop duplicates. */
+/* Append every chunk of region `region` (of rt), in order. MS_E_NOMEM leaves s as it was. */
+int ms_chunk_set_add_region(struct ms_chunk_set *s, const struct ms_rtable *rt, uint32_t region);
+/* Sort ascending and drop duplicates (free when s->asc). */
 void ms_chunk_set_normalize(struct ms_chunk_set *s);
+/* The region whose chunks, all of them, are ids[i..i + nchunks) of s, or NULL: what
+ * ms_region_whole answers for s->ids + i, in two comparisons when s->asc (builds with
+ * MS_CHECK_SETS, the sanitizer builds, check the middle too and abort on a broken promise). */
+struct ms_region *ms_chunk_set_whole(struct ms_rtable *rt, const struct ms_chunk_set *s, size_t i);
 /* Grow an array of chunk sets (*sets, *cap of them) to hold at least n; new sets are empty.
  * MS_E_NOMEM leaves it as it was. */
 int ms_chunk_sets_reserve(struct ms_chunk_set **sets, size_t *cap, size_t n);

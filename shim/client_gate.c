@@ -65,6 +65,7 @@ void ms__cl_send_demand_ex(const struct ms_chunk_set *need, bool whole, bool exa
         ms_chunk_id t = C.nx.ids[i];
         C.nx.ids[i] = C.nx.ids[C.nx.n - 1 - i];
         C.nx.ids[C.nx.n - 1 - i] = t;
+        C.nx.asc = false;
     }
     if (!e)
         e = ms__cl_to_runs(&C.nx, &n);

@@ -237,7 +237,7 @@ static int pin_held(const struct ms_chunk_set *need)
     uint64_t pins = 0;
     for (size_t i = 0; i < need->n; i++) {
         /* A whole region, all ready: one pin on the region (region.h, I11). */
-        struct ms_region *w = ms_region_whole(&E.rt, need->ids + i, need->n - i);
+        struct ms_region *w = ms_chunk_set_whole(&E.rt, need, i);
         if (w && ms_region_pin_all(w) == MS_OK) {
             h->ids[h->n++] = HELD_WHOLE(MS_CHUNK_REGION(need->ids[i]));
             pins += w->nchunks;
@@ -251,6 +251,7 @@ static int pin_held(const struct ms_chunk_set *need)
         c->pins++;
         pins++;
     }
+    h->asc = false; /* HELD_WHOLE entries among the ids: held pins, not a set of chunks */
     E.pinned += pins;
     held_pins += pins;
     return CUDA_SUCCESS;

@@ -167,13 +167,7 @@ bool ms_engine_vmm_owns(uint64_t va)
 
 int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region)
 {
-    struct ms_region *r = ms_region_get(&E.rt, region);
-    for (uint32_t k = 0; r && k < r->nchunks; k++) {
-        int e = ms_chunk_set_add(s, MS_CHUNK_ID(region, k));
-        if (e)
-            return e;
-    }
-    return MS_OK;
+    return ms_chunk_set_add_region(s, &E.rt, region);
 }
 
 /*
@@ -281,7 +275,7 @@ bool ms__eng_all_ready(const struct ms_chunk_set *s)
 {
     for (size_t i = 0; i < s->n; i++) {
         /* A run naming a whole region: its summary answers (region.h, I11). */
-        const struct ms_region *w = ms_region_whole(&E.rt, s->ids + i, s->n - i);
+        const struct ms_region *w = ms_chunk_set_whole(&E.rt, s, i);
         if (w) {
             if (!ms_region_all_ready(w))
                 return false;
@@ -301,7 +295,7 @@ void ms__eng_admitted(const struct ms_chunk_set *need)
     uint32_t last = UINT32_MAX;
     for (size_t i = 0; i < need->n; i++) {
         /* A whole region, all ready: touched at once. */
-        struct ms_region *w = ms_region_whole(&E.rt, need->ids + i, need->n - i);
+        struct ms_region *w = ms_chunk_set_whole(&E.rt, need, i);
         if (w && ms_region_touch_all(&E.rt, w) == MS_OK) {
             i += w->nchunks - 1;
             continue;

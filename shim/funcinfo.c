@@ -10,12 +10,17 @@
  *   that is not ascending and non-overlapping, or longer than the 32 KiB CUDA allows, is
  *   treated as unknown rather than trusted.
  *
- *   The cache is an open-addressing hash table keyed by handle, under ms__events_lock. A miss
- *   queries the driver without the lock, then inserts (a racing thread's entry wins, ours is
- *   dropped). Entries are immutable once published and live until exit: a module unload moves
- *   the whole table to a retired list instead of freeing it, so a launch in another thread
- *   can keep using an entry it already holds. Module loads and unloads are rare; the retired
- *   memory is bounded by the number of kernels ever launched.
+ *   The cache is an open-addressing hash table keyed by handle. Every launch looks its kernel
+ *   up, so the lookup takes no lock: the table in use is one pointer, loaded with acquire, and
+ *   each slot goes from NULL to its entry once, by a release store. Writers (under
+ *   ms__events_lock) insert in place, or, when the table would be more than half full, fill a
+ *   table twice the size and publish it instead; a lookup that ran on an older table and missed
+ *   takes the lock and looks again before it asks the driver. A miss queries the driver without
+ *   the lock, then inserts (a racing thread's entry wins, ours is dropped). Entries are
+ *   immutable once published and live until exit, and so does every table ever published: a
+ *   module unload, or a growth, moves the old table to a retired list instead of freeing it, so
+ *   a launch in another thread can keep reading it. Module loads and unloads are rare; the
+ *   retired memory is bounded by twice the number of kernels ever launched.
  */
 #include "shim/shim_int.h"
 #include "shim/locks.h"
@@ -27,13 +32,14 @@
 #define MAX_PARAM_BYTES (32u * 1024u) /* CUDA's limit on a kernel's parameter space */
 
 struct table {
-    struct ms_funcinfo **slots; /* cap entries, NULL = free */
-    size_t cap, n;              /* cap: 0 or a power of two */
-    struct table *retired_next;
+    struct ms_funcinfo **slots; /* cap entries, NULL = free; each set once (release) */
+    size_t cap;                 /* a power of two */
+    struct table *retired_next; /* on the retired list (under the lock) */
 };
 
-static struct table live;
-static struct table *retired;
+static struct table *cur;     /* the table in use, NULL when empty (atomic: acquire / release) */
+static size_t ncur;           /* entries in cur (under the lock) */
+static struct table *retired; /* tables no longer in use, never freed (under the lock) */
 static const struct ms_funcinfo unknown_fi = {.name = ""};
 
 static size_t fhash(const void *f, size_t cap)
@@ -45,43 +51,63 @@ static size_t fhash(const void *f, size_t cap)
     return (size_t)x & (cap - 1);
 }
 
-/* Lookup under the lock; NULL when absent. */
-static struct ms_funcinfo *find(const void *f)
+/* Lookup in t (any thread, no lock); NULL when absent. A table is at most half full, so the
+ * probe meets a free slot. */
+static struct ms_funcinfo *find_in(const struct table *t, const void *f)
 {
-    if (!live.cap)
+    if (!t)
         return NULL;
-    for (size_t j = fhash(f, live.cap);; j = (j + 1) & (live.cap - 1)) {
-        struct ms_funcinfo *e = live.slots[j];
+    for (size_t j = fhash(f, t->cap);; j = (j + 1) & (t->cap - 1)) {
+        struct ms_funcinfo *e = __atomic_load_n(&t->slots[j], __ATOMIC_ACQUIRE);
         if (!e || e->func == f)
             return e;
     }
 }
 
+static struct ms_funcinfo *find(const void *f)
+{
+    return find_in(__atomic_load_n(&cur, __ATOMIC_ACQUIRE), f);
+}
+
+static void retire(struct table *t)
+{
+    t->retired_next = retired;
+    retired = t;
+}
+
 /* Insert under the lock; false when out of memory. */
 static bool insert(struct ms_funcinfo *fi)
 {
-    if ((live.n + 1) * 2 > live.cap) {
-        size_t ncap = live.cap ? live.cap * 2 : 256;
+    struct table *t = cur;
+    if (!t || (ncur + 1) * 2 > t->cap) {
+        size_t ncap = t ? t->cap * 2 : 256;
+        struct table *g = ms_calloc(1, sizeof *g);
         struct ms_funcinfo **s = ms_calloc(ncap, sizeof *s);
-        if (!s)
+        if (!g || !s) {
+            ms_free(g);
+            ms_free(s);
             return false;
-        for (size_t i = 0; i < live.cap; i++) {
-            if (!live.slots[i])
+        }
+        for (size_t i = 0; t && i < t->cap; i++) {
+            if (!t->slots[i])
                 continue;
-            size_t j = fhash(live.slots[i]->func, ncap);
+            size_t j = fhash(t->slots[i]->func, ncap);
             while (s[j])
                 j = (j + 1) & (ncap - 1);
-            s[j] = live.slots[i];
+            s[j] = t->slots[i];
         }
-        ms_free(live.slots);
-        live.slots = s;
-        live.cap = ncap;
+        g->slots = s;
+        g->cap = ncap;
+        __atomic_store_n(&cur, g, __ATOMIC_RELEASE);
+        if (t)
+            retire(t);
+        t = g;
     }
-    size_t j = fhash(fi->func, live.cap);
-    while (live.slots[j])
-        j = (j + 1) & (live.cap - 1);
-    live.slots[j] = fi;
-    live.n++;
+    size_t j = fhash(fi->func, t->cap);
+    while (t->slots[j])
+        j = (j + 1) & (t->cap - 1);
+    __atomic_store_n(&t->slots[j], fi, __ATOMIC_RELEASE);
+    ncur++;
     return true;
 }
 
@@ -167,9 +193,7 @@ static const char *query_name(const void *f)
 
 const struct ms_funcinfo *ms__shim_funcinfo(const void *f)
 {
-    ms_lock(&ms__events_lock);
     struct ms_funcinfo *e = find(f);
-    ms_unlock(&ms__events_lock);
     if (e)
         return e;
 
@@ -206,17 +230,12 @@ const struct ms_funcinfo *ms__shim_funcinfo(const void *f)
 
 void ms__shim_funcinfo_flush(void)
 {
-    struct table *t = ms_malloc(sizeof *t);
     ms_lock(&ms__events_lock);
-    if (live.n) {
-        if (t) { /* keeps the retired entries reachable (they are never freed) */
-            *t = live;
-            t->retired_next = retired;
-            retired = t;
-            t = NULL;
-        }
-        memset(&live, 0, sizeof live);
+    struct table *t = cur;
+    if (t) { /* retired: a launch in another thread may still read it */
+        __atomic_store_n(&cur, NULL, __ATOMIC_RELEASE);
+        retire(t);
+        ncur = 0;
     }
     ms_unlock(&ms__events_lock);
-    ms_free(t);
 }

@@ -13,39 +13,52 @@
 struct ms_lock ms__events_lock = MS_LOCK_INIT(MS_LK_EVENTS, "events");
 
 #define HELD_MAX 16
-static _Thread_local const struct ms_lock *held[HELD_MAX];
-static _Thread_local int nheld;
+/* One thread-local block: one TLS address computation per call, not one per variable. */
+static _Thread_local struct {
+    int n;
+    const struct ms_lock *held[HELD_MAX];
+} tl;
 
 bool ms_lock_any_held(void)
 {
-    return nheld > 0;
+    return tl.n > 0;
 }
 
-/* Record l as held by this thread; with MS_LOCK_CHECK, first check the order. */
+/* Record l as held by this thread; with MS_LOCK_CHECK, first check the order. Levels of the
+ * held locks strictly increase along the list (each was checked against all held before it;
+ * dropping one keeps the rest in order), so the last recorded has the highest level and is
+ * the only one to compare with. */
 static void check_take(const struct ms_lock *l)
 {
+    int n = tl.n;
 #ifdef MS_LOCK_CHECK
-    for (int i = 0; i < nheld && i < HELD_MAX; i++) {
-        if (held[i]->level >= l->level) {
+    if (n > 0) {
+        const struct ms_lock *top = tl.held[(n < HELD_MAX ? n : HELD_MAX) - 1];
+        if (top->level >= l->level) {
             ms__shim_say("lock order violated: taking %s (level %d) while holding %s (level %d) "
                          "(shim/locks.h)",
-                         l->name, l->level, held[i]->name, held[i]->level);
+                         l->name, l->level, top->name, top->level);
             abort();
         }
     }
 #endif
-    if (nheld < HELD_MAX)
-        held[nheld] = l;
-    nheld++;
+    if (n < HELD_MAX)
+        tl.held[n] = l;
+    tl.n = n + 1;
 }
 
 static void drop(const struct ms_lock *l)
 {
-    for (int i = (nheld < HELD_MAX ? nheld : HELD_MAX) - 1; i >= 0; i--) {
-        if (held[i] == l) {
-            for (int k = i; k + 1 < nheld && k + 1 < HELD_MAX; k++)
-                held[k] = held[k + 1];
-            nheld--;
+    int n = tl.n, m = n < HELD_MAX ? n : HELD_MAX;
+    if (m > 0 && tl.held[m - 1] == l && m == n) { /* the usual case: the last one taken */
+        tl.n = n - 1;
+        return;
+    }
+    for (int i = m - 1; i >= 0; i--) {
+        if (tl.held[i] == l) {
+            for (int k = i; k + 1 < n && k + 1 < HELD_MAX; k++)
+                tl.held[k] = tl.held[k + 1];
+            tl.n = n - 1;
             return;
         }
     }

@@ -368,6 +368,70 @@ static void normalize_runs(void **state)
     }
 }
 
+/* The ascending promise (predict.h): random appends of single ids and whole regions, clears and
+ * normalizations; after each, a set marked ascending is strictly ascending, ids appended in order
+ * keep the mark, and ms_chunk_set_whole answers as ms_region_whole over the same ids at every
+ * position, marked or not. */
+static void ascending_promise(void **state)
+{
+    struct fixture *f = *state;
+    const uint32_t regs[] = {f->a, f->b, f->c, f->other};
+    assert_true(f->rt.regions[f->a].nchunks > 2); /* a whole run with a middle to check */
+    uint64_t rng = 4242;
+    struct ms_chunk_set s;
+    ms_chunk_set_init(&s);
+    assert_true(s.asc);
+    for (int step = 0; step < 4000; step++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t pick = (uint32_t)(rng >> 33);
+        ms_chunk_id last = s.n ? s.ids[s.n - 1] : 0;
+        bool was = s.asc, in_order;
+        switch (pick % 8) {
+        case 0:
+            ms_chunk_set_clear(&s);
+            assert_true(s.asc);
+            break;
+        case 1:
+            ms_chunk_set_normalize(&s);
+            assert_true(s.asc);
+            break;
+        case 2:
+        case 3: {
+            uint32_t r = regs[(pick >> 4) % 4];
+            in_order = !s.n || MS_CHUNK_ID(r, 0) > last;
+            assert_int_equal(ms_chunk_set_add_region(&s, &f->rt, r), MS_OK);
+            assert_int_equal(s.asc, was && in_order);
+            break;
+        }
+        default: {
+            uint32_t r = regs[(pick >> 4) % 4];
+            ms_chunk_id id = MS_CHUNK_ID(r, (pick >> 8) % f->rt.regions[r].nchunks);
+            in_order = !s.n || id > last;
+            assert_int_equal(ms_chunk_set_add(&s, id), MS_OK);
+            assert_int_equal(s.asc, was && in_order);
+            break;
+        }
+        }
+        if (s.asc)
+            for (size_t i = 1; i < s.n; i++)
+                assert_true(s.ids[i - 1] < s.ids[i]);
+        for (size_t i = 0; i < s.n; i++)
+            assert_ptr_equal(ms_chunk_set_whole(&f->rt, &s, i),
+                             ms_region_whole(&f->rt, s.ids + i, s.n - i));
+        assert_null(ms_chunk_set_whole(&f->rt, &s, s.n));
+    }
+    /* A region named whole, then its first and last chunk only: whole, then not. */
+    ms_chunk_set_clear(&s);
+    assert_int_equal(ms_chunk_set_add_region(&s, &f->rt, f->a), MS_OK);
+    assert_ptr_equal(ms_chunk_set_whole(&f->rt, &s, 0), &f->rt.regions[f->a]);
+    ms_chunk_set_clear(&s);
+    assert_int_equal(ms_chunk_set_add(&s, MS_CHUNK_ID(f->a, 0)), MS_OK);
+    assert_int_equal(ms_chunk_set_add(&s, MS_CHUNK_ID(f->a, f->rt.regions[f->a].nchunks - 1)),
+                     MS_OK);
+    assert_null(ms_chunk_set_whole(&f->rt, &s, 0));
+    ms_chunk_set_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,6 +443,7 @@ int main(void)
         cmocka_unit_test(fit_within),
         cmocka_unit_test(normalize_both_paths),
         cmocka_unit_test(normalize_runs),
+        cmocka_unit_test_setup_teardown(ascending_promise, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
