@@ -245,6 +245,16 @@ int ms_region_remove(struct ms_rtable *rt, uint32_t region)
 int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, uint32_t *out_region,
                      uint32_t *out_chunk)
 {
+    /* Below the lowest region or past the end of the highest (regions do not overlap, so the
+     * last by base ends last): no search. Most words a launch scan tries are such (sizes,
+     * counts, floats, host pointers), in a single-task table as the shim's. */
+    size_t ni = rt->nindex;
+    if (!ni || (rt->index[0].task == task && addr < rt->index[0].base))
+        return MS_E_NOTFOUND;
+    const struct ms_rindex *hi = &rt->index[ni - 1];
+    if (hi->task == task && addr >= hi->base &&
+        addr - hi->base >= region_span(&rt->regions[hi->region]))
+        return MS_E_NOTFOUND;
     /* The candidate is the last region of `task` whose base is <= addr. */
     size_t pos = index_lower(rt, task, addr);
     if (pos < rt->nindex && rt->index[pos].task == task && rt->index[pos].base == addr) {

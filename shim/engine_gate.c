@@ -275,7 +275,8 @@ static void unpin_held(void)
     E.pinned -= MS_MIN(E.pinned, held_pins);
     held_pins = 0;
     ms_chunk_set_clear(h);
-    pthread_cond_broadcast(&E.unpinned);
+    if (E.unpin_waiters)
+        pthread_cond_broadcast(&E.unpinned);
 }
 
 /* Wait (lock held, released meanwhile) until some pin goes, or 50 ms. */
@@ -288,7 +289,9 @@ static void wait_unpinned(void)
         at.tv_sec++;
         at.tv_nsec -= 1000000000L;
     }
+    E.unpin_waiters++;
     ms_lock_timedwait(&E.unpinned, &E.lock, &at);
+    E.unpin_waiters--;
 }
 
 /* MSCHED_MISPREDICT (a test of the correctness rule): drop about that percent of the

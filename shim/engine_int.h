@@ -152,6 +152,7 @@ struct ms_engine_state {
      * evicts them in between; `pinned` counts those pins, `unpinned` is signalled as they go. */
     uint64_t pinned;
     pthread_cond_t unpinned;
+    uint32_t unpin_waiters; /* threads in wait_unpinned: only then is `unpinned` signalled */
     /* Running alone: commands admitted whose hooks have not returned (every thread's). A fault
      * migrates only when no other thread's is left: such a command may touch chunks it did not
      * name, and must reach the driver before the cuCtxSynchronize that covers it. */

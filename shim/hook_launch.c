@@ -78,9 +78,20 @@ void ms__shim_launch_build(struct ms_shim_launch *out, int kind, CUfunction f,
             uint8_t *buf = n <= cap ? local : (*heap = ms_malloc(n));
             if (buf) {
                 memset(buf, 0, n);
-                for (uint32_t i = 0; i < fi->nparams; i++)
-                    if (kernelParams[i])
-                        memcpy(buf + fi->layout[i].offset, kernelParams[i], fi->layout[i].size);
+                for (uint32_t i = 0; i < fi->nparams; i++) {
+                    const void *src = kernelParams[i];
+                    uint8_t *dst = buf + fi->layout[i].offset;
+                    uint32_t size = fi->layout[i].size;
+                    if (!src)
+                        continue;
+                    /* pointers and ints, copied inline; the rest through memcpy */
+                    if (size == 8)
+                        memcpy(dst, src, 8);
+                    else if (size == 4)
+                        memcpy(dst, src, 4);
+                    else
+                        memcpy(dst, src, size);
+                }
                 l.params = buf;
                 l.params_len = n;
                 l.params_known = true;
