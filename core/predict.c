@@ -223,15 +223,19 @@ static int add_region(const struct ms_rtable *rt, uint32_t region, struct ms_chu
     return 1;
 }
 
-static int scan_words(const struct ms_rtable *rt, uint32_t task, const uint8_t *p, size_t off,
-                      size_t end, struct ms_chunk_set *out, uint32_t *seen, size_t *nseen)
+/* Words of p[off, end) that are addresses in task's regions, [lo, hi) their span
+ * (ms_rtable_span, taken once per launch). */
+static int scan_words(const struct ms_rtable *rt, uint32_t task, uint64_t lo, uint64_t hi,
+                      const uint8_t *p, size_t off, size_t end, struct ms_chunk_set *out,
+                      uint32_t *seen, size_t *nseen)
 {
     int found = 0;
     for (size_t w = MS_ROUND_UP(off, 8); w + 8 <= end; w += 8) {
         uint64_t v;
         memcpy(&v, p + w, sizeof(v));
         uint32_t region;
-        if (v == 0 || ms_rtable_lookup(rt, task, v, &region, NULL) != MS_OK)
+        /* sizes, counts, floats, host pointers: outside every region, no search */
+        if (v == 0 || v < lo || v >= hi || ms_rtable_lookup(rt, task, v, &region, NULL) != MS_OK)
             continue;
         int e = add_region(rt, region, out, seen, nseen);
         if (e < 0)
@@ -270,16 +274,18 @@ int ms_predict_launch(const struct ms_rtable *rt, const struct ms_launch *l,
     }
     size_t nseen = 0;
     int found = 0, e = 0;
+    uint64_t lo, hi;
+    ms_rtable_span(rt, l->task, &lo, &hi);
     if (l->nlayout == 0) {
-        e = scan_words(rt, l->task, l->params, 0, l->params_len, out, seen, &nseen);
+        e = scan_words(rt, l->task, lo, hi, l->params, 0, l->params_len, out, seen, &nseen);
         found = e;
     } else {
         for (size_t i = 0; i < l->nlayout && e >= 0; i++) {
             const struct ms_param_layout *pl = &l->layout[i];
             if (pl->size < 8)
                 continue;
-            e = scan_words(rt, l->task, l->params, pl->offset, (size_t)pl->offset + pl->size, out,
-                           seen, &nseen);
+            e = scan_words(rt, l->task, lo, hi, l->params, pl->offset,
+                           (size_t)pl->offset + pl->size, out, seen, &nseen);
             if (e > 0)
                 found += e;
         }

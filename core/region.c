@@ -245,16 +245,6 @@ int ms_region_remove(struct ms_rtable *rt, uint32_t region)
 int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, uint32_t *out_region,
                      uint32_t *out_chunk)
 {
-    /* Below the lowest region or past the end of the highest (regions do not overlap, so the
-     * last by base ends last): no search. Most words a launch scan tries are such (sizes,
-     * counts, floats, host pointers), in a single-task table as the shim's. */
-    size_t ni = rt->nindex;
-    if (!ni || (rt->index[0].task == task && addr < rt->index[0].base))
-        return MS_E_NOTFOUND;
-    const struct ms_rindex *hi = &rt->index[ni - 1];
-    if (hi->task == task && addr >= hi->base &&
-        addr - hi->base >= region_span(&rt->regions[hi->region]))
-        return MS_E_NOTFOUND;
     /* The candidate is the last region of `task` whose base is <= addr. */
     size_t pos = index_lower(rt, task, addr);
     if (pos < rt->nindex && rt->index[pos].task == task && rt->index[pos].base == addr) {
@@ -275,6 +265,25 @@ int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, u
     if (out_chunk)
         *out_chunk = ms_region_chunk_at(r, addr - r->base);
     return MS_OK;
+}
+
+void ms_rtable_span(const struct ms_rtable *rt, uint32_t task, uint64_t *lo, uint64_t *hi)
+{
+    size_t n = rt->nindex;
+    /* A table of one task (the shim's): its ends, without a search. */
+    size_t a = n && rt->index[0].task == task ? 0 : index_lower(rt, task, 0);
+    size_t b = n && rt->index[n - 1].task == task ? n
+               : task == UINT32_MAX               ? n
+                                                  : index_lower(rt, task + 1, 0);
+    if (a >= b || rt->index[a].task != task) {
+        *lo = *hi = 0;
+        return;
+    }
+    /* Regions of a task do not overlap (I2): the last by base ends last. */
+    const struct ms_rindex *last = &rt->index[b - 1];
+    *lo = rt->index[a].base;
+    uint64_t end = last->base + region_span(&rt->regions[last->region]);
+    *hi = end < last->base ? UINT64_MAX : end; /* a region at the top of the address space */
 }
 
 int ms_rtable_lookup_next(const struct ms_rtable *rt, uint32_t task, uint64_t addr,

@@ -238,6 +238,10 @@ void ms_rtable_clear_marks(struct ms_rtable *rt);
 int ms_rtable_lookup(const struct ms_rtable *rt, uint32_t task, uint64_t addr, uint32_t *out_region,
                      uint32_t *out_chunk);
 
+/* [*lo, *hi): from the lowest base of task's regions to the end of its highest (both 0 when it
+ * has none). An address outside it is in none of them: a launch scan refuses most words with
+ * two comparisons, without a search. O(1) when the table holds only `task`, else O(log n). */
+void ms_rtable_span(const struct ms_rtable *rt, uint32_t task, uint64_t *lo, uint64_t *hi);
 /* The region of `task` containing addr, else the first of `task` starting above addr
  * (walking the regions that overlap a range: from its start, then from each one's end);
  * MS_E_NOTFOUND if none. */

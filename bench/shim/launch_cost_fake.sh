@@ -10,6 +10,8 @@
 # the fake's launch itself (the kernel is a host loop over 1024 words) is the same in all three.
 # BIG_MIB=N: the kernel's first pointer is the start of an N MiB allocation (a weights buffer,
 # named whole at allocation granularity: N/64 chunks per launch), the engine's budget 4 x N.
+# STRUCT_BYTES=B: the kernel also takes a struct of B bytes of sizes and strides by value
+# (PyTorch's elementwise kernels: every word scanned, none an address).
 # Builds what it needs first (make test-build). Prints one line per run and the medians.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -42,7 +44,7 @@ for round in 1 2 3; do
         daemon) env=(LD_LIBRARY_PATH="$SHIM" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_SOCKET="$SOCK") ;;
         esac
         line=$(env -u MSCHED_BUDGET -u MSCHED_SOCKET -u LD_PRELOAD "${env[@]}" MS_FAKECUDA="$FAKE" \
-            STRESS_LAUNCH_BIG_MIB="$BIG_MIB" "$STRESS" "$BATCHES" 1 launches) || {
+            STRESS_LAUNCH_BIG_MIB="$BIG_MIB" STRESS_LAUNCH_STRUCT="${STRUCT_BYTES:-0}" "$STRESS" "$BATCHES" 1 launches) || {
             echo "launch_cost_fake.sh: $sys failed: $line" >&2
             exit 1
         }

@@ -6,8 +6,10 @@
 # tests/shim/engine_stress's `launches` mode (one batch of 20000 launches of a two-pointer
 # kernel after a warm-up batch) runs three ways: behind libmsched observing (no budget), with
 # the engine on (MSCHED_BUDGET, everything fits), and joined to an mschedd on a private socket;
-# each with a small allocation (SMALL) and with the kernel's first pointer the start of a
-# BIG_MIB allocation (default 7168: 112 chunks of 64 MiB named whole, BIG). For each, the
+# each with a small allocation (small), with the kernel's first pointer the start of a
+# BIG_MIB allocation (default 7168: 112 chunks of 64 MiB named whole: big), and with a struct
+# of STRUCT_BYTES (default 512) of sizes and strides passed by value besides the pointers, as
+# PyTorch's elementwise kernels take (every word scanned, none an address: struct). For each, the
 # instructions inside libmsched's cuLaunchKernel hook less those inside the fake driver's
 # cuLaunchKernel, per launch, and the functions of libmsched (and the C library calls it
 # makes) that cost most per launch. OUTDIR (default: a temporary directory, removed) keeps the
@@ -16,7 +18,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 case "${1:-}" in -h | --help)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 esac
@@ -26,6 +28,7 @@ command -v valgrind >/dev/null || {
 }
 BUILD=${BUILD:-build}
 BIG_MIB=${BIG_MIB:-7168}
+STRUCT_BYTES=${STRUCT_BYTES:-512}
 make -s -j"$(nproc)" BUILD="$BUILD" test-build >/dev/null || exit 1
 FAKE=$ROOT/$BUILD/lib/fakecuda/libcuda.so.1
 SHIM=$ROOT/$BUILD/lib/msched
@@ -43,9 +46,10 @@ for _ in $(seq 1 100); do
     sleep 0.05
 done
 rc=0
-for size in small big; do
-    big=0
+for size in small big struct; do
+    big=0 sb=0
     [ $size = big ] && big=$BIG_MIB
+    [ $size = struct ] && sb=$STRUCT_BYTES
     for sys in observe engine daemon; do
         case $sys in
         observe) env=() ;;
@@ -55,7 +59,7 @@ for size in small big; do
         cg=$OUT/callgrind-$sys-$size.out
         env -u MSCHED_BUDGET -u MSCHED_SOCKET -u LD_PRELOAD LD_LIBRARY_PATH="$SHIM" \
             MSCHED_REAL_LIBCUDA="$FAKE" MS_FAKECUDA="$FAKE" MSCHED_DAEMON=$([ $sys = daemon ] && echo on || echo off) \
-            "${env[@]}" STRESS_LAUNCH_BIG_MIB="$big" \
+            "${env[@]}" STRESS_LAUNCH_BIG_MIB="$big" STRESS_LAUNCH_STRUCT="$sb" \
             valgrind --tool=callgrind --callgrind-out-file="$cg" "$STRESS" 1 1 launches \
             >"$OUT/run-$sys-$size.txt" 2>&1 || {
             echo "launch_instr_fake.sh: $sys $size failed:" >&2

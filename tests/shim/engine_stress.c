@@ -78,7 +78,8 @@
  * launches whose tensor lay on a host chunk when they ran). kcycle: the cycle, launching through
  * the fill kernel's CUkernel handle (passed where a CUfunction goes, as CUDA 12+ allows): its
  * layout must come from cuKernelGetParamInfo. launches: ops timed batches of 20000 launches
- * of add on two 4 KiB buffers (see launch_cost()). timed: the cycle's loop for ops seconds; prints
+ * of add on two 4 KiB buffers (see launch_cost(); STRESS_LAUNCH_BIG_MIB, STRESS_LAUNCH_STRUCT).
+ * timed: the cycle's loop for ops seconds; prints
  * one JSON line with rounds per second
  *          ("tasks_per_s"), as a benchmark program does.
  *   serve: a request-serving task for ops seconds (a request every 50 ms, or every argv[4]
@@ -204,6 +205,8 @@ static void touch(const void *p, size_t bytes, int mode)
         touch_fn(p, bytes, mode);
 }
 
+#define STRESS_STRUCT_MAX 4096 /* the launches mode's struct parameter, at most */
+
 static void k_fill(const struct ms_fake_launch *l)
 {
     uint32_t *p = (uint32_t *)(uintptr_t)ARG(l, 0, CUdeviceptr);
@@ -328,7 +331,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int launch_cost(int batches, CUfunction f_add)
+static int launch_cost(int batches, CUfunction f_add, CUfunction f_add_struct)
 {
     enum { PER_BATCH = 20000, WORDS = 1024 };
     int op = -1;
@@ -346,7 +349,23 @@ static int launch_cost(int batches, CUfunction f_add)
     CK(p_memset(x, 1, WORDS * 4));
     CK(p_memset(y, 2, WORDS * 4));
     uint64_t n = WORDS;
-    void *args[] = {&x, &y, &n};
+    /* STRESS_LAUNCH_STRUCT=B: the kernel also takes a struct of B bytes by value, sizes and
+     * strides as PyTorch's elementwise kernels pass them (int32 words, some zero): every 8-byte
+     * word of it is scanned for an address and is none. */
+    const char *st = getenv("STRESS_LAUNCH_STRUCT");
+    size_t sbytes = st ? (size_t)strtoull(st, NULL, 10) : 0;
+    uint32_t sv[STRESS_STRUCT_MAX / 4];
+    for (size_t i = 0; i < sizeof sv / sizeof sv[0]; i++)
+        sv[i] = i % 5 == 4 ? 0 : (uint32_t)(i * 37 % 4096 + 1);
+    if (sbytes) {
+        if (sbytes > STRESS_STRUCT_MAX || sbytes % 8) {
+            printf("FAIL: STRESS_LAUNCH_STRUCT takes a multiple of 8 up to %d\n",
+                   STRESS_STRUCT_MAX);
+            return 1;
+        }
+        f_add = f_add_struct;
+    }
+    void *args[] = {&x, &y, &n, sv};
     double *ns = calloc((size_t)batches, sizeof *ns);
     if (!ns) {
         printf("FAIL: out of memory\n");
@@ -1474,8 +1493,14 @@ int main(int argc, char **argv)
         printf("%s\n", cyc);
         return 0;
     }
-    if (argc > 3 && strcmp(argv[3], "launches") == 0)
-        return launch_cost(ops, f_add);
+    if (argc > 3 && strcmp(argv[3], "launches") == 0) {
+        const char *st = getenv("STRESS_LAUNCH_STRUCT");
+        const size_t adds_p[] = {8, 8, 8, st ? (size_t)strtoull(st, NULL, 10) : 8};
+        CUfunction f_adds = NULL;
+        if (adds_p[3] && adds_p[3] <= STRESS_STRUCT_MAX)
+            CK(reg("add_struct", k_add, adds_p, 4, NULL, &f_adds));
+        return launch_cost(ops, f_add, f_adds);
+    }
     if (argc > 3 && strcmp(argv[3], "timed") == 0) {
         /* The cycle for `ops` seconds; one JSON line with rounds per second (the output of a
          * benchmark program, for bench/micro/run_sweep.sh on the fake driver). */
