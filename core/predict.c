@@ -470,13 +470,15 @@ static int add_clamped(const struct ms_rtable *rt, uint32_t region, struct ms_ra
 /* One candidate word: its region whole (no rule) or the chunks its rule's ranges overlap.
  * model: every region counts as always mapped and populated (ms_predict_launch_tmpl_model). */
 static int tmpl_word(const struct ms_rtable *rt, const struct ms_launch *l,
-                     const struct ms_tmpl_kernel *k, size_t w, struct ms_chunk_set *out,
-                     uint32_t *seen, size_t *nseen, uint32_t *refd, size_t *nrefd, bool model)
+                     const struct ms_tmpl_kernel *k, size_t w, const uint64_t span[2],
+                     struct ms_chunk_set *out, uint32_t *seen, size_t *nseen, uint32_t *refd,
+                     size_t *nrefd, bool model)
 {
     uint64_t v;
     memcpy(&v, l->params + w, sizeof(v));
     uint32_t region;
-    if (v == 0 || ms_rtable_lookup(rt, l->task, v, &region, NULL) != MS_OK)
+    if (v == 0 || v < span[0] || v >= span[1] ||
+        ms_rtable_lookup(rt, l->task, v, &region, NULL) != MS_OK)
         return 0;
     size_t i;
     for (i = 0; i < *nrefd && refd[i] != region; i++)
@@ -528,9 +530,11 @@ static int predict_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
         refd = stack + 64;
     size_t nseen = 0, nrefd = 0;
     int e = 0;
+    uint64_t span[2];
+    ms_rtable_span(rt, l->task, &span[0], &span[1]);
     if (l->nlayout == 0) {
         for (size_t w = 0; w + 8 <= l->params_len && e == 0; w += 8)
-            e = tmpl_word(rt, l, k, w, out, seen, &nseen, refd, &nrefd, model);
+            e = tmpl_word(rt, l, k, w, span, out, seen, &nseen, refd, &nrefd, model);
     } else {
         for (size_t i = 0; i < l->nlayout && e == 0; i++) {
             const struct ms_param_layout *pl = &l->layout[i];
@@ -538,7 +542,7 @@ static int predict_tmpl(const struct ms_rtable *rt, const struct ms_launch *l,
                 continue;
             for (size_t w = MS_ROUND_UP((size_t)pl->offset, 8);
                  w + 8 <= (size_t)pl->offset + pl->size && e == 0; w += 8)
-                e = tmpl_word(rt, l, k, w, out, seen, &nseen, refd, &nrefd, model);
+                e = tmpl_word(rt, l, k, w, span, out, seen, &nseen, refd, &nrefd, model);
         }
     }
     if (seen != stack)
