@@ -13,12 +13,14 @@
 # instructions inside libmsched's cuLaunchKernel hook less those inside the fake driver's
 # cuLaunchKernel, per launch, and the functions of libmsched (and the C library calls it
 # makes) that cost most per launch. OUTDIR (default: a temporary directory, removed) keeps the
-# callgrind files and the per-function tables. Needs valgrind. About 1-2 minutes.
+# callgrind files and the per-function tables. LIB_BUILD=DIR takes libmsched, the fake driver
+# and mschedd from another build directory (an older commit's, for a side-by-side comparison)
+# while the test program stays this tree's. Needs valgrind. About 1-2 minutes.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 case "${1:-}" in -h | --help)
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 esac
@@ -30,19 +32,24 @@ BUILD=${BUILD:-build}
 BIG_MIB=${BIG_MIB:-7168}
 STRUCT_BYTES=${STRUCT_BYTES:-512}
 make -s -j"$(nproc)" BUILD="$BUILD" test-build >/dev/null || exit 1
-FAKE=$ROOT/$BUILD/lib/fakecuda/libcuda.so.1
-SHIM=$ROOT/$BUILD/lib/msched
+LIB=${LIB_BUILD:-$ROOT/$BUILD}
+FAKE=$LIB/lib/fakecuda/libcuda.so.1
+SHIM=$LIB/lib/msched
 STRESS=$ROOT/$BUILD/tests/shim/engine_stress
+[ -f "$SHIM/libcuda.so.1" ] && [ -x "$LIB/bin/mschedd" ] || {
+    echo "launch_instr_fake.sh: no libmsched or mschedd in $LIB" >&2
+    exit 2
+}
 T=$(mktemp -d /tmp/msched-launch-instr.XXXXXX)
 OUT=${1:-$T/out}
 mkdir -p "$OUT" || exit 1
 SOCK=$T/gpu0.sock
-"$ROOT/$BUILD/bin/mschedd" --foreground --log-level info --socket "$SOCK" --budget $((BIG_MIB * 4))MiB \
+"$LIB/bin/mschedd" --foreground --log-level info --socket "$SOCK" --budget $((BIG_MIB * 4))MiB \
     >"$T/daemon.log" 2>&1 &
 DPID=$!
 trap 'kill $DPID 2>/dev/null; wait $DPID 2>/dev/null; rm -rf "$T"' EXIT
 for _ in $(seq 1 100); do
-    MSCHED_SOCKET=$SOCK "$ROOT/$BUILD/bin/msched" status >/dev/null 2>&1 && break
+    MSCHED_SOCKET=$SOCK "$LIB/bin/msched" status >/dev/null 2>&1 && break
     sleep 0.05
 done
 rc=0
