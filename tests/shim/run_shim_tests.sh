@@ -759,7 +759,8 @@ fi
 
 # Phases (MSCHED_PHASES=1): at exit, each phase of the launch path summed; every launch hook
 # counted once in the hook, the packing, the engine's gate and the driver call, the phases
-# inside the hook taking no more than it; nothing printed without the variable.
+# inside the hook taking no more than it (to the milliseconds printed); nothing printed without
+# the variable.
 ph() {
     env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_BUDGET=1GiB "$@" \
         timeout 120 "$T/engine_stress" 1 1 launches 2>&1
@@ -773,7 +774,7 @@ phv=$(awk '$NF ~ /^[0-9.]+$/ && $(NF - 1) ~ /^[0-9.]+$/ && $(NF - 2) ~ /^[0-9]+$
         if ($0 ~ /engine launch gate/) eng = n
         if ($0 ~ /real driver call/) drv = n
         if ($0 ~ /packing|recorder counters|engine launch gate|real driver call/) inside += s }
-    END { ok = hook > 0 && hook == pack && hook == eng && hook == drv && inside <= hs
+    END { ok = hook > 0 && hook == pack && hook == eng && hook == drv && inside <= hs + 0.002
           printf "%s %d hooks, pack %d, engine %d, driver %d; %.3f s inside the hook'"'"'s %.3f s", ok ? "OK" : "BAD", hook, pack, eng, drv, inside, hs }' <<<"$out")
 if [[ $phv == OK* ]] && grep -q "libmsched's own part of a launch hook" <<<"$out" &&
     ! grep -q "phases" <<<"$out0"; then
