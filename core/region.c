@@ -353,7 +353,7 @@ int ms_chunk_apply(struct ms_rtable *rt, ms_chunk_id id, enum ms_chunk_event ev)
     return MS_OK;
 }
 
-struct ms_region *ms_region_whole(struct ms_rtable *rt, const ms_chunk_id *ids, size_t n)
+struct ms_region *ms_region_whole_ends(struct ms_rtable *rt, const ms_chunk_id *ids, size_t n)
 {
     if (!n || MS_CHUNK_INDEX(ids[0]) != 0)
         return NULL;
@@ -361,6 +361,15 @@ struct ms_region *ms_region_whole(struct ms_rtable *rt, const ms_chunk_id *ids, 
     struct ms_region *r = ms_region_get(rt, reg);
     if (!r || n < r->nchunks || ids[r->nchunks - 1] != MS_CHUNK_ID(reg, r->nchunks - 1))
         return NULL;
+    return r;
+}
+
+struct ms_region *ms_region_whole(struct ms_rtable *rt, const ms_chunk_id *ids, size_t n)
+{
+    struct ms_region *r = ms_region_whole_ends(rt, ids, n);
+    if (!r)
+        return NULL;
+    uint32_t reg = MS_CHUNK_REGION(ids[0]);
     /* Both ends match: the middle, without an early exit (the compiler may vectorize it). */
     uint64_t diff = 0;
     for (uint32_t k = 1; k + 1 < r->nchunks; k++)

@@ -303,6 +303,10 @@ static inline uint64_t ms_chunk_last_use(const struct ms_region *r, const struct
  * the chunks: what lets the operations below stand for a pass over them.
  */
 struct ms_region *ms_region_whole(struct ms_rtable *rt, const ms_chunk_id *ids, size_t n);
+/* Its first half: the region whose first and last chunk are ids[0] and ids[r->nchunks - 1],
+ * the ids between not looked at (O(1)). The whole answer when ids is known strictly ascending
+ * (core/predict.h, ms_chunk_set_whole). */
+struct ms_region *ms_region_whole_ends(struct ms_rtable *rt, const ms_chunk_id *ids, size_t n);
 /* Every chunk of r is CLEAN or DIRTY. */
 static inline bool ms_region_all_ready(const struct ms_region *r)
 {
