@@ -117,6 +117,10 @@ const struct ms_shimopt_def ms_shimopt_defs[MS_OPT_COUNT] = {
         "at exit, the time each phase of a kernel launch took in libmsched\n"
         "(packing, prediction, the gate, the daemon client, the driver call),\n"
         "summed over the run; costs two clock reads a phase"},
+    [MS_OPT_SETTLED] = {"MSCHED_SETTLED", NULL, "0|1", NULL, MS_OT_FLAG, 0, 0, false, NULL, "0",
+        "running alone, while every chunk is on the device: commands skip\n"
+        "the prediction, the history and the pins (a fast path when memory\n"
+        "fits; the history then starts again at the next migration)"},
     [MS_OPT_SOCKET] = {"MSCHED_SOCKET", NULL, "PATH", NULL, MS_OT_PATH, 0, 0, false, NULL, "",
         "the daemon's socket (default: $XDG_RUNTIME_DIR/msched/gpuN.sock or\n"
         "/tmp/msched-UID/gpuN.sock)"},

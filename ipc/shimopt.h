@@ -62,6 +62,7 @@ enum ms_shimopt {
     MS_OPT_PROGRESS_MS,
     MS_OPT_GRAPH_PIECES,
     MS_OPT_PHASES,
+    MS_OPT_SETTLED,
     MS_OPT_COUNT
 };
 

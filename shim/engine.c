@@ -148,6 +148,7 @@ void ms_engine_configure(void)
     E.strict_want = ms__shim_opt(MS_OPT_STRICT) != 0;
     E.slab_on = ms__shim_opt(MS_OPT_PACK_SMALL) != 0;
     E.mispredict = ms__shim_opt(MS_OPT_MISPREDICT);
+    E.settle_opt = ms__shim_opt(MS_OPT_SETTLED) != 0;
     if (ms__shim_verbose() && ms__shim_opt(MS_OPT_PROGRESS_MS)) {
         E.progress_ns = ms__shim_opt(MS_OPT_PROGRESS_MS) * 1000000ull;
         E.progress_t0 = now_ns();
@@ -511,6 +512,7 @@ void ms_engine_driver_mem(int64_t delta)
     /* The limit the process is held to: MSCHED_BUDGET alone, the daemon's budget with it. */
     uint64_t limit = E.mode == MODE_ALONE ? ALONE_BUDGET : E.budget;
     if (E.mode == MODE_ALONE && ALONE_BUDGET) {
+        ms__eng_settle_off(); /* a smaller budget: the next command's gate sees it */
         E.budget = alone_budget();
         E.prefetch = E.budget / 4;
     }
@@ -738,6 +740,12 @@ void ms_engine_exit(bool verbose)
                 "slabs at once\n",
                 (int)getpid(), (unsigned long long)s.small_allocs,
                 (unsigned long long)s.slabs_peak);
+    if (E.settle_opt)
+        fprintf(stderr,
+                "msched[%d]: settled: %llu commands admitted with everything on the device, "
+                "without prediction or pins (settled %llu times)\n",
+                (int)getpid(), (unsigned long long)__atomic_load_n(&E.fast_cmds, __ATOMIC_RELAXED),
+                (unsigned long long)__atomic_load_n(&E.settles, __ATOMIC_RELAXED));
     if (E.strict)
         fprintf(stderr, "msched[%d]: strict: %llu chunks evicted outside the predictions\n",
                 (int)getpid(), (unsigned long long)s.strict_evictions);

@@ -92,6 +92,9 @@ static int plan_for(const struct ms_chunk_set *want, uint64_t prefetch)
 static int fault(struct ms_chunk_set *need, bool unbounded)
 {
     uint64_t t0 = now_ns();
+    /* Before the check of other threads' admitted commands below: a fast-path command either
+     * sees this or is counted there (ms__eng_settle_off). */
+    ms__eng_settle_off();
     /* While commands name more than fits, prefetching the predicted future only pushes out what
      * they keep: off until OVERFLOW_QUIET faults pass without one. */
     bool overflowing = E.overflow_at && E.st.faults - E.overflow_at < OVERFLOW_QUIET;
@@ -139,7 +142,7 @@ static int fault(struct ms_chunk_set *need, bool unbounded)
     }
     /* Nothing in flight may use a victim: other threads' admitted commands reach the driver
      * first (they may touch chunks they did not name), then the GPU finishes everything. */
-    if (E.admitted > my_admitted)
+    if (__atomic_load_n(&E.admitted, __ATOMIC_SEQ_CST) > my_admitted)
         return RETRY_AFTER_UNPIN;
     MS_REAL(cuCtxSynchronize)();
     struct ms_exec_stats st;
@@ -275,7 +278,7 @@ static void unpin_held(void)
     E.pinned -= MS_MIN(E.pinned, held_pins);
     held_pins = 0;
     ms_chunk_set_clear(h);
-    if (E.unpin_waiters)
+    if (__atomic_load_n(&E.unpin_waiters, __ATOMIC_SEQ_CST))
         pthread_cond_broadcast(&E.unpinned);
 }
 
@@ -289,9 +292,9 @@ static void wait_unpinned(void)
         at.tv_sec++;
         at.tv_nsec -= 1000000000L;
     }
-    E.unpin_waiters++;
+    __atomic_add_fetch(&E.unpin_waiters, 1, __ATOMIC_SEQ_CST);
     ms_lock_timedwait(&E.unpinned, &E.lock, &at);
-    E.unpin_waiters--;
+    __atomic_sub_fetch(&E.unpin_waiters, 1, __ATOMIC_SEQ_CST);
 }
 
 /* MSCHED_MISPREDICT (a test of the correctness rule): drop about that percent of the
@@ -439,6 +442,62 @@ static void progress(uint64_t now)
             (unsigned long long)(E.budget / MS_MIB), d);
 }
 
+/*
+ * Settled (MSCHED_SETTLED=1). Running alone with every chunk on the device and mapped there
+ * (CLEAN or DIRTY, nothing bare) and the table within the budget, no command can miss and none
+ * needs a migration first, so the gate's work (prediction, history, touches, pins) only keeps
+ * a record for a migration that may never come. While `settled` holds, a command is admitted
+ * with two atomic operations and no lock; the first migration after it plans from a history
+ * that stopped when the state began (the plan is still safe, only less informed).
+ *
+ * Safety rests on one order (Dekker's): the fast path counts its command in `admitted` and then
+ * checks `settled` again; ms__eng_settle_off clears `settled` before the caller looks at
+ * `admitted` (a fault, engine_gate.c) or moves anything, both seq_cst. So a command either
+ * sees the state gone and takes the slow gate, or is counted, and a fault waits for it to reach
+ * the driver as for any admitted command. Chunks the fast path's commands write while CLEAN
+ * are not marked DIRTY; a migration verifies CLEAN chunks before dropping them (verify_clean,
+ * ms__eng_exec_plan), so their data is never lost.
+ *
+ * Set only here, under the lock, at the end of a slow gate; cleared by ms__eng_settle_off: a
+ * new region, a plan carried out, a fault, a smaller budget.
+ */
+void ms__eng_settle_off(void)
+{
+    if (__atomic_load_n(&E.settled, __ATOMIC_RELAXED))
+        __atomic_store_n(&E.settled, false, __ATOMIC_SEQ_CST);
+}
+
+/* After a slow gate admitted a command (lock held): settled now? */
+static void settle_check(void)
+{
+    if (!E.settle_opt || E.mode != MODE_ALONE || E.strict || E.mispredict || ms_acc_on() ||
+        __atomic_load_n(&E.settled, __ATOMIC_RELAXED))
+        return;
+    uint64_t all = 0;
+    for (int k = 0; k < MS_CS_COUNT; k++)
+        all += E.rt.count[k];
+    if (!all || E.rt.count[MS_CS_CLEAN] + E.rt.count[MS_CS_DIRTY] != all || E.rt.bare ||
+        E.rt.resident_bytes > E.budget)
+        return;
+    __atomic_add_fetch(&E.settles, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&E.settled, true, __ATOMIC_SEQ_CST);
+}
+
+/* The fast path (no lock): admitted when settled, counted in `admitted` first. */
+static bool settled_gate(void)
+{
+    if (!__atomic_load_n(&E.settled, __ATOMIC_ACQUIRE))
+        return false;
+    __atomic_add_fetch(&E.admitted, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&E.settled, __ATOMIC_SEQ_CST)) {
+        __atomic_sub_fetch(&E.admitted, 1, __ATOMIC_SEQ_CST);
+        return false;
+    }
+    my_admitted++;
+    __atomic_add_fetch(&E.fast_cmds, 1, __ATOMIC_RELAXED);
+    return true;
+}
+
 int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_stream s)
 {
     if (E.progress_ns) {
@@ -450,8 +509,9 @@ int ms__eng_gate(struct ms_chunk_set *need, bool unbounded, struct ms_shim_strea
     int rc = gate(need, unbounded, s, &alone);
     if (rc == CUDA_SUCCESS && alone) {
         /* Admitted alone: until its hook returns, no fault of another thread migrates. */
-        E.admitted++;
+        __atomic_add_fetch(&E.admitted, 1, __ATOMIC_SEQ_CST);
         my_admitted++;
+        settle_check();
     }
     /* Of unknown reach while allocations are off the device (every chunk a command of unknown
      * reach must have is resident now, so a HOST chunk is an allocation's): a possible miss. */
@@ -481,6 +541,8 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
                                     __ATOMIC_ACQUIRE))
         /* Outside the engine lock: CUPTI's start calls into the driver (through the hooks). */
         ms_acc_start(&E.api, E.backing == BACK_DEMAND && E.mode == MODE_ALONE);
+    if (settled_gate())
+        return CUDA_SUCCESS;
     uint64_t t = ms__ph_start();
     ms_lock(&E.lock);
     ms__ph_stop(MS_PH_LOCK, t);
@@ -535,7 +597,7 @@ int ms_engine_gate_launch(const struct ms_shim_launch *l)
 int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbytes,
                           struct ms_shim_stream s)
 {
-    if (!ms__eng_is_active() || (abytes == 0 && bbytes == 0))
+    if (!ms__eng_is_active() || (abytes == 0 && bbytes == 0) || settled_gate())
         return CUDA_SUCCESS;
     ms_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
@@ -551,7 +613,7 @@ int ms_engine_gate_ranges(uint64_t a, uint64_t abytes, uint64_t b, uint64_t bbyt
 int ms_engine_gate_rangev(const uint64_t *addr, const uint64_t *bytes, size_t n,
                           struct ms_shim_stream s)
 {
-    if (!ms__eng_is_active() || n == 0)
+    if (!ms__eng_is_active() || n == 0 || settled_gate())
         return CUDA_SUCCESS;
     ms_lock(&E.lock);
     ms_chunk_set_clear(&E.need);
@@ -573,11 +635,22 @@ void ms_engine_gate_end(void)
 {
     ms_acc_end();
     ms_client_gate_end();
-    if (held.n || my_admitted) {
+    if (held.n) {
         ms_lock(&E.lock);
         unpin_held(); /* signals E.unpinned */
-        E.admitted -= my_admitted;
+        __atomic_sub_fetch(&E.admitted, my_admitted, __ATOMIC_SEQ_CST);
         my_admitted = 0;
         ms_unlock(&E.lock);
+    } else if (my_admitted) {
+        /* Nothing pinned (the settled fast path, or a command naming nothing): the count goes
+         * without the lock; a thread waiting for it is woken under the lock. One that starts
+         * waiting just after this looks again within its 50 ms. */
+        __atomic_sub_fetch(&E.admitted, my_admitted, __ATOMIC_SEQ_CST);
+        my_admitted = 0;
+        if (__atomic_load_n(&E.unpin_waiters, __ATOMIC_SEQ_CST)) {
+            ms_lock(&E.lock);
+            pthread_cond_broadcast(&E.unpinned);
+            ms_unlock(&E.lock);
+        }
     }
 }

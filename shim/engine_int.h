@@ -152,11 +152,23 @@ struct ms_engine_state {
      * evicts them in between; `pinned` counts those pins, `unpinned` is signalled as they go. */
     uint64_t pinned;
     pthread_cond_t unpinned;
-    uint32_t unpin_waiters; /* threads in wait_unpinned: only then is `unpinned` signalled */
+    /* Threads in wait_unpinned: only then is `unpinned` signalled (atomic: the settled fast
+     * path's end reads it without the lock). */
+    uint32_t unpin_waiters;
     /* Running alone: commands admitted whose hooks have not returned (every thread's). A fault
      * migrates only when no other thread's is left: such a command may touch chunks it did not
-     * name, and must reach the driver before the cuCtxSynchronize that covers it. */
+     * name, and must reach the driver before the cuCtxSynchronize that covers it. Atomic: the
+     * settled fast path counts its commands here without the lock. */
     uint64_t admitted;
+    /* MSCHED_SETTLED (engine_gate.c, "Settled"): `settled` says, while true, that every chunk is
+     * on the device and mapped there, running alone, so a command needs no prediction, history
+     * or pin. Set only by a gate under the lock after checking the table; cleared (seq_cst)
+     * before anything that may move a chunk or add one (ms__eng_settle_off); read without the
+     * lock. */
+    bool settle_opt;
+    bool settled;
+    uint64_t settles;     /* times it became settled (atomic, relaxed) */
+    uint64_t fast_cmds;   /* commands admitted by the fast path (atomic, relaxed) */
     uint64_t mispredict;  /* MSCHED_MISPREDICT percent (tests) */
     uint64_t overflow_at; /* 1 + E.st.faults at the last command naming more than the budget */
     uint64_t rng;         /* its generator */
@@ -249,6 +261,10 @@ MS_HIDDEN int ms__eng_host_trim(void);
 /* The host memory limit (MSCHED_HOST_LIMIT, default half the RAM; 0: none). */
 MS_HIDDEN uint64_t ms__eng_host_limit(void);
 MS_HIDDEN int ms__eng_add_region_chunks(struct ms_chunk_set *s, uint32_t region);
+/* MSCHED_SETTLED (engine_gate.c): leave the settled state, before a chunk may move or a region
+ * be added (lock held). Commands already admitted by the fast path are counted in `admitted`:
+ * a migration waits for them as for any other thread's. */
+MS_HIDDEN void ms__eng_settle_off(void);
 /* Add to a normalized set the VMM mappings near its VMM mappings / the regions its pointer
  * tables reference; normalized again on return (not re-sorted when nothing was added: a launch
  * naming a large allocation pays no extra pass). Lock held; MS_E_NOMEM. */

@@ -67,6 +67,7 @@ int ms__eng_region_new(uint64_t va, uint64_t bytes, enum ms_region_kind kind, vo
     uint32_t id = 0;
     if (!chunk_bytes)
         chunk_bytes = ms_engine_chunk_bytes(bytes);
+    ms__eng_settle_off(); /* its chunks are not on the device yet */
     int e = ms_region_add(&E.rt, 0, va, bytes, kind, chunk_bytes, &id);
     if (e == MS_OK && id >= E.nrefs) {
         size_t n = E.nrefs ? E.nrefs * 2 : 64;
@@ -136,6 +137,7 @@ int ms__eng_exec_plan(uint64_t budget, struct ms_exec_stats *x)
                              .hash_clean = true,
                              .verify_clean = true,
                              .defer_host_map = E.defer_bare};
+    ms__eng_settle_off();
     ms__host_gate_enter();
     int e = ms_exec_plan(&E.rt, E.ops, budget, &E.plan, &o, x);
     ms__host_gate_leave();

@@ -58,7 +58,7 @@ for s in tests/cli/*.sh; do
     check "cli/$(basename "$s" .sh)" bash "$s"
 done
 if [ -f tests/shim/run_shim_tests.sh ]; then
-    # 97 checks: about 1-2 minutes plain or under ASan, over 10 under TSan on a 2-core machine
+    # 98 checks: about 1-2 minutes plain or under ASan, over 10 under TSan on a 2-core machine
     CHECK_LIMIT=1800 check "shim/all" bash tests/shim/run_shim_tests.sh
 fi
 if [ -d "$BUILD/pic/shim" ]; then

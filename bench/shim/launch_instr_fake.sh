@@ -4,8 +4,9 @@
 # (a 2-core CI machine's timings spread by 10 %; a GPU host's cache misses scale with the count).
 #
 # tests/shim/engine_stress's `launches` mode (one batch of 20000 launches of a two-pointer
-# kernel after a warm-up batch) runs three ways: behind libmsched observing (no budget), with
-# the engine on (MSCHED_BUDGET, everything fits), and joined to an mschedd on a private socket;
+# kernel after a warm-up batch) runs four ways: behind libmsched observing (no budget), with
+# the engine on (MSCHED_BUDGET, everything fits), the same with MSCHED_SETTLED=1 (settled),
+# and joined to an mschedd on a private socket;
 # each with a small allocation (small), with the kernel's first pointer the start of a
 # BIG_MIB allocation (default 7168: 112 chunks of 64 MiB named whole: big), and with a struct
 # of STRUCT_BYTES (default 512) of sizes and strides passed by value besides the pointers, as
@@ -20,7 +21,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 case "${1:-}" in -h | --help)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 esac
@@ -57,10 +58,11 @@ for size in small big struct; do
     big=0 sb=0
     [ $size = big ] && big=$BIG_MIB
     [ $size = struct ] && sb=$STRUCT_BYTES
-    for sys in observe engine daemon; do
+    for sys in observe engine settled daemon; do
         case $sys in
         observe) env=() ;;
         engine) env=(MSCHED_BUDGET=$((BIG_MIB * 4))MiB) ;;
+        settled) env=(MSCHED_BUDGET=$((BIG_MIB * 4))MiB MSCHED_SETTLED=1) ;;
         daemon) env=(MSCHED_SOCKET="$SOCK") ;;
         esac
         cg=$OUT/callgrind-$sys-$size.out

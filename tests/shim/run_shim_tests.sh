@@ -783,6 +783,36 @@ else
     fail engine/phases "$phv; without MSCHED_PHASES: $(grep -c phases <<<"$out0") lines"
 fi
 
+# Settled (MSCHED_SETTLED=1): running alone with every chunk on the device, commands skip the
+# gate's prediction, history and pins. Launches that fit: all of them admitted that way, and no
+# such line without the variable. The stress cycle under a budget below its footprint: faults
+# and settled stretches in turn (both seen), data right and no kernel on evicted memory (the
+# fake's oracle), so a fault that moved memory under a fast command would have shown; 64 racing
+# threads under half their footprint (fast stretches as they start and end, faults between,
+# as the threads interleave): data right.
+st() {
+    env LD_LIBRARY_PATH="$SHIMDIR" MSCHED_REAL_LIBCUDA="$FAKE" MSCHED_VERBOSE=1 "$@" 2>&1
+}
+settled_n() { grep -o "settled: [0-9]* commands" <<<"$1" | grep -o "[0-9]*"; }
+settles_n() { grep -o "(settled [0-9]* times)" <<<"$1" | grep -o "[0-9]*"; }
+faults_n() { grep -o "MiB resident, [0-9]* faults" <<<"$1" | grep -o "[0-9]* faults" | grep -o "[0-9]*"; }
+out=$(st MSCHED_BUDGET=1GiB MSCHED_SETTLED=1 timeout 120 "$T/engine_stress" 1 1 launches)
+out0=$(st MSCHED_BUDGET=1GiB timeout 120 "$T/engine_stress" 1 1 launches)
+out1=$(st MSCHED_BUDGET=40MiB MSCHED_SETTLED=1 timeout 300 "$T/engine_stress" 300 "$seed")
+rc1=$?
+out2=$(st MSCHED_BUDGET=128MiB MSCHED_SETTLED=1 timeout 300 "$T/thread_race" 64 20)
+rc2=$?
+n=$(settled_n "$out") n1=$(settled_n "$out1") s1=$(settles_n "$out1") f1=$(faults_n "$out1")
+n2=$(settled_n "$out2") f2=$(faults_n "$out2")
+if [ "${n:-0}" -ge 40000 ] && ! grep -q "settled:" <<<"$out0" && [ $rc1 -eq 0 ] &&
+    grep -q "mismatches=0" <<<"$out1" && [ "${n1:-0}" -gt 0 ] && [ "${s1:-0}" -gt 1 ] &&
+    [ "${f1:-0}" -gt 0 ] && [ $rc2 -eq 0 ] &&
+    grep -q "THREAD_RACE threads=64 .*mismatches=0 errors=0" <<<"$out2"; then
+    pass "engine/settled ($n fast commands for 40000 launches; cycle (seed $seed): $n1 fast in $s1 stretches, $f1 faults; 64 threads: $n2 fast, $f2 faults)"
+else
+    fail engine/settled "fast $n; cycle rc=$rc1 fast=$n1 stretches=$s1 faults=$f1 $(grep -E 'ENGINE_STRESS|FAIL' <<<"$out1" | tr '\n' ' '); race rc=$rc2 fast=$n2 faults=$f2 $(grep -E 'THREAD_RACE|FAIL' <<<"$out2" | tr '\n' ' ')"
+fi
+
 # A graph of one child graph node, the exec's child given another graph (cuGraphExecChildGraph-
 # NodeSetParams, as XLA updates the commands it traced into child graphs): the reach follows
 # the new child, so no launch runs with a pointer on a host chunk while a fill pushes its
