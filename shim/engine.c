@@ -595,6 +595,8 @@ void ms_engine_stats_get(struct ms_engine_stats *out)
 void ms_engine_atfork_child(void)
 {
     ms_lock_reset(&E.lock);
+    /* The settled state is the child's gate to find again. */
+    __atomic_store_n(&E.settled, false, __ATOMIC_SEQ_CST);
     ms_client_atfork_child();
     if (E.mode == MODE_DAEMON) {
         /* The parent's connection is not the child's: run alone (CUDA in a child of a process
