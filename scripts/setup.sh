@@ -9,13 +9,14 @@
 #   python3-jsonschema  validates `msched status --json` against docs/status.schema.json (tests)
 #   curl            scrapes mschedd's HTTP metrics endpoint in the tests (daemon_metrics_http)
 #   python3-venv    the venv of the PyPI test tools (below)
+#   valgrind        counts libmsched's instructions per launch (bench/shim/launch_instr_fake.sh)
 # Then the PyPI packages of scripts/requirements-test.txt go into the venv build/venv (made
 # again when missing or when the requirements changed): kubernetes-validate, which checks
 # deploy/kubernetes/ against the Kubernetes schemas it bundles (tests/cli/deploy_kubernetes.sh).
 # The CUDA toolkit (nvcc, cuda.h) is expected at /usr/local/cuda for the shim; without it the
 # shim and its tests are skipped. Needs root (or sudo) for apt-get; does nothing if all is there.
 set -eu
-pkgs="libcmocka-dev clang clang-format libncurses-dev python3 python3-matplotlib python3-jsonschema python3-venv curl make gcc"
+pkgs="libcmocka-dev clang clang-format libncurses-dev python3 python3-matplotlib python3-jsonschema python3-venv curl valgrind make gcc"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
