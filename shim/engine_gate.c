@@ -458,15 +458,10 @@ static void progress(uint64_t now)
  * are not marked DIRTY; a migration verifies CLEAN chunks before dropping them (verify_clean,
  * ms__eng_exec_plan), so their data is never lost.
  *
- * Set only here, under the lock, at the end of a slow gate; cleared by ms__eng_settle_off: a
- * new region, a plan carried out, a fault, a smaller budget.
+ * Set only here, under the lock, at the end of a slow gate; cleared by ms__eng_settle_off
+ * (engine_mem.c, below every caller): a new region, a plan carried out, a fault, a smaller
+ * budget.
  */
-void ms__eng_settle_off(void)
-{
-    if (__atomic_load_n(&E.settled, __ATOMIC_RELAXED))
-        __atomic_store_n(&E.settled, false, __ATOMIC_SEQ_CST);
-}
-
 /* After a slow gate admitted a command (lock held): settled now? */
 static void settle_check(void)
 {

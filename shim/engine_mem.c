@@ -127,6 +127,14 @@ int ms__eng_region_drop(uint32_t id)
     return MS_OK;
 }
 
+/* The settled state's end (engine_gate.c, "Settled"; engine_int.h). Here, below the region
+ * table's and the plans' code that calls it. */
+void ms__eng_settle_off(void)
+{
+    if (__atomic_load_n(&E.settled, __ATOMIC_RELAXED))
+        __atomic_store_n(&E.settled, false, __ATOMIC_SEQ_CST);
+}
+
 /* Carry out E.plan, pipelined, inside the host-memory gate (hostmem.h): no pin call of this
  * process runs beside the migration's copies. Caller holds E.lock. */
 int ms__eng_exec_plan(uint64_t budget, struct ms_exec_stats *x)
